@@ -1,0 +1,70 @@
+//! Why a request was passed through to the origin untouched.
+
+/// Every reason the filter lets a request through without caching it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Bypass {
+    // Requests that are well-formed but not ours to cache.
+    Method,
+    ContentType,
+    RequestEncoding,
+    Mutation,
+    Subscription,
+    CacheDisabled,
+    // Input that is broken or beyond configured limits: these also count as rejected inputs.
+    BodyTooLarge,
+    EmptyBody,
+    MalformedJson,
+    Batched,
+    NotAnObject,
+    MissingQuery,
+    BadOperationName,
+    BadVariables,
+    BadExtensions,
+    BadQueryString,
+    TooDeep,
+    InvalidGraphql,
+    UnknownOperation,
+    UnknownFragment,
+}
+
+impl Bypass {
+    /// The reason as shown in the debug header.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Bypass::Method => "method",
+            Bypass::ContentType => "content-type",
+            Bypass::RequestEncoding => "request-content-encoding",
+            Bypass::Mutation => "mutation",
+            Bypass::Subscription => "subscription",
+            Bypass::CacheDisabled => "cache-disabled",
+            Bypass::BodyTooLarge => "body-too-large",
+            Bypass::EmptyBody => "empty-body",
+            Bypass::MalformedJson => "malformed-json",
+            Bypass::Batched => "batched",
+            Bypass::NotAnObject => "not-an-object",
+            Bypass::MissingQuery => "missing-query",
+            Bypass::BadOperationName => "bad-operation-name",
+            Bypass::BadVariables => "bad-variables",
+            Bypass::BadExtensions => "bad-extensions",
+            Bypass::BadQueryString => "bad-query-string",
+            Bypass::TooDeep => "too-deep",
+            Bypass::InvalidGraphql => "invalid-graphql",
+            Bypass::UnknownOperation => "unknown-operation",
+            Bypass::UnknownFragment => "unknown-fragment",
+        }
+    }
+
+    /// Whether this bypass was caused by input the filter could not make sense of (as opposed to a
+    /// valid request that is simply not cacheable). Counted separately as `rejected_inputs`.
+    pub fn is_rejected_input(self) -> bool {
+        !matches!(
+            self,
+            Bypass::Method
+                | Bypass::ContentType
+                | Bypass::RequestEncoding
+                | Bypass::Mutation
+                | Bypass::Subscription
+                | Bypass::CacheDisabled
+        )
+    }
+}

@@ -1,0 +1,270 @@
+//! The request side of the filter, free of host calls: from the request head (and body) to either
+//! a cache key or the reason to pass the request through.
+
+use crate::bypass::Bypass;
+use crate::canonical::{canonicalize, CanonicalError, CanonicalOperation, OperationKind};
+use crate::config::Config;
+use crate::key::{build_key, CacheKey, KeyContext};
+use crate::request::{
+    is_json_content_type, parse_get_query, parse_post_body, split_path, GraphQlRequest,
+};
+
+/// What the filter read from the request headers. Owned bytes: header values need not be UTF-8.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RequestHead {
+    pub method: Vec<u8>,
+    /// The full `:path`, query string included.
+    pub path: Vec<u8>,
+    pub authority: Vec<u8>,
+    pub content_type: Option<Vec<u8>>,
+    pub content_encoding: Option<Vec<u8>>,
+    pub content_length: Option<Vec<u8>>,
+    pub accept: Option<Vec<u8>>,
+    pub accept_encoding: Option<Vec<u8>>,
+    /// Values of `config.vary_headers`, in the same order.
+    pub vary: Vec<Option<Vec<u8>>>,
+}
+
+/// A cacheable request, identified.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Classified {
+    pub key: CacheKey,
+    pub operation: CanonicalOperation,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HeadersVerdict {
+    /// Not a path this filter handles: no `x-cache` header, nothing counted.
+    NotHandled,
+    Bypass(Bypass),
+    /// A POST whose body must be read before deciding.
+    NeedBody,
+    Ready(Classified),
+}
+
+/// The decision that can be taken from the headers alone.
+pub fn classify_headers(
+    config: &Config,
+    head: &RequestHead,
+    end_of_stream: bool,
+) -> HeadersVerdict {
+    let Ok(full_path) = std::str::from_utf8(&head.path) else {
+        return HeadersVerdict::Bypass(Bypass::BadQueryString);
+    };
+    let (path, query_string) = split_path(full_path);
+    if !config.handles_path(path) {
+        return HeadersVerdict::NotHandled;
+    }
+    match head.method.as_slice() {
+        b"GET" => {
+            let verdict = parse_get_query(query_string.unwrap_or_default())
+                .and_then(|req| identify(config, head, path, &req));
+            match verdict {
+                Ok(c) => HeadersVerdict::Ready(c),
+                Err(b) => HeadersVerdict::Bypass(b),
+            }
+        }
+        b"POST" => {
+            if !head
+                .content_type
+                .as_deref()
+                .is_some_and(is_json_content_type)
+            {
+                return HeadersVerdict::Bypass(Bypass::ContentType);
+            }
+            if head
+                .content_encoding
+                .as_deref()
+                .is_some_and(|v| !v.trim_ascii().eq_ignore_ascii_case(b"identity"))
+            {
+                return HeadersVerdict::Bypass(Bypass::RequestEncoding);
+            }
+            if end_of_stream {
+                return HeadersVerdict::Bypass(Bypass::EmptyBody);
+            }
+            if let Some(len) = head.content_length.as_deref().and_then(parse_length) {
+                if len > config.max_body_bytes as u64 {
+                    return HeadersVerdict::Bypass(Bypass::BodyTooLarge);
+                }
+            }
+            HeadersVerdict::NeedBody
+        }
+        _ => HeadersVerdict::Bypass(Bypass::Method),
+    }
+}
+
+/// The decision for a POST once its whole body is buffered.
+pub fn classify_body(
+    config: &Config,
+    head: &RequestHead,
+    body: &[u8],
+) -> Result<Classified, Bypass> {
+    if body.len() > config.max_body_bytes {
+        return Err(Bypass::BodyTooLarge);
+    }
+    let full_path = std::str::from_utf8(&head.path).map_err(|_| Bypass::BadQueryString)?;
+    let (path, _) = split_path(full_path);
+    let req = parse_post_body(body)?;
+    identify(config, head, path, &req)
+}
+
+fn identify(
+    config: &Config,
+    head: &RequestHead,
+    path: &str,
+    req: &GraphQlRequest,
+) -> Result<Classified, Bypass> {
+    let operation = canonicalize(
+        &req.query,
+        req.operation_name.as_deref(),
+        config.max_query_depth,
+    )
+    .map_err(|e| match e {
+        CanonicalError::TooDeep => Bypass::TooDeep,
+        CanonicalError::Invalid => Bypass::InvalidGraphql,
+        CanonicalError::UnknownOperation => Bypass::UnknownOperation,
+        CanonicalError::UnknownFragment => Bypass::UnknownFragment,
+    })?;
+    match operation.kind {
+        OperationKind::Query => {}
+        OperationKind::Mutation => return Err(Bypass::Mutation),
+        OperationKind::Subscription => return Err(Bypass::Subscription),
+    }
+    let ctx = KeyContext {
+        method: &head.method,
+        authority: &head.authority,
+        path: path.as_bytes(),
+        accept: head.accept.as_deref(),
+        accept_encoding: head.accept_encoding.as_deref(),
+        vary: config
+            .vary_headers
+            .iter()
+            .zip(head.vary.iter().chain(std::iter::repeat(&None)))
+            .map(|(name, value)| (name.as_str(), value.as_deref()))
+            .collect(),
+        scope: None,
+    };
+    let key = build_key(&ctx, req, &operation);
+    Ok(Classified { key, operation })
+}
+
+fn parse_length(v: &[u8]) -> Option<u64> {
+    std::str::from_utf8(v).ok()?.trim().parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn head(method: &str, path: &str) -> RequestHead {
+        RequestHead {
+            method: method.as_bytes().to_vec(),
+            path: path.as_bytes().to_vec(),
+            authority: b"example.com".to_vec(),
+            content_type: Some(b"application/json".to_vec()),
+            vary: vec![None, None],
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn get_is_decided_from_headers() {
+        let c = Config::default();
+        let v = classify_headers(&c, &head("GET", "/graphql?query=%7Ba%7D"), true);
+        assert!(matches!(v, HeadersVerdict::Ready(_)));
+        let v = classify_headers(&c, &head("GET", "/graphql?query=mutation%7Ba%7D"), true);
+        assert_eq!(v, HeadersVerdict::Bypass(Bypass::Mutation));
+    }
+
+    #[test]
+    fn post_needs_its_body() {
+        let c = Config::default();
+        assert_eq!(
+            classify_headers(&c, &head("POST", "/graphql"), false),
+            HeadersVerdict::NeedBody
+        );
+        assert_eq!(
+            classify_headers(&c, &head("POST", "/graphql"), true),
+            HeadersVerdict::Bypass(Bypass::EmptyBody)
+        );
+        let mut h = head("POST", "/graphql");
+        h.content_type = Some(b"text/plain".to_vec());
+        assert_eq!(
+            classify_headers(&c, &h, false),
+            HeadersVerdict::Bypass(Bypass::ContentType)
+        );
+        let mut h = head("POST", "/graphql");
+        h.content_length = Some(b"999999999".to_vec());
+        assert_eq!(
+            classify_headers(&c, &h, false),
+            HeadersVerdict::Bypass(Bypass::BodyTooLarge)
+        );
+        let mut h = head("POST", "/graphql");
+        h.content_encoding = Some(b"gzip".to_vec());
+        assert_eq!(
+            classify_headers(&c, &h, false),
+            HeadersVerdict::Bypass(Bypass::RequestEncoding)
+        );
+        assert_eq!(
+            classify_headers(&c, &head("PUT", "/graphql"), false),
+            HeadersVerdict::Bypass(Bypass::Method)
+        );
+    }
+
+    #[test]
+    fn paths_outside_the_configuration_are_not_handled() {
+        let c = Config::parse(br#"{"paths":["/graphql"]}"#).unwrap();
+        assert_eq!(
+            classify_headers(&c, &head("POST", "/other"), false),
+            HeadersVerdict::NotHandled
+        );
+        assert_eq!(
+            classify_headers(&c, &head("POST", "/graphql?x=1"), false),
+            HeadersVerdict::NeedBody
+        );
+    }
+
+    #[test]
+    fn get_and_post_of_one_query_are_distinct_keys_but_each_stable() {
+        let c = Config::default();
+        let h = head("POST", "/graphql");
+        let a = classify_body(&c, &h, br#"{"query":"{ a }"}"#).unwrap();
+        let b = classify_body(&c, &h, br#"{"query":"query { a }", "variables": {}}"#).unwrap();
+        assert_eq!(a.key, b.key);
+        let HeadersVerdict::Ready(g) =
+            classify_headers(&c, &head("GET", "/graphql?query=%7Ba%7D"), true)
+        else {
+            panic!("GET not ready")
+        };
+        assert_ne!(a.key, g.key);
+    }
+
+    #[test]
+    fn vary_header_values_separate_keys() {
+        let c = Config::default(); // authorization, cookie
+        let mut a = head("POST", "/graphql");
+        a.vary = vec![Some(b"Bearer alice".to_vec()), None];
+        let mut b = a.clone();
+        b.vary = vec![Some(b"Bearer bob".to_vec()), None];
+        let body = br#"{"query":"{ me { id } }"}"#;
+        assert_ne!(
+            classify_body(&c, &a, body).unwrap().key,
+            classify_body(&c, &b, body).unwrap().key
+        );
+    }
+
+    #[test]
+    fn bad_bodies_bypass() {
+        let c = Config::default();
+        let h = head("POST", "/graphql");
+        assert_eq!(classify_body(&c, &h, b"{nope"), Err(Bypass::MalformedJson));
+        assert_eq!(
+            classify_body(&c, &h, br#"{"query":"{"}"#),
+            Err(Bypass::InvalidGraphql)
+        );
+        let big = vec![b' '; c.max_body_bytes + 1];
+        assert_eq!(classify_body(&c, &h, &big), Err(Bypass::BodyTooLarge));
+        let deep = format!(r#"{{"query":"{}{}"}}"#, "{a".repeat(40), "}".repeat(40));
+        assert_eq!(classify_body(&c, &h, deep.as_bytes()), Err(Bypass::TooDeep));
+    }
+}

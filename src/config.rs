@@ -1,0 +1,332 @@
+//! The plugin configuration: parsed once in `on_configure` into typed, validated structs.
+//!
+//! Every error names the field it is about, because the only place an operator sees it is one log
+//! line when Envoy refuses to load the plugin.
+
+use serde::Deserialize;
+use std::fmt;
+
+/// Hard ceilings that keep a typo from turning into an unbounded allocation in Envoy's heap.
+const MAX_SLOTS: u64 = 1 << 20;
+const MAX_ENTRY_BYTES: u64 = 64 << 20;
+const MAX_TOTAL_CACHE_BYTES: u64 = 8 << 30;
+const MAX_BODY_BYTES: u64 = 64 << 20;
+/// graphql-parser refuses to nest deeper than 50 on its own; a higher setting would be a lie.
+const MAX_QUERY_DEPTH: u64 = 50;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Config {
+    /// Seconds a stored response stays fresh. 0 stores nothing.
+    pub ttl_seconds: u64,
+    /// Request paths (without query string) the filter handles; empty means every path.
+    pub paths: Vec<String>,
+    /// Lower-cased request header names whose values become part of the key.
+    pub vary_headers: Vec<String>,
+    /// Largest request body that is buffered and inspected; larger ones pass through.
+    pub max_body_bytes: usize,
+    /// Deepest nesting of `{`, `(` and `[` accepted before parsing (bounds the parser's recursion).
+    pub max_query_depth: usize,
+    /// Number of cache slots in shared data: the cache never holds more entries than this.
+    pub cache_slots: u32,
+    /// Largest stored entry (response body plus headers); larger responses are not stored.
+    pub max_entry_bytes: usize,
+    /// Adds `x-cache-key` and `x-cache-reason` to responses.
+    pub debug_headers: bool,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            ttl_seconds: 60,
+            paths: Vec::new(),
+            vary_headers: vec!["authorization".to_string(), "cookie".to_string()],
+            max_body_bytes: 64 * 1024,
+            max_query_depth: 32,
+            cache_slots: 1024,
+            max_entry_bytes: 128 * 1024,
+            debug_headers: false,
+        }
+    }
+}
+
+/// A configuration problem, always about one named field.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigError {
+    pub field: String,
+    pub problem: String,
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.field.is_empty() {
+            write!(f, "invalid configuration: {}", self.problem)
+        } else {
+            write!(
+                f,
+                "invalid configuration field `{}`: {}",
+                self.field, self.problem
+            )
+        }
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+fn field_error(field: &str, problem: impl Into<String>) -> ConfigError {
+    ConfigError {
+        field: field.to_string(),
+        problem: problem.into(),
+    }
+}
+
+/// The JSON shape as written by the operator; every field optional.
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawConfig {
+    ttl_seconds: Option<u64>,
+    paths: Option<Vec<String>>,
+    vary_headers: Option<Vec<String>>,
+    max_body_bytes: Option<u64>,
+    max_query_depth: Option<u64>,
+    cache_slots: Option<u64>,
+    max_entry_bytes: Option<u64>,
+    debug_headers: Option<bool>,
+}
+
+impl Config {
+    /// Parses the plugin's `configuration` bytes. Empty input (no configuration) gives the defaults.
+    pub fn parse(bytes: &[u8]) -> Result<Config, ConfigError> {
+        let text = std::str::from_utf8(bytes)
+            .map_err(|_| field_error("", "configuration is not UTF-8"))?;
+        if text.trim().is_empty() {
+            return Ok(Config::default());
+        }
+        let mut de = serde_json::Deserializer::from_str(text);
+        let raw: RawConfig = serde_path_to_error::deserialize(&mut de).map_err(|e| {
+            let path = e.path().to_string();
+            let inner = e.into_inner();
+            let message = inner.to_string();
+            // serde reports unknown fields at the parent path; lift the name into the field slot.
+            match unknown_field_name(&message) {
+                Some(name) => field_error(&name, message),
+                None if path == "." => field_error("", message),
+                None => field_error(&path, message),
+            }
+        })?;
+        de.end()
+            .map_err(|e| field_error("", format!("trailing characters: {e}")))?;
+        Self::from_raw(raw)
+    }
+
+    fn from_raw(raw: RawConfig) -> Result<Config, ConfigError> {
+        let d = Config::default();
+        let ttl_seconds = raw.ttl_seconds.unwrap_or(d.ttl_seconds);
+        if ttl_seconds > 365 * 24 * 3600 {
+            return Err(field_error(
+                "ttl_seconds",
+                "must be at most one year (31536000)",
+            ));
+        }
+        let paths = raw.paths.unwrap_or(d.paths);
+        for (i, p) in paths.iter().enumerate() {
+            if !p.starts_with('/') || p.contains('?') || p.contains('#') {
+                return Err(field_error(
+                    &format!("paths[{i}]"),
+                    format!("{p:?} must start with '/' and contain no '?' or '#'"),
+                ));
+            }
+        }
+        let vary_headers = match raw.vary_headers {
+            Some(list) => normalize_header_names("vary_headers", list)?,
+            None => d.vary_headers,
+        };
+        let max_body_bytes = bounded(
+            "max_body_bytes",
+            raw.max_body_bytes,
+            d.max_body_bytes as u64,
+            1,
+            MAX_BODY_BYTES,
+        )?;
+        let max_query_depth = bounded(
+            "max_query_depth",
+            raw.max_query_depth,
+            d.max_query_depth as u64,
+            1,
+            MAX_QUERY_DEPTH,
+        )?;
+        let cache_slots = bounded(
+            "cache_slots",
+            raw.cache_slots,
+            d.cache_slots as u64,
+            1,
+            MAX_SLOTS,
+        )?;
+        let max_entry_bytes = bounded(
+            "max_entry_bytes",
+            raw.max_entry_bytes,
+            d.max_entry_bytes as u64,
+            1024,
+            MAX_ENTRY_BYTES,
+        )?;
+        if cache_slots.saturating_mul(max_entry_bytes) > MAX_TOTAL_CACHE_BYTES {
+            return Err(field_error(
+                "cache_slots",
+                format!(
+                    "cache_slots x max_entry_bytes = {} bytes exceeds the {} byte ceiling",
+                    cache_slots.saturating_mul(max_entry_bytes),
+                    MAX_TOTAL_CACHE_BYTES
+                ),
+            ));
+        }
+        Ok(Config {
+            ttl_seconds,
+            paths,
+            vary_headers,
+            max_body_bytes: to_usize(max_body_bytes),
+            max_query_depth: to_usize(max_query_depth),
+            cache_slots: u32::try_from(cache_slots).unwrap_or(u32::MAX),
+            max_entry_bytes: to_usize(max_entry_bytes),
+            debug_headers: raw.debug_headers.unwrap_or(d.debug_headers),
+        })
+    }
+
+    /// Whether the filter handles requests to this path (the path without its query string).
+    pub fn handles_path(&self, path: &str) -> bool {
+        self.paths.is_empty() || self.paths.iter().any(|p| p == path)
+    }
+
+    /// The most memory the cache can hold in shared data, by construction.
+    pub fn cache_bound_bytes(&self) -> u64 {
+        u64::from(self.cache_slots) * self.max_entry_bytes as u64
+    }
+}
+
+fn to_usize(v: u64) -> usize {
+    usize::try_from(v).unwrap_or(usize::MAX)
+}
+
+fn bounded(
+    field: &str,
+    value: Option<u64>,
+    default: u64,
+    min: u64,
+    max: u64,
+) -> Result<u64, ConfigError> {
+    let v = value.unwrap_or(default);
+    if v < min || v > max {
+        return Err(field_error(
+            field,
+            format!("{v} is out of range {min}..={max}"),
+        ));
+    }
+    Ok(v)
+}
+
+fn normalize_header_names(field: &str, names: Vec<String>) -> Result<Vec<String>, ConfigError> {
+    let mut out: Vec<String> = Vec::with_capacity(names.len());
+    for (i, name) in names.into_iter().enumerate() {
+        let lower = name.to_ascii_lowercase();
+        let valid = !lower.is_empty()
+            && lower
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b));
+        if !valid {
+            return Err(field_error(
+                &format!("{field}[{i}]"),
+                format!(
+                    "{name:?} is not a valid HTTP header name (pseudo-headers are not allowed)"
+                ),
+            ));
+        }
+        if !out.contains(&lower) {
+            out.push(lower);
+        }
+    }
+    // Sorted so that the key does not depend on the order the operator listed them in.
+    out.sort();
+    Ok(out)
+}
+
+/// Pulls `name` out of serde's "unknown field `name`, expected ..." message.
+fn unknown_field_name(message: &str) -> Option<String> {
+    let rest = message.strip_prefix("unknown field `")?;
+    let end = rest.find('`')?;
+    Some(rest[..end].to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn empty_config_gives_defaults() {
+        assert_eq!(Config::parse(b"").unwrap(), Config::default());
+        assert_eq!(Config::parse(b"  ").unwrap(), Config::default());
+        assert_eq!(Config::parse(b"{}").unwrap(), Config::default());
+    }
+
+    #[test]
+    fn fields_are_read() {
+        let c = Config::parse(
+            br#"{"ttl_seconds":5,"paths":["/graphql"],"vary_headers":["X-Tenant","authorization"],
+                "max_body_bytes":2048,"max_query_depth":10,"cache_slots":16,"max_entry_bytes":4096,
+                "debug_headers":true}"#,
+        )
+        .unwrap();
+        assert_eq!(c.ttl_seconds, 5);
+        assert_eq!(c.paths, vec!["/graphql"]);
+        assert_eq!(c.vary_headers, vec!["authorization", "x-tenant"]);
+        assert_eq!(c.max_body_bytes, 2048);
+        assert_eq!(c.max_query_depth, 10);
+        assert_eq!(c.cache_slots, 16);
+        assert_eq!(c.max_entry_bytes, 4096);
+        assert!(c.debug_headers);
+        assert_eq!(c.cache_bound_bytes(), 16 * 4096);
+        assert!(c.handles_path("/graphql"));
+        assert!(!c.handles_path("/other"));
+    }
+
+    fn err(json: &str) -> ConfigError {
+        Config::parse(json.as_bytes()).unwrap_err()
+    }
+
+    #[test]
+    fn errors_name_the_field() {
+        assert_eq!(err(r#"{"ttl_seconds":"ten"}"#).field, "ttl_seconds");
+        assert_eq!(err(r#"{"ttl_seconds":-1}"#).field, "ttl_seconds");
+        assert_eq!(err(r#"{"ttl_secons":1}"#).field, "ttl_secons");
+        assert_eq!(
+            err(r#"{"vary_headers":["ok","bad header"]}"#).field,
+            "vary_headers[1]"
+        );
+        assert_eq!(
+            err(r#"{"vary_headers":[":authority"]}"#).field,
+            "vary_headers[0]"
+        );
+        assert_eq!(err(r#"{"vary_headers":[1]}"#).field, "vary_headers[0]");
+        assert_eq!(err(r#"{"cache_slots":0}"#).field, "cache_slots");
+        assert_eq!(err(r#"{"max_entry_bytes":10}"#).field, "max_entry_bytes");
+        assert_eq!(err(r#"{"max_body_bytes":0}"#).field, "max_body_bytes");
+        assert_eq!(err(r#"{"max_query_depth":51}"#).field, "max_query_depth");
+        assert_eq!(err(r#"{"paths":["graphql"]}"#).field, "paths[0]");
+        assert_eq!(err(r#"{"debug_headers":"yes"}"#).field, "debug_headers");
+        assert_eq!(
+            err(r#"{"cache_slots":1048576,"max_entry_bytes":67108864}"#).field,
+            "cache_slots"
+        );
+    }
+
+    #[test]
+    fn malformed_json_is_rejected() {
+        assert!(Config::parse(b"{").is_err());
+        assert!(Config::parse(b"[]").is_err());
+        assert!(Config::parse(b"{} x").is_err());
+        assert!(Config::parse(&[0xff, 0xfe]).is_err());
+    }
+
+    #[test]
+    fn display_names_field() {
+        let e = err(r#"{"ttl_seconds":"ten"}"#);
+        assert!(e.to_string().contains("`ttl_seconds`"), "{e}");
+    }
+}

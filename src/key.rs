@@ -1,0 +1,245 @@
+//! The cache key: a SHA-256 digest over everything that can change the origin's answer.
+//!
+//! Each dimension is written with a tag and a length prefix, so no two different sets of
+//! dimensions can produce the same byte stream (no "ab"+"c" == "a"+"bc" ambiguity).
+
+use crate::canonical::CanonicalOperation;
+use crate::request::GraphQlRequest;
+use sha2::{Digest, Sha256};
+use std::fmt::Write;
+
+/// Bumped whenever the meaning of the key changes, so old entries stop matching.
+const KEY_FORMAT: &[u8] = b"graphql-cache/key/v1";
+
+/// The request-side dimensions of the key that are not part of the GraphQL request itself.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct KeyContext<'a> {
+    pub method: &'a [u8],
+    pub authority: &'a [u8],
+    /// The path without the query string.
+    pub path: &'a [u8],
+    /// `accept` shapes the response's media type.
+    pub accept: Option<&'a [u8]>,
+    /// `accept-encoding` decides whether the origin may compress.
+    pub accept_encoding: Option<&'a [u8]>,
+    /// `(name, value)` for each configured vary header, in configuration order; `None` = absent.
+    pub vary: Vec<(&'a str, Option<&'a [u8]>)>,
+    /// The caller's identity scope, when the key is private to one user.
+    pub scope: Option<&'a [u8]>,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct CacheKey {
+    pub digest: [u8; 32],
+}
+
+impl std::fmt::Debug for CacheKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.hex())
+    }
+}
+
+impl CacheKey {
+    pub fn hex(&self) -> String {
+        let mut s = String::with_capacity(64);
+        for b in self.digest {
+            let _ = write!(s, "{b:02x}");
+        }
+        s
+    }
+
+    /// Which of `slots` slots this key lives in.
+    pub fn slot(&self, slots: u32) -> u32 {
+        let mut head = [0u8; 8];
+        head.copy_from_slice(&self.digest[..8]);
+        (u64::from_le_bytes(head) % u64::from(slots.max(1))) as u32
+    }
+}
+
+struct KeyWriter(Sha256);
+
+impl KeyWriter {
+    fn field(&mut self, tag: u8, value: &[u8]) {
+        self.0.update([tag]);
+        self.0.update((value.len() as u64).to_le_bytes());
+        self.0.update(value);
+    }
+
+    fn optional(&mut self, tag: u8, value: Option<&[u8]>) {
+        match value {
+            // Absent and empty must differ: tag 0 marks absence.
+            None => self.0.update([0u8, tag]),
+            Some(v) => self.field(tag, v),
+        }
+    }
+}
+
+/// Builds the key for a parsed, canonicalized request in its HTTP context.
+pub fn build_key(ctx: &KeyContext, req: &GraphQlRequest, op: &CanonicalOperation) -> CacheKey {
+    let mut w = KeyWriter(Sha256::new());
+    w.field(1, KEY_FORMAT);
+    w.field(2, ctx.method);
+    w.field(3, ctx.authority);
+    w.field(4, ctx.path);
+    w.optional(5, ctx.accept.map(trim));
+    let encodings = ctx.accept_encoding.map(normalize_accept_encoding);
+    w.optional(6, encodings.as_deref());
+    for (name, value) in &ctx.vary {
+        w.field(7, name.as_bytes());
+        w.optional(8, *value);
+    }
+    w.optional(9, ctx.scope);
+    w.field(10, op.text.as_bytes());
+    w.optional(11, req.variables.as_deref().map(str::as_bytes));
+    w.optional(12, req.extensions.as_deref().map(str::as_bytes));
+    w.optional(13, req.extra.as_deref().map(str::as_bytes));
+    CacheKey {
+        digest: w.0.finalize().into(),
+    }
+}
+
+fn trim(v: &[u8]) -> &[u8] {
+    v.trim_ascii()
+}
+
+/// `gzip, br;q=0.5, GZIP` and `br, gzip` accept the same encodings; `x;q=0` accepts nothing.
+pub fn normalize_accept_encoding(value: &[u8]) -> Vec<u8> {
+    let mut codings: Vec<Vec<u8>> = value
+        .split(|&b| b == b',')
+        .filter_map(|item| {
+            let mut parts = item.split(|&b| b == b';');
+            let coding = parts.next()?.trim_ascii().to_ascii_lowercase();
+            let refused = parts.any(|p| {
+                let p = p.trim_ascii();
+                (p.starts_with(b"q=") || p.starts_with(b"Q="))
+                    && p[2..].iter().all(|&c| c == b'0' || c == b'.')
+            });
+            (!coding.is_empty() && !refused).then_some(coding)
+        })
+        .collect();
+    codings.sort();
+    codings.dedup();
+    codings.join(&b","[..])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::canonical::canonicalize;
+    use crate::request::parse_post_body;
+
+    fn ctx() -> KeyContext<'static> {
+        KeyContext {
+            method: b"POST",
+            authority: b"api.example.com",
+            path: b"/graphql",
+            accept: Some(b"application/json"),
+            accept_encoding: None,
+            vary: vec![("authorization", Some(b"Bearer a"))],
+            scope: None,
+        }
+    }
+
+    fn key_with(ctx: &KeyContext, body: &str) -> CacheKey {
+        let req = parse_post_body(body.as_bytes()).unwrap();
+        let op = canonicalize(&req.query, req.operation_name.as_deref(), 64).unwrap();
+        build_key(ctx, &req, &op)
+    }
+
+    fn key(body: &str) -> CacheKey {
+        key_with(&ctx(), body)
+    }
+
+    #[test]
+    fn same_request_same_key() {
+        assert_eq!(key(r#"{"query":"{a}"}"#), key(r#"{"query":"{a}"}"#));
+        assert_eq!(
+            key(r#"{"query":"{a}"}"#),
+            key(r#"{"query":"query { a }","variables":{}}"#)
+        );
+        assert_eq!(
+            key(r#"{"query":"query($x:Int){f(x:$x)}","variables":{"x":1,"y":{"b":1,"a":2}}}"#),
+            key(r#"{"variables":{"y":{"a":2,"b":1},"x":1},"query":"query($x:Int){f(x:$x)}"}"#)
+        );
+        assert_eq!(
+            key(r#"{"query":"query A { a } query B { b }","operationName":"A"}"#),
+            key(r#"{"query":"query A { a }","operationName":"A"}"#)
+        );
+    }
+
+    #[test]
+    fn different_requests_different_keys() {
+        let base = key(r#"{"query":"query($x:Int){f(x:$x)}","variables":{"x":1}}"#);
+        for other in [
+            r#"{"query":"query($x:Int){f(x:$x)}","variables":{"x":2}}"#,
+            r#"{"query":"query($x:Int){f(x:$x)}","variables":{"x":"1"}}"#,
+            r#"{"query":"query($x:Int){f(x:$x)}","variables":{"x":null}}"#,
+            r#"{"query":"query($x:Int){f(x:$x)}"}"#,
+            r#"{"query":"query($x:Int){f(x:$x)}","variables":{"x":1},"extensions":{"e":1}}"#,
+            r#"{"query":"query($x:Int){g(x:$x)}","variables":{"x":1}}"#,
+        ] {
+            assert_ne!(key(other), base, "{other}");
+        }
+        let doc = r#""query A { a } query B { b }""#;
+        assert_ne!(
+            key(&format!(r#"{{"query":{doc},"operationName":"A"}}"#)),
+            key(&format!(r#"{{"query":{doc},"operationName":"B"}}"#))
+        );
+    }
+
+    #[test]
+    fn http_dimensions_change_the_key() {
+        let body = r#"{"query":"{a}"}"#;
+        let base = key(body);
+        let mut c = ctx();
+        c.authority = b"other.example.com";
+        assert_ne!(key_with(&c, body), base);
+        let mut c = ctx();
+        c.path = b"/v2/graphql";
+        assert_ne!(key_with(&c, body), base);
+        let mut c = ctx();
+        c.method = b"GET";
+        assert_ne!(key_with(&c, body), base);
+        let mut c = ctx();
+        c.vary = vec![("authorization", Some(b"Bearer b"))];
+        assert_ne!(key_with(&c, body), base);
+        let mut c = ctx();
+        c.vary = vec![("authorization", None)];
+        assert_ne!(key_with(&c, body), base);
+        let mut c = ctx();
+        c.vary = vec![("authorization", Some(b""))];
+        assert_ne!(key_with(&c, body), base);
+        let mut c = ctx();
+        c.accept_encoding = Some(b"gzip");
+        assert_ne!(key_with(&c, body), base);
+        let mut c = ctx();
+        c.scope = Some(b"user-1");
+        assert_ne!(key_with(&c, body), base);
+    }
+
+    #[test]
+    fn accept_encoding_is_normalized() {
+        assert_eq!(normalize_accept_encoding(b"gzip, br"), b"br,gzip");
+        assert_eq!(
+            normalize_accept_encoding(b"BR;q=0.5 ,gzip,gzip"),
+            b"br,gzip"
+        );
+        assert_eq!(normalize_accept_encoding(b"gzip;q=0, br"), b"br");
+        assert_eq!(normalize_accept_encoding(b""), b"");
+        let body = r#"{"query":"{a}"}"#;
+        let mut a = ctx();
+        a.accept_encoding = Some(b"gzip, br");
+        let mut b = ctx();
+        b.accept_encoding = Some(b"br,gzip");
+        assert_eq!(key_with(&a, body), key_with(&b, body));
+    }
+
+    #[test]
+    fn slot_is_in_range_and_stable() {
+        let k = key(r#"{"query":"{a}"}"#);
+        assert!(k.slot(7) < 7);
+        assert_eq!(k.slot(7), k.slot(7));
+        assert_eq!(k.slot(1), 0);
+        assert_eq!(k.hex().len(), 64);
+    }
+}

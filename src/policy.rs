@@ -1,0 +1,352 @@
+//! What may be stored, and for how long. When in doubt, the answer is "not stored".
+
+use serde::de::{Deserializer, IgnoredAny, MapAccess, Visitor};
+use std::fmt;
+
+/// Why a response was not stored.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NotStored {
+    TtlZero,
+    Status,
+    SetCookie,
+    NoStore,
+    Private,
+    NoCache,
+    MaxAgeZero,
+    ContentEncoding,
+    ContentType,
+    Vary,
+    GraphqlErrors,
+    NotJson,
+    TooLarge,
+    Trailers,
+    NonUtf8Header,
+    Incomplete,
+}
+
+impl NotStored {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            NotStored::TtlZero => "ttl-zero",
+            NotStored::Status => "status",
+            NotStored::SetCookie => "set-cookie",
+            NotStored::NoStore => "no-store",
+            NotStored::Private => "private",
+            NotStored::NoCache => "no-cache",
+            NotStored::MaxAgeZero => "max-age-zero",
+            NotStored::ContentEncoding => "content-encoding",
+            NotStored::ContentType => "content-type",
+            NotStored::Vary => "vary",
+            NotStored::GraphqlErrors => "graphql-errors",
+            NotStored::NotJson => "not-json",
+            NotStored::TooLarge => "too-large",
+            NotStored::Trailers => "trailers",
+            NotStored::NonUtf8Header => "non-utf8-header",
+            NotStored::Incomplete => "incomplete",
+        }
+    }
+}
+
+/// Response headers that describe the content and are replayed on a hit. Everything else
+/// (hop-by-hop, `date`, `server`, `set-cookie`, tracing headers) belongs to one exchange only.
+pub const STORED_HEADERS: &[&str] = &[
+    "content-type",
+    "content-language",
+    "cache-control",
+    "etag",
+    "last-modified",
+    "vary",
+    "expires",
+];
+
+/// Request headers the key always includes, so a response that varies on them may be stored.
+const IMPLICIT_VARY: &[&str] = &["accept", "accept-encoding"];
+
+/// Decides from the status and headers whether a response may be stored, and its TTL in seconds.
+/// `vary_headers` are the request headers the key already includes (lower-case).
+pub fn response_ttl<'h, I>(
+    status: u32,
+    headers: I,
+    vary_headers: &[String],
+    ttl: u64,
+) -> Result<u64, NotStored>
+where
+    I: IntoIterator<Item = (&'h str, &'h [u8])>,
+{
+    if ttl == 0 {
+        return Err(NotStored::TtlZero);
+    }
+    if status != 200 {
+        return Err(NotStored::Status);
+    }
+    let mut ttl = ttl;
+    let mut json = false;
+    for (name, value) in headers {
+        match name {
+            "set-cookie" => return Err(NotStored::SetCookie),
+            "content-encoding" => {
+                if !value.trim_ascii().eq_ignore_ascii_case(b"identity") {
+                    return Err(NotStored::ContentEncoding);
+                }
+            }
+            "content-type" => json = is_json_media_type(value),
+            "vary" => check_vary(value, vary_headers)?,
+            "cache-control" => ttl = ttl.min(cache_control_ttl(value)?),
+            _ => {}
+        }
+    }
+    if !json {
+        return Err(NotStored::ContentType);
+    }
+    Ok(ttl)
+}
+
+fn is_json_media_type(value: &[u8]) -> bool {
+    let media = value
+        .split(|&b| b == b';')
+        .next()
+        .unwrap_or_default()
+        .trim_ascii();
+    media.eq_ignore_ascii_case(b"application/json")
+        || media.eq_ignore_ascii_case(b"application/graphql-response+json")
+}
+
+fn check_vary(value: &[u8], vary_headers: &[String]) -> Result<(), NotStored> {
+    for name in value.split(|&b| b == b',') {
+        let name = name.trim_ascii();
+        if name.is_empty() {
+            continue;
+        }
+        let known = IMPLICIT_VARY
+            .iter()
+            .any(|h| name.eq_ignore_ascii_case(h.as_bytes()))
+            || vary_headers
+                .iter()
+                .any(|h| name.eq_ignore_ascii_case(h.as_bytes()));
+        if !known {
+            return Err(NotStored::Vary);
+        }
+    }
+    Ok(())
+}
+
+/// The longest a shared cache may keep the response per `cache-control` (`u64::MAX` = no limit).
+fn cache_control_ttl(value: &[u8]) -> Result<u64, NotStored> {
+    let mut max_age = None;
+    let mut s_maxage = None;
+    for directive in value.split(|&b| b == b',') {
+        let directive = directive.trim_ascii();
+        let (name, arg) = match directive.iter().position(|&b| b == b'=') {
+            Some(i) => (
+                &directive[..i],
+                Some(trim_quotes(directive[i + 1..].trim_ascii())),
+            ),
+            None => (directive, None),
+        };
+        let name = name.trim_ascii().to_ascii_lowercase();
+        match name.as_slice() {
+            b"no-store" => return Err(NotStored::NoStore),
+            b"private" => return Err(NotStored::Private),
+            b"no-cache" => return Err(NotStored::NoCache),
+            b"max-age" => max_age = Some(parse_seconds(arg)),
+            b"s-maxage" => s_maxage = Some(parse_seconds(arg)),
+            _ => {}
+        }
+    }
+    // A shared cache obeys s-maxage over max-age; an unparseable value counts as 0 (RFC 9111 4.2.1).
+    let limit = s_maxage.or(max_age).unwrap_or(u64::MAX);
+    if limit == 0 {
+        return Err(NotStored::MaxAgeZero);
+    }
+    Ok(limit)
+}
+
+fn trim_quotes(v: &[u8]) -> &[u8] {
+    v.strip_prefix(b"\"")
+        .and_then(|v| v.strip_suffix(b"\""))
+        .unwrap_or(v)
+}
+
+fn parse_seconds(arg: Option<&[u8]>) -> u64 {
+    let Some(digits) = arg else { return 0 };
+    if digits.is_empty() || !digits.iter().all(u8::is_ascii_digit) {
+        return 0;
+    }
+    digits
+        .iter()
+        .try_fold(0u64, |acc, &d| {
+            acc.checked_mul(10)?.checked_add(u64::from(d - b'0'))
+        })
+        .unwrap_or(u64::MAX)
+}
+
+/// A GraphQL response may be stored only if it is a JSON object without a top-level `errors`
+/// member. Only the top level is read; values are skipped without being built.
+pub fn body_storable(body: &[u8]) -> Result<(), NotStored> {
+    let mut de = serde_json::Deserializer::from_slice(body);
+    let has_errors = de
+        .deserialize_map(TopLevelErrors)
+        .map_err(|_| NotStored::NotJson)?;
+    de.end().map_err(|_| NotStored::NotJson)?;
+    if has_errors {
+        return Err(NotStored::GraphqlErrors);
+    }
+    Ok(())
+}
+
+struct TopLevelErrors;
+
+impl<'de> Visitor<'de> for TopLevelErrors {
+    type Value = bool;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a GraphQL response object")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<bool, A::Error> {
+        let mut errors = false;
+        while let Some(key) = map.next_key::<std::borrow::Cow<'de, str>>()? {
+            errors |= key == "errors";
+            map.next_value::<IgnoredAny>()?;
+        }
+        Ok(errors)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ttl(status: u32, headers: &[(&str, &str)]) -> Result<u64, NotStored> {
+        response_ttl(
+            status,
+            headers.iter().map(|(n, v)| (*n, v.as_bytes())),
+            &["authorization".to_string()],
+            60,
+        )
+    }
+
+    const JSON: (&str, &str) = ("content-type", "application/json");
+
+    #[test]
+    fn plain_json_200_is_stored_for_the_configured_ttl() {
+        assert_eq!(ttl(200, &[JSON]), Ok(60));
+        assert_eq!(
+            ttl(
+                200,
+                &[(
+                    "content-type",
+                    "application/graphql-response+json; charset=utf-8"
+                )]
+            ),
+            Ok(60)
+        );
+    }
+
+    #[test]
+    fn ttl_zero_stores_nothing() {
+        assert_eq!(
+            response_ttl(200, [("content-type", &b"application/json"[..])], &[], 0),
+            Err(NotStored::TtlZero)
+        );
+    }
+
+    #[test]
+    fn refusals() {
+        assert_eq!(ttl(500, &[JSON]), Err(NotStored::Status));
+        assert_eq!(ttl(201, &[JSON]), Err(NotStored::Status));
+        assert_eq!(
+            ttl(200, &[JSON, ("set-cookie", "a=b")]),
+            Err(NotStored::SetCookie)
+        );
+        assert_eq!(
+            ttl(200, &[JSON, ("cache-control", "no-store")]),
+            Err(NotStored::NoStore)
+        );
+        assert_eq!(
+            ttl(200, &[JSON, ("cache-control", "max-age=5, Private")]),
+            Err(NotStored::Private)
+        );
+        assert_eq!(
+            ttl(200, &[JSON, ("cache-control", "no-cache")]),
+            Err(NotStored::NoCache)
+        );
+        assert_eq!(
+            ttl(200, &[JSON, ("cache-control", "max-age=0")]),
+            Err(NotStored::MaxAgeZero)
+        );
+        assert_eq!(
+            ttl(200, &[JSON, ("cache-control", "max-age=abc")]),
+            Err(NotStored::MaxAgeZero)
+        );
+        assert_eq!(
+            ttl(200, &[JSON, ("content-encoding", "gzip")]),
+            Err(NotStored::ContentEncoding)
+        );
+        assert_eq!(
+            ttl(200, &[("content-type", "text/html")]),
+            Err(NotStored::ContentType)
+        );
+        assert_eq!(ttl(200, &[]), Err(NotStored::ContentType));
+        assert_eq!(ttl(200, &[JSON, ("vary", "*")]), Err(NotStored::Vary));
+        assert_eq!(
+            ttl(200, &[JSON, ("vary", "x-tenant")]),
+            Err(NotStored::Vary)
+        );
+    }
+
+    #[test]
+    fn shorter_upstream_lifetimes_win() {
+        assert_eq!(
+            ttl(200, &[JSON, ("cache-control", "public, max-age=5")]),
+            Ok(5)
+        );
+        assert_eq!(
+            ttl(200, &[JSON, ("cache-control", "max-age=5, s-maxage=10")]),
+            Ok(10)
+        );
+        assert_eq!(
+            ttl(200, &[JSON, ("cache-control", "s-maxage=\"7\"")]),
+            Ok(7)
+        );
+        assert_eq!(ttl(200, &[JSON, ("cache-control", "max-age=600")]), Ok(60));
+        assert_eq!(
+            ttl(
+                200,
+                &[JSON, ("cache-control", "max-age=99999999999999999999999")]
+            ),
+            Ok(60)
+        );
+    }
+
+    #[test]
+    fn vary_on_keyed_headers_is_fine() {
+        assert_eq!(
+            ttl(200, &[JSON, ("vary", "Accept-Encoding, Authorization")]),
+            Ok(60)
+        );
+        assert_eq!(ttl(200, &[JSON, ("content-encoding", "identity")]), Ok(60));
+    }
+
+    #[test]
+    fn bodies() {
+        assert_eq!(body_storable(br#"{"data":{"a":1}}"#), Ok(()));
+        assert_eq!(body_storable(br#"{"data":{"errors":[1]}}"#), Ok(()));
+        assert_eq!(
+            body_storable(br#"{"data":null,"errors":[{"message":"x"}]}"#),
+            Err(NotStored::GraphqlErrors)
+        );
+        assert_eq!(
+            body_storable(br#"{"errors":[]}"#),
+            Err(NotStored::GraphqlErrors)
+        );
+        assert_eq!(body_storable(br#"{"data":1"#), Err(NotStored::NotJson));
+        assert_eq!(body_storable(br#"[1]"#), Err(NotStored::NotJson));
+        assert_eq!(body_storable(b""), Err(NotStored::NotJson));
+        assert_eq!(body_storable(br#"{"data":1} x"#), Err(NotStored::NotJson));
+        assert_eq!(
+            body_storable(br#"{"data":"\u00e9", "e\u0072rors": 1}"#),
+            Err(NotStored::GraphqlErrors)
+        );
+    }
+}

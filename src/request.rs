@@ -1,0 +1,322 @@
+//! GraphQL over HTTP: turns a POST JSON body or GET query string into a [`GraphQlRequest`].
+//!
+//! Anything that is not a single, well-formed GraphQL request is a [`Bypass`]: the filter lets it
+//! through to the origin exactly as it came, so the origin produces whatever error it would have.
+
+use crate::bypass::Bypass;
+use serde_json::Value;
+
+/// One GraphQL request with its JSON parts already in canonical text form (object keys sorted
+/// recursively, because `serde_json`'s map is ordered), so equal inputs give equal strings.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GraphQlRequest {
+    pub query: String,
+    pub operation_name: Option<String>,
+    /// `None` when absent, `null` or `{}`: all three mean "no variables" to a GraphQL server.
+    pub variables: Option<String>,
+    /// `None` when absent, `null` or `{}`.
+    pub extensions: Option<String>,
+    /// Other top-level body members or other GET parameters. Unknown to us, so they stay in the
+    /// key rather than being guessed irrelevant.
+    pub extra: Option<String>,
+}
+
+/// Whether a request's `content-type` says the body is JSON (`application/json`, any parameters).
+pub fn is_json_content_type(value: &[u8]) -> bool {
+    let media = value.split(|&b| b == b';').next().unwrap_or_default();
+    media.trim_ascii().eq_ignore_ascii_case(b"application/json")
+}
+
+/// Parses a `POST` body.
+pub fn parse_post_body(body: &[u8]) -> Result<GraphQlRequest, Bypass> {
+    let first = body.iter().find(|b| !b.is_ascii_whitespace());
+    match first {
+        None => return Err(Bypass::EmptyBody),
+        Some(b'[') => return Err(Bypass::Batched),
+        Some(_) => {}
+    }
+    let value: Value = serde_json::from_slice(body).map_err(|_| Bypass::MalformedJson)?;
+    let Value::Object(mut map) = value else {
+        return Err(Bypass::NotAnObject);
+    };
+    let query = match map.remove("query") {
+        Some(Value::String(q)) => q,
+        _ => return Err(Bypass::MissingQuery),
+    };
+    let operation_name = match map.remove("operationName") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(s)) => Some(s),
+        Some(_) => return Err(Bypass::BadOperationName),
+    };
+    let variables = json_object_member(map.remove("variables")).ok_or(Bypass::BadVariables)?;
+    let extensions = json_object_member(map.remove("extensions")).ok_or(Bypass::BadExtensions)?;
+    let extra = if map.is_empty() {
+        None
+    } else {
+        Some(Value::Object(map).to_string())
+    };
+    Ok(GraphQlRequest {
+        query,
+        operation_name,
+        variables,
+        extensions,
+        extra,
+    })
+}
+
+/// Canonical text of an optional object member: `Some(None)` for absent/null/empty, `None` when
+/// it is present but not an object.
+fn json_object_member(value: Option<Value>) -> Option<Option<String>> {
+    match value {
+        None | Some(Value::Null) => Some(None),
+        Some(Value::Object(m)) if m.is_empty() => Some(None),
+        Some(v @ Value::Object(_)) => Some(Some(v.to_string())),
+        Some(_) => None,
+    }
+}
+
+/// Parses the query string of a `GET` request (the part after `?`).
+pub fn parse_get_query(query_string: &str) -> Result<GraphQlRequest, Bypass> {
+    let mut query = None;
+    let mut operation_name = None;
+    let mut variables = None;
+    let mut extensions = None;
+    let mut extra: Vec<(String, String)> = Vec::new();
+    for pair in query_string.split('&').filter(|p| !p.is_empty()) {
+        let (raw_name, raw_value) = pair.split_once('=').unwrap_or((pair, ""));
+        let name = decode_component(raw_name).ok_or(Bypass::BadQueryString)?;
+        let value = decode_component(raw_value).ok_or(Bypass::BadQueryString)?;
+        let slot = match name.as_str() {
+            "query" => &mut query,
+            "operationName" => &mut operation_name,
+            "variables" => &mut variables,
+            "extensions" => &mut extensions,
+            _ => {
+                extra.push((name, value));
+                continue;
+            }
+        };
+        // A repeated GraphQL parameter is ambiguous: which one the origin uses is its business.
+        if slot.replace(value).is_some() {
+            return Err(Bypass::BadQueryString);
+        }
+    }
+    let query = query.ok_or(Bypass::MissingQuery)?;
+    let variables = match variables {
+        None => None,
+        Some(text) => parse_json_object_param(&text).ok_or(Bypass::BadVariables)?,
+    };
+    let extensions = match extensions {
+        None => None,
+        Some(text) => parse_json_object_param(&text).ok_or(Bypass::BadExtensions)?,
+    };
+    let extra = if extra.is_empty() {
+        None
+    } else {
+        let list: Vec<Value> = extra
+            .into_iter()
+            .map(|(n, v)| Value::Array(vec![Value::String(n), Value::String(v)]))
+            .collect();
+        Some(Value::Array(list).to_string())
+    };
+    Ok(GraphQlRequest {
+        query,
+        operation_name: operation_name.filter(|n| !n.is_empty()),
+        variables,
+        extensions,
+        extra,
+    })
+}
+
+fn parse_json_object_param(text: &str) -> Option<Option<String>> {
+    if text.trim().is_empty() {
+        return Some(None);
+    }
+    let value: Value = serde_json::from_str(text).ok()?;
+    json_object_member(Some(value))
+}
+
+/// Strict `application/x-www-form-urlencoded` decoding: `+` is a space, `%XX` must be valid hex and
+/// the result valid UTF-8. Lossy decoding would let two different requests share a key.
+fn decode_component(raw: &str) -> Option<String> {
+    let bytes = raw.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'+' => out.push(b' '),
+            b'%' => {
+                let hi = hex_value(*bytes.get(i + 1)?)?;
+                let lo = hex_value(*bytes.get(i + 2)?)?;
+                out.push(hi << 4 | lo);
+                i += 2;
+            }
+            b => out.push(b),
+        }
+        i += 1;
+    }
+    String::from_utf8(out).ok()
+}
+
+fn hex_value(b: u8) -> Option<u8> {
+    match b {
+        b'0'..=b'9' => Some(b - b'0'),
+        b'a'..=b'f' => Some(b - b'a' + 10),
+        b'A'..=b'F' => Some(b - b'A' + 10),
+        _ => None,
+    }
+}
+
+/// Splits a `:path` into the path and the query string (without `?`; fragments never reach a proxy).
+pub fn split_path(path: &str) -> (&str, Option<&str>) {
+    match path.split_once('?') {
+        Some((p, q)) => (p, Some(q)),
+        None => (path, None),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn post_body_parts() {
+        let r = parse_post_body(
+            br#"{"query":"{ a }","operationName":"Op","variables":{"b":1,"a":{"d":2,"c":3}},"extensions":{"x":1}}"#,
+        )
+        .unwrap();
+        assert_eq!(r.query, "{ a }");
+        assert_eq!(r.operation_name.as_deref(), Some("Op"));
+        assert_eq!(r.variables.as_deref(), Some(r#"{"a":{"c":3,"d":2},"b":1}"#));
+        assert_eq!(r.extensions.as_deref(), Some(r#"{"x":1}"#));
+        assert_eq!(r.extra, None);
+    }
+
+    #[test]
+    fn absent_null_and_empty_variables_are_the_same() {
+        let a = parse_post_body(br#"{"query":"{a}"}"#).unwrap();
+        let b = parse_post_body(br#"{"query":"{a}","variables":null}"#).unwrap();
+        let c = parse_post_body(br#"{"query":"{a}","variables":{},"operationName":null}"#).unwrap();
+        assert_eq!(a, b);
+        assert_eq!(a, c);
+    }
+
+    #[test]
+    fn explicit_null_variable_differs_from_absent() {
+        let a = parse_post_body(br#"{"query":"{a}","variables":{"x":null}}"#).unwrap();
+        let b = parse_post_body(br#"{"query":"{a}","variables":{}}"#).unwrap();
+        assert_ne!(a.variables, b.variables);
+    }
+
+    #[test]
+    fn number_forms_stay_distinct() {
+        let a = parse_post_body(br#"{"query":"{a}","variables":{"x":1}}"#).unwrap();
+        let b = parse_post_body(br#"{"query":"{a}","variables":{"x":1.0}}"#).unwrap();
+        let c = parse_post_body(br#"{"query":"{a}","variables":{"x":"1"}}"#).unwrap();
+        assert_ne!(a.variables, b.variables);
+        assert_ne!(a.variables, c.variables);
+    }
+
+    #[test]
+    fn unknown_members_stay_in_the_key() {
+        let a = parse_post_body(br#"{"query":"{a}","id":"x"}"#).unwrap();
+        assert_eq!(a.extra.as_deref(), Some(r#"{"id":"x"}"#));
+    }
+
+    #[test]
+    fn bad_bodies_bypass() {
+        assert_eq!(parse_post_body(b""), Err(Bypass::EmptyBody));
+        assert_eq!(parse_post_body(b"  \n"), Err(Bypass::EmptyBody));
+        assert_eq!(parse_post_body(b"{"), Err(Bypass::MalformedJson));
+        assert_eq!(
+            parse_post_body(b"[{\"query\":\"{a}\"}]"),
+            Err(Bypass::Batched)
+        );
+        assert_eq!(parse_post_body(b"\"x\""), Err(Bypass::NotAnObject));
+        assert_eq!(parse_post_body(b"{}"), Err(Bypass::MissingQuery));
+        assert_eq!(
+            parse_post_body(br#"{"query":1}"#),
+            Err(Bypass::MissingQuery)
+        );
+        assert_eq!(
+            parse_post_body(br#"{"query":"{a}","operationName":1}"#),
+            Err(Bypass::BadOperationName)
+        );
+        assert_eq!(
+            parse_post_body(br#"{"query":"{a}","variables":[1]}"#),
+            Err(Bypass::BadVariables)
+        );
+        assert_eq!(
+            parse_post_body(br#"{"query":"{a}","extensions":"x"}"#),
+            Err(Bypass::BadExtensions)
+        );
+        assert_eq!(
+            parse_post_body(b"{\"query\":\"{a\xff}\"}"),
+            Err(Bypass::MalformedJson)
+        );
+        let deep = "[".repeat(100_000);
+        assert_eq!(parse_post_body(deep.as_bytes()), Err(Bypass::Batched));
+        let deep_obj = format!("{{\"query\":{}", "{\"a\":".repeat(100_000));
+        assert_eq!(
+            parse_post_body(deep_obj.as_bytes()),
+            Err(Bypass::MalformedJson)
+        );
+    }
+
+    #[test]
+    fn get_parameters() {
+        let r = parse_get_query(
+            "query=%7B+a+%7D&operationName=Op&variables=%7B%22b%22%3A1%2C%22a%22%3A2%7D&x=1",
+        )
+        .unwrap();
+        assert_eq!(r.query, "{ a }");
+        assert_eq!(r.operation_name.as_deref(), Some("Op"));
+        assert_eq!(r.variables.as_deref(), Some(r#"{"a":2,"b":1}"#));
+        assert_eq!(r.extra.as_deref(), Some(r#"[["x","1"]]"#));
+    }
+
+    #[test]
+    fn get_equivalences() {
+        let a = parse_get_query("query=%7Ba%7D").unwrap();
+        let b = parse_get_query("query=%7Ba%7D&variables=%7B%7D&operationName=").unwrap();
+        assert_eq!(a, b);
+    }
+
+    #[test]
+    fn bad_get_bypasses() {
+        assert_eq!(parse_get_query(""), Err(Bypass::MissingQuery));
+        assert_eq!(parse_get_query("query=%zz"), Err(Bypass::BadQueryString));
+        assert_eq!(parse_get_query("query=%ff"), Err(Bypass::BadQueryString));
+        assert_eq!(parse_get_query("query=%7"), Err(Bypass::BadQueryString));
+        assert_eq!(
+            parse_get_query("query=a&query=b"),
+            Err(Bypass::BadQueryString)
+        );
+        assert_eq!(
+            parse_get_query("query=a&variables=1"),
+            Err(Bypass::BadVariables)
+        );
+        assert_eq!(
+            parse_get_query("query=a&variables=%7B"),
+            Err(Bypass::BadVariables)
+        );
+    }
+
+    #[test]
+    fn content_types() {
+        assert!(is_json_content_type(b"application/json"));
+        assert!(is_json_content_type(b"Application/JSON; charset=utf-8"));
+        assert!(!is_json_content_type(b"application/graphql"));
+        assert!(!is_json_content_type(b"text/plain"));
+        assert!(!is_json_content_type(b""));
+    }
+
+    #[test]
+    fn paths_split() {
+        assert_eq!(
+            split_path("/graphql?query=x"),
+            ("/graphql", Some("query=x"))
+        );
+        assert_eq!(split_path("/graphql"), ("/graphql", None));
+    }
+}
