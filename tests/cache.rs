@@ -1,0 +1,433 @@
+//! The cache end to end: the built `.wasm` in a real Envoy, in front of the real origin, asserted
+//! over HTTP and by the origin's own request count.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod support;
+
+use serde_json::json;
+use support::*;
+
+/// Every query selects `requestCount`, which the origin fills with its own counter: a body that
+/// comes back unchanged must have come from the cache.
+const Q: &str = "{ users { id name } requestCount }";
+
+#[test]
+fn miss_then_hit_with_age_and_no_origin_request() {
+    let (origin, envoy) = stack(r#"{"debug_headers": true}"#);
+    let first = envoy.send(Req::query(Q));
+    assert_eq!(first.status, 200);
+    assert_eq!(first.cache(), "MISS");
+    assert_eq!(origin.count(), 1);
+    let key = first.header("x-cache-key").unwrap().to_string();
+    assert_eq!(key.len(), 64);
+
+    std::thread::sleep(std::time::Duration::from_millis(1100));
+    let second = envoy.send(Req::query(Q));
+    assert_eq!(second.status, 200);
+    assert_eq!(second.cache(), "HIT");
+    assert_eq!(
+        second.body, first.body,
+        "a hit is byte-for-byte the stored answer"
+    );
+    assert_eq!(second.header("content-type"), first.header("content-type"));
+    let age: u64 = second.header("age").unwrap().parse().unwrap();
+    assert!(age >= 1, "age {age}");
+    assert_eq!(second.header("x-cache-key"), Some(key.as_str()));
+    assert_eq!(origin.count(), 1, "the hit never reached the origin");
+
+    assert_eq!(envoy.counter("misses"), 1);
+    assert_eq!(envoy.counter("hits"), 1);
+    assert_eq!(envoy.counter("stores"), 1);
+    // No upstream connection was opened for the hit: one request reached the cluster.
+    assert_eq!(envoy.stat("cluster.origin.upstream_rq_total"), 1);
+}
+
+#[test]
+fn get_requests_are_cached_too() {
+    let (origin, envoy) = stack("{}");
+    let path = "/graphql?query=%7B%20users%20%7B%20id%20%7D%20requestCount%20%7D";
+    let first = envoy.send(Req::get(path));
+    assert_eq!(
+        (first.status, first.cache()),
+        (200, "MISS"),
+        "{}",
+        first.text()
+    );
+    let second = envoy.send(Req::get(path));
+    assert_eq!(second.cache(), "HIT");
+    assert_eq!(second.body, first.body);
+    assert_eq!(origin.count(), 1);
+}
+
+/// Sends `a` then `b`; returns whether `b` was served from `a`'s entry. Each case gets its own
+/// `x-case` header (a vary header in these tests) so that cases cannot hit each other's entries.
+fn shares_key(envoy: &Envoy, origin: &Origin, case: &str, a: Req, b: Req) -> bool {
+    let (a, b) = (a.header("x-case", case), b.header("x-case", case));
+    let before = origin.count();
+    let first = envoy.send(a);
+    assert_eq!(first.status, 200, "{}", first.text());
+    assert_eq!(
+        first.cache(),
+        "MISS",
+        "first request must be new: {}",
+        first.text()
+    );
+    let second = envoy.send(b);
+    assert_eq!(second.status, 200, "{}", second.text());
+    let hit = second.cache() == "HIT";
+    assert_eq!(origin.count() - before, if hit { 1 } else { 2 });
+    if hit {
+        assert_eq!(second.body, first.body);
+    }
+    hit
+}
+
+#[test]
+fn equivalent_requests_share_a_key() {
+    let (origin, envoy) = stack(r#"{"vary_headers": ["x-case"]}"#);
+    let p = |body: &str| Req::post_json(body);
+    let cases: Vec<(&str, String, String)> = vec![
+        (
+            "whitespace, comments, commas",
+            gql("{ user(id: \"1\") { id name } requestCount }", None, None),
+            gql("# hi\n{user(id:\"1\"){id,name},requestCount # bye\n}", None, None),
+        ),
+        (
+            "argument order",
+            gql("{ posts(authorId: \"1\", first: 2) { id } requestCount }", None, None),
+            gql("{ posts(first: 2, authorId: \"1\") { id } requestCount }", None, None),
+        ),
+        (
+            "input object field order",
+            gql("{ echoInput(input: {a: \"x\", b: 1}) requestCount }", None, None),
+            gql("{ echoInput(input: {b: 1, a: \"x\"}) requestCount }", None, None),
+        ),
+        (
+            "variable definition order",
+            gql(
+                "query Q($a: ID!, $n: Int) { user(id: $a) { id } posts(first: $n) { id } requestCount }",
+                Some(json!({"a": "2", "n": 1})),
+                None,
+            ),
+            gql(
+                "query Q($n: Int, $a: ID!) { user(id: $a) { id } posts(first: $n) { id } requestCount }",
+                Some(json!({"a": "2", "n": 1})),
+                None,
+            ),
+        ),
+        (
+            "shorthand query",
+            gql("{ users { name } requestCount }", None, None),
+            gql("query { users { name } requestCount }", None, None),
+        ),
+        (
+            "unused fragments and unselected operations",
+            gql("query A { users { email } requestCount }", None, Some("A")),
+            gql(
+                "query B { x: requestCount } query A { users { email } requestCount } fragment U on User { id }",
+                None,
+                Some("A"),
+            ),
+        ),
+        (
+            "variables key order",
+            gql(
+                "query($i: EchoInput) { echoInput(input: $i) requestCount }",
+                Some(json!({"i": {"a": "k", "nested": {"b": 2, "a": "n"}}})),
+                None,
+            ),
+            r#"{"variables":{"i":{"nested":{"a":"n","b":2},"a":"k"}},"query":"query($i: EchoInput) { echoInput(input: $i) requestCount }"}"#.to_string(),
+        ),
+        (
+            "variables absent vs {}",
+            gql("{ post(id: \"3\") { title } requestCount }", None, None),
+            gql("{ post(id: \"3\") { title } requestCount }", Some(json!({})), None),
+        ),
+    ];
+    for (rule, a, b) in cases {
+        assert!(
+            shares_key(&envoy, &origin, rule, p(&a), p(&b)),
+            "should share a key: {rule}"
+        );
+    }
+}
+
+#[test]
+fn requests_that_may_differ_never_share_a_key() {
+    let (origin, envoy) = stack(r#"{"vary_headers": ["authorization", "x-tenant", "x-case"]}"#);
+    let p = |body: String| Req::post_json(&body);
+    let var_q = "query($v: String) { echo(value: $v) requestCount }";
+    let cases: Vec<(&str, Req, Req)> = vec![
+        (
+            "selection order",
+            p(gql("{ requestCount users { id } }", None, None)),
+            p(gql("{ users { id } requestCount }", None, None)),
+        ),
+        (
+            "aliases",
+            p(gql("{ u: users { id } requestCount }", None, None)),
+            p(gql("{ users { id } requestCount }", None, None)),
+        ),
+        (
+            "literal value",
+            p(gql("{ user(id: \"1\") { id } requestCount }", None, None)),
+            p(gql("{ user(id: \"2\") { id } requestCount }", None, None)),
+        ),
+        (
+            "strings compared exactly",
+            p(gql("{ echo(value: \"abc\") requestCount }", None, None)),
+            p(gql("{ echo(value: \"ABC\") requestCount }", None, None)),
+        ),
+        (
+            "enum vs string",
+            p(gql(
+                "{ posts(orderBy: OLDEST) { id } requestCount }",
+                None,
+                None,
+            )),
+            p(gql(
+                "{ posts(orderBy: \"OLDEST\") { id } requestCount }",
+                None,
+                None,
+            )),
+        ),
+        (
+            "variable value",
+            p(gql(var_q, Some(json!({"v": "a"})), None)),
+            p(gql(var_q, Some(json!({"v": "b"})), None)),
+        ),
+        (
+            "explicit null vs absent variable",
+            p(gql(var_q, Some(json!({"v": null})), None)),
+            p(gql(var_q, None, None)),
+        ),
+        (
+            "selected operation",
+            p(gql(
+                "query A { a: requestCount } query B { b: requestCount }",
+                None,
+                Some("A"),
+            )),
+            p(gql(
+                "query A { a: requestCount } query B { b: requestCount }",
+                None,
+                Some("B"),
+            )),
+        ),
+        (
+            "directives",
+            p(gql("{ users { id } requestCount }", None, None)),
+            p(gql(
+                "{ users @include(if: true) { id } requestCount }",
+                None,
+                None,
+            )),
+        ),
+        (
+            "directive arguments",
+            p(gql(
+                "{ users @include(if: true) { id } email: requestCount @skip(if: false) }",
+                None,
+                None,
+            )),
+            p(gql(
+                "{ users @include(if: true) { id } email: requestCount @skip(if: true) }",
+                None,
+                None,
+            )),
+        ),
+        (
+            "vary header value",
+            p(gql("{ me { id } requestCount }", None, None))
+                .header("authorization", "Bearer alice"),
+            p(gql("{ me { id } requestCount }", None, None)).header("authorization", "Bearer bob"),
+        ),
+        (
+            "vary header present vs absent",
+            p(gql("{ users { id } v: requestCount }", None, None)).header("x-tenant", "t1"),
+            p(gql("{ users { id } v: requestCount }", None, None)),
+        ),
+        (
+            "host",
+            p(gql("{ users { name } h: requestCount }", None, None)).header("host", "a.example"),
+            p(gql("{ users { name } h: requestCount }", None, None)).header("host", "b.example"),
+        ),
+        (
+            "path",
+            p(gql("{ users { name } p: requestCount }", None, None)),
+            p(gql("{ users { name } p: requestCount }", None, None)).path("/v2/graphql"),
+        ),
+        (
+            "accept-encoding",
+            p(gql("{ users { name } e: requestCount }", None, None)),
+            p(gql("{ users { name } e: requestCount }", None, None))
+                .header("accept-encoding", "gzip"),
+        ),
+    ];
+    for (rule, a, b) in cases {
+        assert!(
+            !shares_key(&envoy, &origin, rule, a, b),
+            "must not share a key: {rule}"
+        );
+    }
+}
+
+#[test]
+fn users_with_different_credentials_get_their_own_answers() {
+    let (origin, envoy) = stack("{}"); // default vary_headers: authorization, cookie
+    let me = || Req::query("{ me { id name } }");
+    let alice = envoy.send(me().header("authorization", "Bearer alice"));
+    let bob = envoy.send(me().header("authorization", "Bearer bob"));
+    assert_eq!(alice.json()["data"]["me"]["name"], "Alice");
+    assert_eq!(bob.json()["data"]["me"]["name"], "Bob");
+    let alice2 = envoy.send(me().header("authorization", "Bearer alice"));
+    assert_eq!(alice2.cache(), "HIT");
+    assert_eq!(alice2.json()["data"]["me"]["name"], "Alice");
+    let anon = envoy.send(me());
+    assert_eq!(anon.cache(), "MISS");
+    assert!(anon.json()["data"]["me"].is_null());
+    assert_eq!(origin.count(), 3);
+}
+
+#[test]
+fn entries_expire_after_the_ttl() {
+    let (origin, envoy) = stack(r#"{"ttl_seconds": 1}"#);
+    assert_eq!(envoy.send(Req::query(Q)).cache(), "MISS");
+    assert_eq!(envoy.send(Req::query(Q)).cache(), "HIT");
+    std::thread::sleep(std::time::Duration::from_millis(1300));
+    let again = envoy.send(Req::query(Q));
+    assert_eq!(again.cache(), "MISS");
+    assert_eq!(origin.count(), 2);
+    assert_eq!(envoy.send(Req::query(Q)).cache(), "HIT");
+}
+
+#[test]
+fn upstream_max_age_shorter_than_the_ttl_wins() {
+    let (origin, envoy) = stack(r#"{"ttl_seconds": 60}"#);
+    let req = || Req::query(Q).header("x-origin-header", "cache-control: public, max-age=1");
+    assert_eq!(envoy.send(req()).cache(), "MISS");
+    let hit = envoy.send(req());
+    assert_eq!(hit.cache(), "HIT");
+    assert_eq!(hit.header("cache-control"), Some("public, max-age=1"));
+    std::thread::sleep(std::time::Duration::from_millis(1300));
+    assert_eq!(envoy.send(req()).cache(), "MISS");
+    assert_eq!(origin.count(), 2);
+}
+
+#[test]
+fn ttl_zero_stores_nothing() {
+    let (origin, envoy) = stack(r#"{"ttl_seconds": 0}"#);
+    for _ in 0..3 {
+        let r = envoy.send(Req::query(Q));
+        assert_eq!((r.status, r.cache()), (200, "MISS"));
+    }
+    assert_eq!(origin.count(), 3);
+    assert_eq!(envoy.counter("stores"), 0);
+}
+
+/// Sends `req` twice; both must reach the origin.
+fn never_stored(envoy: &Envoy, origin: &Origin, req: impl Fn() -> Req, expect_cache: &str) -> Resp {
+    let before = origin.count();
+    let first = envoy.send(req());
+    let second = envoy.send(req());
+    assert_eq!(first.cache(), expect_cache, "{}", first.text());
+    assert_eq!(second.cache(), expect_cache, "{}", second.text());
+    assert_eq!(origin.count() - before, 2, "both reached the origin");
+    second
+}
+
+#[test]
+fn uncacheable_answers_are_never_stored() {
+    let (origin, envoy) = stack(r#"{"debug_headers": true}"#);
+    let m = never_stored(
+        &envoy,
+        &origin,
+        || Req::query("mutation { bump }"),
+        "BYPASS",
+    );
+    assert_eq!(m.header("x-cache-reason"), Some("mutation"));
+    assert_ne!(m.json()["data"]["bump"], json!(1), "the mutation ran twice");
+
+    let e = never_stored(
+        &envoy,
+        &origin,
+        || Req::query("{ fail requestCount }"),
+        "MISS",
+    );
+    assert!(e.json()["errors"].is_array());
+
+    let s = never_stored(
+        &envoy,
+        &origin,
+        || Req::query(Q).header("x-origin-status", "500"),
+        "MISS",
+    );
+    assert_eq!(s.status, 500);
+    assert_eq!(s.header("x-cache-reason"), Some("status"));
+
+    for (header, reason) in [
+        ("cache-control: no-store", "no-store"),
+        ("cache-control: private, max-age=60", "private"),
+        ("cache-control: no-cache", "no-cache"),
+        ("set-cookie: session=abc", "set-cookie"),
+        ("content-encoding: gzip", "content-encoding"),
+        ("vary: x-unkeyed", "vary"),
+    ] {
+        let r = never_stored(
+            &envoy,
+            &origin,
+            || Req::query(Q).header("x-origin-header", header),
+            "MISS",
+        );
+        assert_eq!(r.header("x-cache-reason"), Some(reason), "{header}");
+    }
+    assert_eq!(envoy.counter("stores"), 0);
+
+    // After all of that, the same query without the test headers is still cached normally.
+    assert_eq!(envoy.send(Req::query(Q)).cache(), "MISS");
+    assert_eq!(envoy.send(Req::query(Q)).cache(), "HIT");
+}
+
+#[test]
+fn entries_over_the_size_limit_are_not_stored_and_large_answers_stream_through() {
+    let (origin, envoy) = stack(r#"{"max_entry_bytes": 65536}"#);
+    let small = || Req::query("{ big(size: 1000) }");
+    assert_eq!(envoy.send(small()).cache(), "MISS");
+    assert_eq!(envoy.send(small()).cache(), "HIT");
+    let large = || Req::query("{ big(size: 100000) }");
+    let r = never_stored(&envoy, &origin, large, "MISS");
+    assert_eq!(r.json()["data"]["big"].as_str().unwrap().len(), 100_000);
+    // Larger than Envoy's 1 MiB buffer limit: must stream, not stall or 413.
+    let huge = envoy.send(Req::query("{ big(size: 3000000) }"));
+    assert_eq!(huge.status, 200);
+    assert_eq!(
+        huge.json()["data"]["big"].as_str().unwrap().len(),
+        3_000_000
+    );
+}
+
+#[test]
+fn the_cache_is_bounded_by_its_slots() {
+    let (origin, envoy) = stack(r#"{"cache_slots": 1}"#);
+    let a = || Req::query("{ a: requestCount }");
+    let b = || Req::query("{ b: requestCount }");
+    assert_eq!(envoy.send(a()).cache(), "MISS");
+    assert_eq!(envoy.send(a()).cache(), "HIT");
+    assert_eq!(envoy.send(b()).cache(), "MISS");
+    assert_eq!(envoy.send(b()).cache(), "HIT");
+    assert_eq!(envoy.send(a()).cache(), "MISS", "b's entry evicted a's");
+    assert_eq!(origin.count(), 3);
+    assert_eq!(envoy.counter("evictions"), 2);
+}
+
+#[test]
+fn paths_outside_the_configuration_are_left_alone() {
+    let (origin, envoy) = stack(r#"{"paths": ["/graphql"]}"#);
+    let other = || Req::query(Q).path("/other");
+    let r = envoy.send(other());
+    assert_eq!(r.header("x-cache"), None);
+    envoy.send(other());
+    assert_eq!(origin.count(), 2);
+    assert_eq!(envoy.send(Req::query(Q)).cache(), "MISS");
+    assert_eq!(envoy.send(Req::query(Q)).cache(), "HIT");
+}
