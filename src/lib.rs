@@ -7,6 +7,7 @@
 pub mod bypass;
 pub mod canonical;
 pub mod classify;
+pub mod coalesce;
 pub mod config;
 pub mod entry;
 pub mod key;

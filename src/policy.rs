@@ -84,10 +84,8 @@ where
     for (name, value) in headers {
         match name {
             "set-cookie" => return Err(NotStored::SetCookie),
-            "content-encoding" => {
-                if !value.trim_ascii().eq_ignore_ascii_case(b"identity") {
-                    return Err(NotStored::ContentEncoding);
-                }
+            "content-encoding" if !value.trim_ascii().eq_ignore_ascii_case(b"identity") => {
+                return Err(NotStored::ContentEncoding)
             }
             "content-type" => json = is_json_media_type(value),
             "vary" => check_vary(value, vary_headers)?,

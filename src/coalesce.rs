@@ -1,0 +1,664 @@
+//! Coalescing: one upstream fetch per key at a time, across every Envoy worker.
+//!
+//! Two levels, because waking a request is only possible from the worker that owns it:
+//! - [`FlightTable`], in shared data: one record per in-flight key, claimed with compare-and-swap.
+//!   The leader's worker owns it; workers with followers add their wake-up queue as *watchers*.
+//!   When the fetch ends, the record briefly holds the result for those watchers, then is emptied.
+//! - [`LocalFlights`], per worker: the requests of this worker waiting on each key, in memory.
+//!
+//! Slots are fixed (`flight_slots`, addressed by the key's hash) because Envoy never frees a
+//! shared-data key. Every record carries its full key digest: two keys in one slot never share a
+//! response; the later one simply goes upstream on its own.
+
+use crate::key::CacheKey;
+use crate::store::{SharedStore, StoreError};
+use std::collections::HashMap;
+
+const MAGIC: &[u8; 4] = b"GQLF";
+const VERSION: u8 = 1;
+const TAG_IN_FLIGHT: u8 = 1;
+const TAG_DONE: u8 = 2;
+const SLOT_PREFIX: &str = "graphql-cache/v1/flight/";
+/// Bounded so a record stays small; a worker that cannot register just goes upstream alone.
+pub const MAX_WATCHERS: usize = 64;
+/// CAS retries before giving up on coalescing for one request.
+const CAS_ATTEMPTS: usize = 8;
+
+/// What a flight slot holds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FlightRecord {
+    InFlight {
+        digest: [u8; 32],
+        owner: u64,
+        deadline_ms: u64,
+        /// Wake-up queue tokens of the workers with followers.
+        watchers: Vec<u32>,
+    },
+    Done {
+        digest: [u8; 32],
+        owner: u64,
+        finished_ms: u64,
+        /// The response as an encoded [`crate::entry::Entry`]; `None` when it could not be shared
+        /// (too large, or not representable), and followers must go upstream themselves.
+        result: Option<Vec<u8>>,
+    },
+}
+
+impl FlightRecord {
+    pub fn encode(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(64);
+        out.extend_from_slice(MAGIC);
+        out.push(VERSION);
+        match self {
+            FlightRecord::InFlight {
+                digest,
+                owner,
+                deadline_ms,
+                watchers,
+            } => {
+                out.push(TAG_IN_FLIGHT);
+                out.extend_from_slice(digest);
+                out.extend_from_slice(&owner.to_le_bytes());
+                out.extend_from_slice(&deadline_ms.to_le_bytes());
+                let n = watchers.len().min(MAX_WATCHERS);
+                out.push(n as u8);
+                for w in &watchers[..n] {
+                    out.extend_from_slice(&w.to_le_bytes());
+                }
+            }
+            FlightRecord::Done {
+                digest,
+                owner,
+                finished_ms,
+                result,
+            } => {
+                out.push(TAG_DONE);
+                out.extend_from_slice(digest);
+                out.extend_from_slice(&owner.to_le_bytes());
+                out.extend_from_slice(&finished_ms.to_le_bytes());
+                match result {
+                    Some(bytes) => {
+                        out.push(1);
+                        out.extend_from_slice(bytes);
+                    }
+                    None => out.push(0),
+                }
+            }
+        }
+        out
+    }
+
+    /// `None` for an empty slot, another format version, or garbage: all mean "free".
+    pub fn decode(bytes: &[u8]) -> Option<FlightRecord> {
+        if bytes.len() < 6 + 32 + 16 + 1 || &bytes[..4] != MAGIC || bytes[4] != VERSION {
+            return None;
+        }
+        let tag = bytes[5];
+        let mut digest = [0u8; 32];
+        digest.copy_from_slice(&bytes[6..38]);
+        let owner = u64::from_le_bytes(bytes[38..46].try_into().ok()?);
+        let ms = u64::from_le_bytes(bytes[46..54].try_into().ok()?);
+        let rest = &bytes[54..];
+        match tag {
+            TAG_IN_FLIGHT => {
+                let n = *rest.first()? as usize;
+                let list = rest.get(1..1 + 4 * n)?;
+                if rest.len() != 1 + 4 * n {
+                    return None;
+                }
+                let watchers = list
+                    .chunks_exact(4)
+                    .filter_map(|c| c.try_into().ok().map(u32::from_le_bytes))
+                    .collect();
+                Some(FlightRecord::InFlight {
+                    digest,
+                    owner,
+                    deadline_ms: ms,
+                    watchers,
+                })
+            }
+            TAG_DONE => {
+                let result = match rest.first()? {
+                    0 if rest.len() == 1 => None,
+                    1 => Some(rest[1..].to_vec()),
+                    _ => return None,
+                };
+                Some(FlightRecord::Done {
+                    digest,
+                    owner,
+                    finished_ms: ms,
+                    result,
+                })
+            }
+            _ => None,
+        }
+    }
+}
+
+/// How a request joins the flight for its key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Join {
+    /// This worker claimed the key: it fetches for everyone.
+    Lead,
+    /// Another worker is fetching and will wake this worker's queue.
+    Follow,
+    /// No coalescing possible (slot busy with another key, too many watchers, CAS storm):
+    /// go upstream alone.
+    Alone,
+}
+
+/// What a worker finds when it looks at a key's flight after a wake-up or a timer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Peek {
+    /// The fetch finished; its shareable result (or `None`: go upstream).
+    Done(Option<Vec<u8>>),
+    /// Still being fetched, and this worker is registered for the wake-up.
+    Waiting,
+    /// Nothing to wait for any more (owner's deadline passed, slot reused, or emptied).
+    Gone,
+}
+
+#[derive(Debug, Clone, Copy)]
+pub struct FlightTable {
+    slots: u32,
+}
+
+impl FlightTable {
+    pub fn new(slots: u32) -> Self {
+        FlightTable {
+            slots: slots.max(1),
+        }
+    }
+
+    pub fn slot_count(&self) -> u32 {
+        self.slots
+    }
+
+    pub fn slot_name_at(&self, index: u32) -> String {
+        format!("{SLOT_PREFIX}{index}")
+    }
+
+    fn slot_name(&self, key: &CacheKey) -> String {
+        self.slot_name_at(key.slot(self.slots))
+    }
+
+    /// Creates the slot keys that do not exist yet, so that claims can use CAS (Envoy has no
+    /// insert-if-absent). Called at configuration time.
+    pub fn precreate(&self, store: &impl SharedStore) {
+        for i in 0..self.slots {
+            let name = self.slot_name_at(i);
+            if store.get_cas(&name) == (None, None) {
+                let _ = store.set_cas(&name, b"", None);
+            }
+        }
+    }
+
+    /// Claims the key, or registers `queue` as a watcher of the fetch already in flight.
+    pub fn join(
+        &self,
+        store: &impl SharedStore,
+        key: &CacheKey,
+        me: u64,
+        queue: u32,
+        now_ms: u64,
+        lease_ms: u64,
+    ) -> Join {
+        let name = self.slot_name(key);
+        for _ in 0..CAS_ATTEMPTS {
+            let (value, cas) = store.get_cas(&name);
+            let Some(cas) = cas else {
+                // Never created (precreate raced or was skipped): create it empty, then retry
+                // with a real CAS token.
+                if store.set_cas(&name, b"", None).is_err() {
+                    return Join::Alone;
+                }
+                continue;
+            };
+            let record = value.as_deref().and_then(FlightRecord::decode);
+            let next = match record {
+                Some(FlightRecord::InFlight {
+                    digest,
+                    owner,
+                    deadline_ms,
+                    mut watchers,
+                }) if deadline_ms > now_ms => {
+                    if digest != key.digest {
+                        return Join::Alone;
+                    }
+                    if owner == me || watchers.contains(&queue) {
+                        return Join::Follow;
+                    }
+                    if watchers.len() >= MAX_WATCHERS {
+                        return Join::Alone;
+                    }
+                    watchers.push(queue);
+                    (
+                        FlightRecord::InFlight {
+                            digest,
+                            owner,
+                            deadline_ms,
+                            watchers,
+                        },
+                        Join::Follow,
+                    )
+                }
+                // Free, finished, or abandoned by a leader that missed its deadline: take it.
+                _ => (
+                    FlightRecord::InFlight {
+                        digest: key.digest,
+                        owner: me,
+                        deadline_ms: now_ms.saturating_add(lease_ms),
+                        watchers: Vec::new(),
+                    },
+                    Join::Lead,
+                ),
+            };
+            match store.set_cas(&name, &next.0.encode(), Some(cas)) {
+                Ok(()) => return next.1,
+                Err(StoreError::CasMismatch) => continue,
+                Err(StoreError::Failed) => return Join::Alone,
+            }
+        }
+        Join::Alone
+    }
+
+    /// Ends the leader's flight. With no watchers the slot is emptied at once (nothing is kept);
+    /// otherwise it holds `result` for them. Returns the queues to wake.
+    pub fn complete(
+        &self,
+        store: &impl SharedStore,
+        key: &CacheKey,
+        me: u64,
+        result: Option<Vec<u8>>,
+        now_ms: u64,
+    ) -> Vec<u32> {
+        let name = self.slot_name(key);
+        for _ in 0..CAS_ATTEMPTS {
+            let (value, cas) = store.get_cas(&name);
+            let watchers = match value.as_deref().and_then(FlightRecord::decode) {
+                Some(FlightRecord::InFlight {
+                    digest,
+                    owner,
+                    watchers,
+                    ..
+                }) if digest == key.digest && owner == me => watchers,
+                // Taken over after our deadline: the new owner will answer its own watchers.
+                _ => return Vec::new(),
+            };
+            let next = if watchers.is_empty() {
+                Vec::new()
+            } else {
+                FlightRecord::Done {
+                    digest: key.digest,
+                    owner: me,
+                    finished_ms: now_ms,
+                    result: result.clone(),
+                }
+                .encode()
+            };
+            match store.set_cas(&name, &next, cas) {
+                Ok(()) => return watchers,
+                Err(StoreError::CasMismatch) => continue,
+                Err(StoreError::Failed) => return watchers,
+            }
+        }
+        Vec::new()
+    }
+
+    /// Looks at the flight a follower on this worker waits for, re-registering `queue` if the
+    /// key is being fetched again under a new flight.
+    pub fn peek(
+        &self,
+        store: &impl SharedStore,
+        key: &CacheKey,
+        me: u64,
+        queue: u32,
+        now_ms: u64,
+    ) -> Peek {
+        let name = self.slot_name(key);
+        let (value, _) = store.get_cas(&name);
+        match value.as_deref().and_then(FlightRecord::decode) {
+            Some(FlightRecord::Done { digest, result, .. }) if digest == key.digest => {
+                Peek::Done(result)
+            }
+            Some(FlightRecord::InFlight {
+                digest,
+                deadline_ms,
+                owner,
+                watchers,
+            }) if digest == key.digest && deadline_ms > now_ms => {
+                if watchers.contains(&queue) || owner == me {
+                    Peek::Waiting
+                } else {
+                    match self.join(store, key, me, queue, now_ms, 0) {
+                        Join::Follow => Peek::Waiting,
+                        _ => Peek::Gone,
+                    }
+                }
+            }
+            _ => Peek::Gone,
+        }
+    }
+
+    /// Empties a finished record this worker published, once its watchers had time to read it.
+    pub fn clear_done(&self, store: &impl SharedStore, key: &CacheKey, me: u64, finished_ms: u64) {
+        let name = self.slot_name(key);
+        let (value, cas) = store.get_cas(&name);
+        if let Some(FlightRecord::Done {
+            digest,
+            owner,
+            finished_ms: f,
+            ..
+        }) = value.as_deref().and_then(FlightRecord::decode)
+        {
+            if digest == key.digest && owner == me && f == finished_ms {
+                let _ = store.set_cas(&name, b"", cas);
+            }
+        }
+    }
+}
+
+/// A request of this worker waiting for a flight.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Waiter {
+    pub context_id: u32,
+    pub since_ms: u64,
+    /// The request that started the flight (answered `MISS`, the others `COALESCED`).
+    pub leader: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LocalFlight {
+    /// This worker fetches (else it follows another worker's fetch).
+    pub leading: bool,
+    pub waiters: Vec<Waiter>,
+}
+
+/// The requests of one worker waiting on each key.
+#[derive(Debug, Default)]
+pub struct LocalFlights {
+    flights: HashMap<CacheKey, LocalFlight>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LocalJoin {
+    Joined,
+    /// `max_waiters` reached: go upstream alone.
+    Full,
+    /// No flight for this key on this worker yet.
+    NoFlight,
+}
+
+impl LocalFlights {
+    pub fn join(
+        &mut self,
+        key: &CacheKey,
+        context_id: u32,
+        now_ms: u64,
+        max_waiters: usize,
+    ) -> LocalJoin {
+        match self.flights.get_mut(key) {
+            None => LocalJoin::NoFlight,
+            Some(f) if f.waiters.len() >= max_waiters => LocalJoin::Full,
+            Some(f) => {
+                f.waiters.push(Waiter {
+                    context_id,
+                    since_ms: now_ms,
+                    leader: false,
+                });
+                LocalJoin::Joined
+            }
+        }
+    }
+
+    /// Starts waiting on a key: as its leader, or as the first follower of a remote fetch.
+    pub fn start(&mut self, key: CacheKey, leading: bool, context_id: u32, now_ms: u64) {
+        let waiter = Waiter {
+            context_id,
+            since_ms: now_ms,
+            leader: leading,
+        };
+        self.flights.insert(
+            key,
+            LocalFlight {
+                leading,
+                waiters: vec![waiter],
+            },
+        );
+    }
+
+    pub fn contains(&self, key: &CacheKey) -> bool {
+        self.flights.contains_key(key)
+    }
+
+    /// Removes the flight and hands back everyone waiting on it.
+    pub fn take(&mut self, key: &CacheKey) -> Option<LocalFlight> {
+        self.flights.remove(key)
+    }
+
+    /// Forgets a request that ended (client gone) while waiting. A flight this worker leads stays
+    /// even with no waiters left: its fetch still completes for other workers.
+    pub fn remove_waiter(&mut self, context_id: u32) {
+        self.flights.retain(|_, f| {
+            f.waiters.retain(|w| w.context_id != context_id);
+            f.leading || !f.waiters.is_empty()
+        });
+    }
+
+    /// Takes out the waiters that have waited `max_wait_ms` or more.
+    pub fn expire(&mut self, now_ms: u64, max_wait_ms: u64) -> Vec<Waiter> {
+        let mut expired = Vec::new();
+        self.flights.retain(|_, f| {
+            f.waiters.retain(|w| {
+                let keep = now_ms.saturating_sub(w.since_ms) < max_wait_ms;
+                if !keep {
+                    expired.push(*w);
+                }
+                keep
+            });
+            f.leading || !f.waiters.is_empty()
+        });
+        expired
+    }
+
+    /// Keys this worker waits on without leading: checked by the fallback timer.
+    pub fn followed_keys(&self) -> Vec<CacheKey> {
+        self.flights
+            .iter()
+            .filter(|(_, f)| !f.leading)
+            .map(|(k, _)| *k)
+            .collect()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.flights.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::tests::MapStore;
+
+    fn key(n: u8) -> CacheKey {
+        CacheKey { digest: [n; 32] }
+    }
+
+    #[test]
+    fn records_round_trip_and_garbage_is_free() {
+        let a = FlightRecord::InFlight {
+            digest: [1; 32],
+            owner: 7,
+            deadline_ms: 99,
+            watchers: vec![3, 4],
+        };
+        assert_eq!(FlightRecord::decode(&a.encode()), Some(a));
+        let d = FlightRecord::Done {
+            digest: [2; 32],
+            owner: 7,
+            finished_ms: 5,
+            result: Some(b"entry".to_vec()),
+        };
+        assert_eq!(FlightRecord::decode(&d.encode()), Some(d));
+        let none = FlightRecord::Done {
+            digest: [2; 32],
+            owner: 7,
+            finished_ms: 5,
+            result: None,
+        };
+        assert_eq!(FlightRecord::decode(&none.encode()), Some(none));
+        assert_eq!(FlightRecord::decode(b""), None);
+        assert_eq!(FlightRecord::decode(b"GQLF\x02garbage"), None);
+        let bytes = FlightRecord::InFlight {
+            digest: [1; 32],
+            owner: 7,
+            deadline_ms: 99,
+            watchers: vec![3],
+        }
+        .encode();
+        for len in 0..bytes.len() {
+            assert_eq!(FlightRecord::decode(&bytes[..len]), None, "len {len}");
+        }
+    }
+
+    const W1: u64 = 1;
+    const W2: u64 = 2;
+    const Q1: u32 = 11;
+    const Q2: u32 = 22;
+
+    #[test]
+    fn one_leader_per_key_across_workers() {
+        let store = MapStore::default();
+        let t = FlightTable::new(16);
+        t.precreate(&store);
+        let k = key(1);
+        assert_eq!(t.join(&store, &k, W1, Q1, 0, 1000), Join::Lead);
+        assert_eq!(t.join(&store, &k, W2, Q2, 1, 1000), Join::Follow);
+        assert_eq!(
+            t.join(&store, &k, W2, Q2, 2, 1000),
+            Join::Follow,
+            "registered once"
+        );
+        assert_eq!(
+            t.join(&store, &k, W1, Q1, 3, 1000),
+            Join::Follow,
+            "the owner's worker follows locally"
+        );
+        let wake = t.complete(&store, &k, W1, Some(b"result".to_vec()), 10);
+        assert_eq!(wake, vec![Q2]);
+        assert_eq!(
+            t.peek(&store, &k, W2, Q2, 11),
+            Peek::Done(Some(b"result".to_vec()))
+        );
+        t.clear_done(&store, &k, W1, 10);
+        assert_eq!(t.peek(&store, &k, W2, Q2, 12), Peek::Gone);
+        // The next miss starts a new flight.
+        assert_eq!(t.join(&store, &k, W2, Q2, 13, 1000), Join::Lead);
+    }
+
+    #[test]
+    fn without_watchers_nothing_is_kept() {
+        let store = MapStore::default();
+        let t = FlightTable::new(4);
+        let k = key(2);
+        assert_eq!(
+            t.join(&store, &k, W1, Q1, 0, 1000),
+            Join::Lead,
+            "works without precreate"
+        );
+        assert!(t
+            .complete(&store, &k, W1, Some(b"r".to_vec()), 5)
+            .is_empty());
+        let name = t.slot_name(&k);
+        assert_eq!(store.get(&name), None);
+    }
+
+    #[test]
+    fn a_done_record_is_not_a_cache() {
+        let store = MapStore::default();
+        let t = FlightTable::new(4);
+        let k = key(3);
+        t.join(&store, &k, W1, Q1, 0, 1000);
+        t.join(&store, &k, W2, Q2, 0, 1000);
+        t.complete(&store, &k, W1, Some(b"old".to_vec()), 5);
+        // A request arriving after completion fetches anew instead of reading the old result.
+        assert_eq!(t.join(&store, &k, W1, Q1, 6, 1000), Join::Lead);
+        assert_eq!(
+            t.peek(&store, &k, W2, Q2, 7),
+            Peek::Waiting,
+            "W2 re-registers on the new flight"
+        );
+    }
+
+    #[test]
+    fn an_expired_leader_is_replaced() {
+        let store = MapStore::default();
+        let t = FlightTable::new(4);
+        let k = key(4);
+        assert_eq!(t.join(&store, &k, W1, Q1, 0, 100), Join::Lead);
+        assert_eq!(t.peek(&store, &k, W2, Q2, 100), Peek::Gone);
+        assert_eq!(t.join(&store, &k, W2, Q2, 100, 100), Join::Lead);
+        // The old leader finishing late does not disturb the new flight.
+        assert!(t.complete(&store, &k, W1, None, 150).is_empty());
+        assert_eq!(t.join(&store, &k, W1, Q1, 160, 100), Join::Follow);
+    }
+
+    #[test]
+    fn keys_sharing_a_slot_never_share_a_flight() {
+        let store = MapStore::default();
+        let t = FlightTable::new(1);
+        assert_eq!(t.join(&store, &key(5), W1, Q1, 0, 1000), Join::Lead);
+        assert_eq!(t.join(&store, &key(6), W2, Q2, 0, 1000), Join::Alone);
+        assert_eq!(t.peek(&store, &key(6), W2, Q2, 0), Peek::Gone);
+    }
+
+    #[test]
+    fn watchers_are_bounded() {
+        let store = MapStore::default();
+        let t = FlightTable::new(1);
+        let k = key(7);
+        t.join(&store, &k, 0, 0, 0, 1000);
+        for q in 1..=MAX_WATCHERS as u32 {
+            assert_eq!(t.join(&store, &k, u64::from(q), q, 0, 1000), Join::Follow);
+        }
+        assert_eq!(t.join(&store, &k, 999, 999, 0, 1000), Join::Alone);
+    }
+
+    #[test]
+    fn a_failed_or_unshareable_fetch_tells_watchers_to_go_upstream() {
+        let store = MapStore::default();
+        let t = FlightTable::new(2);
+        let k = key(8);
+        t.join(&store, &k, W1, Q1, 0, 1000);
+        t.join(&store, &k, W2, Q2, 0, 1000);
+        assert_eq!(t.complete(&store, &k, W1, None, 1), vec![Q2]);
+        assert_eq!(t.peek(&store, &k, W2, Q2, 2), Peek::Done(None));
+    }
+
+    #[test]
+    fn local_waiters_are_bounded_expire_and_leave() {
+        let mut l = LocalFlights::default();
+        let k = key(9);
+        assert_eq!(l.join(&k, 1, 0, 3), LocalJoin::NoFlight);
+        l.start(k, true, 1, 0);
+        assert_eq!(l.join(&k, 2, 10, 3), LocalJoin::Joined);
+        assert_eq!(l.join(&k, 3, 20, 3), LocalJoin::Joined);
+        assert_eq!(l.join(&k, 4, 20, 3), LocalJoin::Full);
+        l.remove_waiter(2);
+        let expired = l.expire(1005, 1000);
+        assert_eq!(
+            expired.iter().map(|w| w.context_id).collect::<Vec<_>>(),
+            vec![1]
+        );
+        assert!(l.contains(&k), "a leading flight outlives its waiters");
+        let f = l.take(&k).unwrap();
+        assert_eq!(f.waiters.len(), 1);
+        assert_eq!(f.waiters[0].context_id, 3);
+        assert!(l.is_empty());
+
+        l.start(k, false, 5, 0);
+        assert_eq!(l.followed_keys(), vec![k]);
+        l.remove_waiter(5);
+        assert!(l.is_empty(), "a followed flight with no waiters is dropped");
+    }
+}
