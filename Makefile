@@ -14,7 +14,7 @@ export ENVOY_BIN := $(ENVOY)
 export GRAPHQL_CACHE_WASM := $(CURDIR)/$(WASM)
 export ORIGIN_BIN := $(CURDIR)/$(ORIGIN)
 
-.PHONY: help tools build wasm origin test lint unit integration validate demo bench clean
+.PHONY: help tools build wasm origin test lint unit integration validate demo demo-check bench clean
 
 help:
 	@echo "make demo   - build, start the origin and Envoy with the filter, and walk through it with curl"
@@ -65,7 +65,12 @@ unit:
 integration: tools build
 	$(CARGO) test -p graphql-cache --test '*' -- --test-threads=2
 
-test: lint unit validate integration
+# The demo's own walkthrough asserts MISS -> HIT with age and an unchanged origin count.
+demo-check: tools build
+	DEMO_SECONDS=0 ENVOY=$(ENVOY) WASM=$(WASM) ORIGIN=$(ORIGIN) envoy/demo.sh >/dev/null
+
+test: lint unit validate integration demo-check
+	@echo "make test: all passed"
 
 # --- demo and bench ---------------------------------------------------------------------------
 demo: tools build

@@ -30,15 +30,16 @@ done
 curl -fs http://127.0.0.1:9901/ready >/dev/null || { echo "Envoy did not start; see $logs/envoy.log"; cat "$logs/envoy.log"; exit 1; }
 
 Q='{"query":"{ users { id name } requestCount }"}'
-show() { echo; echo "\$ $*"; }
+show() { echo; echo "\$ $1"; }
 origin_count() { curl -s http://127.0.0.1:8081/_origin/count; }
 fail() { echo "DEMO FAILED: $*"; exit 1; }
 
 echo "Envoy with the GraphQL cache listens on $URL (origin: 127.0.0.1:8081, admin: 127.0.0.1:9901)."
-show curl -si $URL -H 'content-type: application/json' -d "'$Q'"
+show "curl -si $URL -H 'content-type: application/json' -d '$Q'"
 first=$(curl -si $URL -H 'content-type: application/json' -d "$Q"); echo "$first"
 echo; echo "origin count: $(origin_count)"
-show curl -si $URL -H 'content-type: application/json' -d "'$Q'"
+sleep 1
+show "curl -si $URL -H 'content-type: application/json' -d '$Q'"
 second=$(curl -si $URL -H 'content-type: application/json' -d "$Q"); echo "$second"
 echo; echo "origin count: $(origin_count)   <- unchanged: the second answer came from Envoy"
 
@@ -47,10 +48,10 @@ grep -qi '^x-cache: HIT' <<<"$second" || fail "second request was not a HIT"
 grep -qi '^age: ' <<<"$second" || fail "the hit has no age header"
 [ "$(origin_count)" = '{"requests":1}' ] || fail "origin saw $(origin_count)"
 
-show curl -s "'$URL?query=%7B%20posts%20%7B%20title%20%7D%20%7D'" "(GET works too)"
+show "curl -si '$URL?query=%7B%20posts%20%7B%20title%20%7D%20%7D'   # GET works too"
 curl -si "$URL?query=%7B%20posts%20%7B%20title%20%7D%20%7D" | grep -i '^x-cache'
-show curl -s http://127.0.0.1:9901/stats "| grep graphql_cache"
-curl -s http://127.0.0.1:9901/stats | grep graphql_cache
+show "curl -s http://127.0.0.1:9901/stats | grep graphql_cache"
+curl -s http://127.0.0.1:9901/stats | grep wasmcustom.graphql_cache
 
 echo
 echo "Demo OK. Try it yourself:"
