@@ -23,6 +23,8 @@ pub struct RequestHead {
     pub accept_encoding: Option<Vec<u8>>,
     /// Values of `config.vary_headers`, in the same order.
     pub vary: Vec<Option<Vec<u8>>>,
+    /// Every request header as received, for replaying the request in a shared fetch.
+    pub headers: Vec<(String, Vec<u8>)>,
 }
 
 /// A cacheable request, identified.

@@ -225,22 +225,36 @@ impl FlightTable {
                     if digest != key.digest {
                         return Join::Alone;
                     }
-                    if owner == me || watchers.contains(&queue) {
+                    if watchers.contains(&queue) {
                         return Join::Follow;
                     }
-                    if watchers.len() >= MAX_WATCHERS {
-                        return Join::Alone;
+                    if owner == me {
+                        // Only reachable when this worker has no local flight for the key (it
+                        // checks its own first): a record its own fetch failed to close. Retake it.
+                        (
+                            FlightRecord::InFlight {
+                                digest,
+                                owner,
+                                deadline_ms: now_ms.saturating_add(lease_ms),
+                                watchers,
+                            },
+                            Join::Lead,
+                        )
+                    } else {
+                        if watchers.len() >= MAX_WATCHERS {
+                            return Join::Alone;
+                        }
+                        watchers.push(queue);
+                        (
+                            FlightRecord::InFlight {
+                                digest,
+                                owner,
+                                deadline_ms,
+                                watchers,
+                            },
+                            Join::Follow,
+                        )
                     }
-                    watchers.push(queue);
-                    (
-                        FlightRecord::InFlight {
-                            digest,
-                            owner,
-                            deadline_ms,
-                            watchers,
-                        },
-                        Join::Follow,
-                    )
                 }
                 // Free, finished, or abandoned by a leader that missed its deadline: take it.
                 _ => (
@@ -470,6 +484,16 @@ impl LocalFlights {
             .collect()
     }
 
+    /// When the longest-waiting request on `key` started waiting.
+    pub fn oldest_wait(&self, key: &CacheKey) -> Option<u64> {
+        self.flights
+            .get(key)?
+            .waiters
+            .iter()
+            .map(|w| w.since_ms)
+            .min()
+    }
+
     pub fn is_empty(&self) -> bool {
         self.flights.is_empty()
     }
@@ -541,8 +565,8 @@ mod tests {
         );
         assert_eq!(
             t.join(&store, &k, W1, Q1, 3, 1000),
-            Join::Follow,
-            "the owner's worker follows locally"
+            Join::Lead,
+            "an owner without a local flight retakes its stale record, keeping the watchers"
         );
         let wake = t.complete(&store, &k, W1, Some(b"result".to_vec()), 10);
         assert_eq!(wake, vec![Q2]);
@@ -656,8 +680,9 @@ mod tests {
         assert_eq!(f.waiters[0].context_id, 3);
         assert!(l.is_empty());
 
-        l.start(k, false, 5, 0);
+        l.start(k, false, 5, 7);
         assert_eq!(l.followed_keys(), vec![k]);
+        assert_eq!(l.oldest_wait(&k), Some(7));
         l.remove_waiter(5);
         assert!(l.is_empty(), "a followed flight with no waiters is dropped");
     }

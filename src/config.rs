@@ -35,6 +35,18 @@ pub struct Config {
     pub max_entry_bytes: usize,
     /// Adds `x-cache-key` and `x-cache-reason` to responses.
     pub debug_headers: bool,
+    /// Coalesce concurrent identical misses into one upstream fetch.
+    pub coalesce: bool,
+    /// Number of in-flight records in shared data (concurrently coalesced keys, across workers).
+    pub flight_slots: u32,
+    /// Timeout of the shared upstream fetch.
+    pub fetch_timeout_ms: u64,
+    /// Longest a request waits for another request's fetch before going upstream itself.
+    pub max_wait_ms: u64,
+    /// Most requests per key and worker waiting on one fetch; more go upstream on their own.
+    pub max_waiters: usize,
+    /// Cluster for the shared fetch; `None` means the route's cluster.
+    pub upstream_cluster: Option<String>,
 }
 
 impl Default for Config {
@@ -49,6 +61,12 @@ impl Default for Config {
             cache_slots: 1024,
             max_entry_bytes: 128 * 1024,
             debug_headers: false,
+            coalesce: true,
+            flight_slots: 1024,
+            fetch_timeout_ms: 10_000,
+            max_wait_ms: 15_000,
+            max_waiters: 1000,
+            upstream_cluster: None,
         }
     }
 }
@@ -96,6 +114,12 @@ struct RawConfig {
     cache_slots: Option<u64>,
     max_entry_bytes: Option<u64>,
     debug_headers: Option<bool>,
+    coalesce: Option<bool>,
+    flight_slots: Option<u64>,
+    fetch_timeout_ms: Option<u64>,
+    max_wait_ms: Option<u64>,
+    max_waiters: Option<u64>,
+    upstream_cluster: Option<String>,
 }
 
 impl Config {
@@ -190,6 +214,37 @@ impl Config {
                 ),
             ));
         }
+        let flight_slots = bounded(
+            "flight_slots",
+            raw.flight_slots,
+            u64::from(d.flight_slots),
+            1,
+            65_536,
+        )?;
+        let fetch_timeout_ms = bounded(
+            "fetch_timeout_ms",
+            raw.fetch_timeout_ms,
+            d.fetch_timeout_ms,
+            1,
+            600_000,
+        )?;
+        let max_wait_ms = bounded("max_wait_ms", raw.max_wait_ms, d.max_wait_ms, 1, 600_000)?;
+        let max_waiters = bounded(
+            "max_waiters",
+            raw.max_waiters,
+            d.max_waiters as u64,
+            1,
+            100_000,
+        )?;
+        let upstream_cluster = match raw.upstream_cluster {
+            Some(c) if c.trim().is_empty() => {
+                return Err(field_error(
+                    "upstream_cluster",
+                    "must not be empty (omit it to use the route's cluster)",
+                ))
+            }
+            other => other,
+        };
         Ok(Config {
             ttl_seconds,
             paths,
@@ -200,6 +255,12 @@ impl Config {
             cache_slots: u32::try_from(cache_slots).unwrap_or(u32::MAX),
             max_entry_bytes: to_usize(max_entry_bytes),
             debug_headers: raw.debug_headers.unwrap_or(d.debug_headers),
+            coalesce: raw.coalesce.unwrap_or(d.coalesce),
+            flight_slots: u32::try_from(flight_slots).unwrap_or(u32::MAX),
+            fetch_timeout_ms,
+            max_wait_ms,
+            max_waiters: to_usize(max_waiters),
+            upstream_cluster,
         })
     }
 
@@ -291,7 +352,8 @@ mod tests {
         let c = Config::parse(
             br#"{"ttl_seconds":5,"paths":["/graphql"],"vary_headers":["X-Tenant","authorization"],
                 "max_body_bytes":2048,"max_query_depth":10,"max_query_fields":7,"cache_slots":16,"max_entry_bytes":4096,
-                "debug_headers":true}"#,
+                "debug_headers":true,"coalesce":false,"flight_slots":8,"fetch_timeout_ms":500,
+                "max_wait_ms":700,"max_waiters":3,"upstream_cluster":"origin"}"#,
         )
         .unwrap();
         assert_eq!(c.ttl_seconds, 5);
@@ -303,6 +365,12 @@ mod tests {
         assert_eq!(c.cache_slots, 16);
         assert_eq!(c.max_entry_bytes, 4096);
         assert!(c.debug_headers);
+        assert!(!c.coalesce);
+        assert_eq!(c.flight_slots, 8);
+        assert_eq!(c.fetch_timeout_ms, 500);
+        assert_eq!(c.max_wait_ms, 700);
+        assert_eq!(c.max_waiters, 3);
+        assert_eq!(c.upstream_cluster.as_deref(), Some("origin"));
         assert_eq!(c.cache_bound_bytes(), 16 * 4096);
         assert!(c.handles_path("/graphql"));
         assert!(!c.handles_path("/other"));
@@ -332,6 +400,12 @@ mod tests {
         assert_eq!(err(r#"{"max_query_depth":51}"#).field, "max_query_depth");
         assert_eq!(err(r#"{"paths":["graphql"]}"#).field, "paths[0]");
         assert_eq!(err(r#"{"max_query_fields":0}"#).field, "max_query_fields");
+        assert_eq!(err(r#"{"flight_slots":0}"#).field, "flight_slots");
+        assert_eq!(err(r#"{"fetch_timeout_ms":0}"#).field, "fetch_timeout_ms");
+        assert_eq!(err(r#"{"max_wait_ms":-5}"#).field, "max_wait_ms");
+        assert_eq!(err(r#"{"max_waiters":0}"#).field, "max_waiters");
+        assert_eq!(err(r#"{"upstream_cluster":" "}"#).field, "upstream_cluster");
+        assert_eq!(err(r#"{"coalesce":1}"#).field, "coalesce");
         assert_eq!(err(r#"{"debug_headers":"yes"}"#).field, "debug_headers");
         assert_eq!(
             err(r#"{"cache_slots":1048576,"max_entry_bytes":67108864}"#).field,

@@ -10,9 +10,11 @@ pub mod classify;
 pub mod coalesce;
 pub mod config;
 pub mod entry;
+pub mod fetch;
 pub mod key;
 pub mod policy;
 pub mod request;
+pub mod response;
 pub mod store;
 
 #[cfg(target_arch = "wasm32")]

@@ -1,5 +1,8 @@
 //! What may be stored, and for how long. When in doubt, the answer is "not stored".
 
+use crate::config::Config;
+use crate::entry::Entry;
+use crate::key::CacheKey;
 use serde::de::{Deserializer, IgnoredAny, MapAccess, Visitor};
 use std::fmt;
 
@@ -178,6 +181,45 @@ fn parse_seconds(arg: Option<&[u8]>) -> u64 {
         .unwrap_or(u64::MAX)
 }
 
+/// The whole decision for a complete upstream answer: the encoded entry to store under `key`, or
+/// why it may not be stored. `ttl_seconds` is the configured TTL for this request.
+pub fn storable_entry(
+    key: &CacheKey,
+    status: u16,
+    headers: &[(String, Vec<u8>)],
+    body: &[u8],
+    config: &Config,
+    ttl_seconds: u64,
+    now_ms: u64,
+) -> Result<Vec<u8>, NotStored> {
+    let ttl = response_ttl(
+        u32::from(status),
+        headers.iter().map(|(n, v)| (n.as_str(), v.as_slice())),
+        &config.vary_headers,
+        ttl_seconds,
+    )?;
+    body_storable(body)?;
+    let mut stored = Vec::new();
+    for (name, value) in headers {
+        if STORED_HEADERS.contains(&name.as_str()) {
+            let value = std::str::from_utf8(value).map_err(|_| NotStored::NonUtf8Header)?;
+            stored.push((name.as_str(), value));
+        }
+    }
+    let entry = Entry {
+        digest: key.digest,
+        stored_at_ms: now_ms,
+        expires_at_ms: now_ms.saturating_add(ttl.saturating_mul(1000)),
+        status,
+        headers: stored,
+        body,
+    };
+    if entry.encoded_len() > config.max_entry_bytes {
+        return Err(NotStored::TooLarge);
+    }
+    Ok(entry.encode())
+}
+
 /// A GraphQL response may be stored only if it is a JSON object without a top-level `errors`
 /// member. Only the top level is read; values are skipped without being built.
 pub fn body_storable(body: &[u8]) -> Result<(), NotStored> {
@@ -324,6 +366,37 @@ mod tests {
             Ok(60)
         );
         assert_eq!(ttl(200, &[JSON, ("content-encoding", "identity")]), Ok(60));
+    }
+
+    #[test]
+    fn storable_entries_keep_only_content_headers() {
+        let key = CacheKey { digest: [1; 32] };
+        let config = Config::default();
+        let headers: Vec<(String, Vec<u8>)> = vec![
+            ("content-type".into(), b"application/json".to_vec()),
+            ("x-trace".into(), b"t".to_vec()),
+            ("cache-control".into(), b"max-age=5".to_vec()),
+        ];
+        let bytes =
+            storable_entry(&key, 200, &headers, br#"{"data":{}}"#, &config, 60, 1000).unwrap();
+        let e = Entry::decode(&bytes).unwrap();
+        assert_eq!(
+            e.headers,
+            vec![
+                ("content-type", "application/json"),
+                ("cache-control", "max-age=5")
+            ]
+        );
+        assert_eq!(e.expires_at_ms, 6000);
+        assert_eq!(
+            storable_entry(&key, 200, &headers, br#"{"errors":[]}"#, &config, 60, 0),
+            Err(NotStored::GraphqlErrors)
+        );
+        let big = format!(r#"{{"data":"{}"}}"#, "x".repeat(config.max_entry_bytes));
+        assert_eq!(
+            storable_entry(&key, 200, &headers, big.as_bytes(), &config, 60, 0),
+            Err(NotStored::TooLarge)
+        );
     }
 
     #[test]

@@ -1,14 +1,19 @@
-//! The per-request HTTP context: reads the request, serves hits, and captures cacheable misses.
+//! The per-request HTTP context: reads the request, serves hits, joins or starts the shared fetch
+//! for misses, and captures plain misses for the cache as they stream back.
 
 use super::metrics::Counter;
 use super::root::Plugin;
 use super::shared::EnvoySharedData;
+use super::worker::{self, Fetch, Outcome, SharedWorker};
 use crate::bypass::Bypass;
-use crate::classify::{classify_body, classify_headers, HeadersVerdict, RequestHead};
+use crate::classify::{classify_body, classify_headers, Classified, HeadersVerdict, RequestHead};
+use crate::coalesce::{Join, LocalJoin};
 use crate::entry::Entry;
+use crate::fetch::FetchRequest;
 use crate::key::CacheKey;
-use crate::policy::{body_storable, response_ttl, NotStored, STORED_HEADERS};
+use crate::policy::{response_ttl, storable_entry, NotStored};
 use crate::store::Lookup;
+use proxy_wasm::hostcalls;
 use proxy_wasm::traits::{Context, HttpContext};
 use proxy_wasm::types::Action;
 use std::rc::Rc;
@@ -17,38 +22,48 @@ use std::time::UNIX_EPOCH;
 const CACHE_HEADER: &str = "x-cache";
 const KEY_HEADER: &str = "x-cache-key";
 const REASON_HEADER: &str = "x-cache-reason";
+/// A flight's lease outlives its fetch timeout by this much before others may take it over.
+const LEASE_GRACE_MS: u64 = 2000;
 
 enum State {
     /// Not a request this filter handles: no header, no counting.
     Ignored,
     Bypassed(Bypass),
     AwaitingBody(RequestHead),
+    /// Paused, waiting for a shared fetch (its own or another request's).
+    Waiting {
+        key: CacheKey,
+    },
     /// Sent upstream; the answer is stored if it qualifies.
     Missed {
         key: CacheKey,
         capture: Option<Capture>,
+        reason: Option<&'static str>,
     },
-    /// Answered from the cache; the response callbacks must leave it alone.
+    /// Answered by the filter; the response callbacks must leave it alone.
     Served,
 }
 
 /// A response being copied for the cache as it streams to the client.
 struct Capture {
-    expires_in_ms: u64,
     status: u16,
-    headers: Vec<(String, String)>,
+    headers: Vec<(String, Vec<u8>)>,
     body: Vec<u8>,
 }
 
 pub struct CacheFilter {
     plugin: Rc<Plugin>,
+    worker: SharedWorker,
+    context_id: u32,
     state: State,
 }
 
 impl CacheFilter {
-    pub fn new(plugin: Rc<Plugin>) -> Self {
+    pub fn new(plugin: Rc<Plugin>, worker: SharedWorker, context_id: u32) -> Self {
         CacheFilter {
             plugin,
+            worker,
+            context_id,
             state: State::Ignored,
         }
     }
@@ -62,34 +77,33 @@ impl CacheFilter {
 
     fn read_head(&self) -> RequestHead {
         let vary_names = &self.plugin.config.vary_headers;
+        let headers = self.get_http_request_headers_bytes();
         let mut head = RequestHead {
             vary: vec![None; vary_names.len()],
             ..RequestHead::default()
         };
-        for (name, value) in self.get_http_request_headers_bytes() {
-            match name.as_str() {
-                ":method" => head.method = value,
-                ":path" => head.path = value,
-                ":authority" => head.authority = value,
-                "content-type" => head.content_type = Some(value),
-                "content-encoding" => head.content_encoding = Some(value),
-                "content-length" => head.content_length = Some(value),
-                "accept" => head.accept = Some(value),
-                "accept-encoding" => head.accept_encoding = Some(value),
-                other => {
-                    if let Some(i) = vary_names.iter().position(|v| v == other) {
-                        // Repeated headers are joined, so every value is part of the key.
-                        match &mut head.vary[i] {
-                            Some(existing) => {
-                                existing.push(b',');
-                                existing.extend_from_slice(&value);
-                            }
-                            slot => *slot = Some(value),
-                        }
-                    }
-                }
+        for (name, value) in &headers {
+            let slot = match name.as_str() {
+                ":method" => &mut head.method,
+                ":path" => &mut head.path,
+                ":authority" => &mut head.authority,
+                "content-type" => head.content_type.get_or_insert_with(Vec::new),
+                "content-encoding" => head.content_encoding.get_or_insert_with(Vec::new),
+                "content-length" => head.content_length.get_or_insert_with(Vec::new),
+                "accept" => head.accept.get_or_insert_with(Vec::new),
+                "accept-encoding" => head.accept_encoding.get_or_insert_with(Vec::new),
+                other => match vary_names.iter().position(|v| v == other) {
+                    Some(i) => head.vary[i].get_or_insert_with(Vec::new),
+                    None => continue,
+                },
+            };
+            // Repeated headers are joined, so every value takes part in the decision and the key.
+            if !slot.is_empty() {
+                slot.push(b',');
             }
+            slot.extend_from_slice(value);
         }
+        head.headers = headers;
         head
     }
 
@@ -103,8 +117,14 @@ impl CacheFilter {
         Action::Continue
     }
 
-    /// Serves the key from the cache, or lets the request go upstream as a miss.
-    fn lookup(&mut self, key: CacheKey) -> Action {
+    /// Serves the key from the cache, or handles the miss.
+    fn lookup(
+        &mut self,
+        classified: Classified,
+        head: &RequestHead,
+        body: Option<Vec<u8>>,
+    ) -> Action {
+        let key = classified.key;
         let now = self.now_ms();
         if let Lookup::Hit(bytes) = self.plugin.table.lookup(&EnvoySharedData, &key, now) {
             if self.serve(&bytes, &key, now) {
@@ -114,8 +134,93 @@ impl CacheFilter {
             }
         }
         self.plugin.metrics.inc(Counter::Misses);
-        self.state = State::Missed { key, capture: None };
+        if self.plugin.config.coalesce {
+            if let Some(action) = self.coalesce(key, head, body, now) {
+                return action;
+            }
+        }
+        self.state = State::Missed {
+            key,
+            capture: None,
+            reason: None,
+        };
         Action::Continue
+    }
+
+    /// Joins this worker's wait for the key, or the cross-worker flight, or starts one. `None`
+    /// means: go upstream alone.
+    fn coalesce(
+        &mut self,
+        key: CacheKey,
+        head: &RequestHead,
+        body: Option<Vec<u8>>,
+        now: u64,
+    ) -> Option<Action> {
+        let config = &self.plugin.config;
+        let joined =
+            self.worker
+                .borrow_mut()
+                .local
+                .join(&key, self.context_id, now, config.max_waiters);
+        match joined {
+            LocalJoin::Joined => {
+                self.state = State::Waiting { key };
+                return Some(Action::Pause);
+            }
+            LocalJoin::Full => return None,
+            LocalJoin::NoFlight => {}
+        }
+        let cluster = match &config.upstream_cluster {
+            Some(c) => c.clone(),
+            None => self.route_cluster()?,
+        };
+        let request = FetchRequest::from_request(cluster, head, body)?;
+        let (id, queue) = {
+            let w = self.worker.borrow();
+            (w.id, w.queue?)
+        };
+        let lease = config.fetch_timeout_ms.saturating_add(LEASE_GRACE_MS);
+        match self
+            .plugin
+            .flights
+            .join(&EnvoySharedData, &key, id, queue, now, lease)
+        {
+            Join::Lead => {
+                {
+                    let mut w = self.worker.borrow_mut();
+                    w.local.start(key, true, self.context_id, now);
+                    w.pending.push(Fetch {
+                        key,
+                        request,
+                        ttl_seconds: config.ttl_seconds,
+                    });
+                }
+                if !worker::request_dispatch(&self.worker) {
+                    let mut w = self.worker.borrow_mut();
+                    w.local.take(&key);
+                    w.pending.retain(|f| f.key != key);
+                    drop(w);
+                    self.plugin
+                        .flights
+                        .complete(&EnvoySharedData, &key, id, None, now);
+                    return None;
+                }
+                self.plugin.metrics.inc(Counter::Leaders);
+            }
+            Join::Follow => self
+                .worker
+                .borrow_mut()
+                .local
+                .start(key, false, self.context_id, now),
+            Join::Alone => return None,
+        }
+        self.state = State::Waiting { key };
+        Some(Action::Pause)
+    }
+
+    fn route_cluster(&self) -> Option<String> {
+        let bytes = hostcalls::get_property(vec!["xds", "cluster_name"]).ok()??;
+        String::from_utf8(bytes).ok().filter(|c| !c.is_empty())
     }
 
     fn serve(&self, bytes: &[u8], key: &CacheKey, now: u64) -> bool {
@@ -136,6 +241,14 @@ impl CacheFilter {
         true
     }
 
+    /// What happened to this request while it waited (set by the root when it let it go).
+    fn take_outcome(&self) -> Option<Outcome> {
+        self.worker
+            .try_borrow_mut()
+            .ok()
+            .and_then(|mut w| w.outcomes.remove(&self.context_id))
+    }
+
     /// Decides at response-header time whether the answer may be stored, and starts copying it.
     fn start_capture(&self, end_of_stream: bool) -> Result<Capture, NotStored> {
         let headers = self.get_http_response_headers_bytes();
@@ -145,7 +258,7 @@ impl CacheFilter {
             .and_then(|(_, v)| std::str::from_utf8(v).ok()?.parse::<u16>().ok())
             .unwrap_or(0);
         let config = &self.plugin.config;
-        let ttl = response_ttl(
+        response_ttl(
             u32::from(status),
             headers.iter().map(|(n, v)| (n.as_str(), v.as_slice())),
             &config.vary_headers,
@@ -154,45 +267,31 @@ impl CacheFilter {
         if end_of_stream {
             return Err(NotStored::NotJson);
         }
-        let mut stored = Vec::new();
-        for (name, value) in headers {
-            if STORED_HEADERS.contains(&name.as_str()) {
-                let value = String::from_utf8(value).map_err(|_| NotStored::NonUtf8Header)?;
-                stored.push((name, value));
-            }
-        }
         Ok(Capture {
-            expires_in_ms: ttl.saturating_mul(1000),
             status,
-            headers: stored,
+            headers,
             body: Vec::new(),
         })
     }
 
-    fn finish_capture(&self, key: &CacheKey, capture: Capture) -> Result<(), NotStored> {
-        body_storable(&capture.body)?;
+    fn finish_capture(&self, key: &CacheKey, capture: Capture) {
         let now = self.now_ms();
-        let entry = Entry {
-            digest: key.digest,
-            stored_at_ms: now,
-            expires_at_ms: now.saturating_add(capture.expires_in_ms),
-            status: capture.status,
-            headers: capture
-                .headers
-                .iter()
-                .map(|(n, v)| (n.as_str(), v.as_str()))
-                .collect(),
-            body: &capture.body,
-        };
-        if entry.encoded_len() > self.plugin.config.max_entry_bytes {
-            return Err(NotStored::TooLarge);
-        }
+        let config = &self.plugin.config;
         let metrics = &self.plugin.metrics;
-        match self
-            .plugin
-            .table
-            .insert(&EnvoySharedData, key, &entry.encode(), now)
-        {
+        let entry = storable_entry(
+            key,
+            capture.status,
+            &capture.headers,
+            &capture.body,
+            config,
+            config.ttl_seconds,
+            now,
+        );
+        let Ok(bytes) = entry else {
+            metrics.inc(Counter::StoreSkipped);
+            return;
+        };
+        match self.plugin.table.insert(&EnvoySharedData, key, &bytes, now) {
             Ok(stored) => {
                 metrics.inc(Counter::Stores);
                 if stored.evicted {
@@ -201,11 +300,47 @@ impl CacheFilter {
             }
             Err(_) => metrics.inc(Counter::StoreFailures),
         }
-        Ok(())
     }
 
-    fn skip_store(&self) {
-        self.plugin.metrics.inc(Counter::StoreSkipped);
+    fn label_miss(&mut self, end_of_stream: bool) {
+        let debug = self.plugin.config.debug_headers;
+        let State::Missed { key, reason, .. } = &self.state else {
+            return;
+        };
+        let (key, reason) = (*key, *reason);
+        self.set_http_response_header(CACHE_HEADER, Some("MISS"));
+        if debug {
+            self.set_http_response_header(KEY_HEADER, Some(&key.hex()));
+        }
+        let not_stored = match self.start_capture(end_of_stream) {
+            Ok(capture) => {
+                self.state = State::Missed {
+                    key,
+                    capture: Some(capture),
+                    reason,
+                };
+                reason
+            }
+            Err(why) => {
+                self.plugin.metrics.inc(Counter::StoreSkipped);
+                Some(reason.unwrap_or(why.as_str()))
+            }
+        };
+        if let (true, Some(r)) = (debug, not_stored) {
+            self.set_http_response_header(REASON_HEADER, Some(r));
+        }
+    }
+}
+
+impl Drop for CacheFilter {
+    fn drop(&mut self) {
+        // A client that left while waiting must not be answered later.
+        if let Ok(mut w) = self.worker.try_borrow_mut() {
+            if matches!(self.state, State::Waiting { .. }) {
+                w.local.remove_waiter(self.context_id);
+            }
+            w.outcomes.remove(&self.context_id);
+        }
     }
 }
 
@@ -217,7 +352,7 @@ impl HttpContext for CacheFilter {
         match classify_headers(&self.plugin.config, &head, end_of_stream) {
             HeadersVerdict::NotHandled => Action::Continue,
             HeadersVerdict::Bypass(reason) => self.bypass(reason),
-            HeadersVerdict::Ready(classified) => self.lookup(classified.key),
+            HeadersVerdict::Ready(classified) => self.lookup(classified, &head, None),
             HeadersVerdict::NeedBody => {
                 // Held with `allow_on_headers_stop_iteration`: nothing goes upstream until the
                 // body has been read and the request is known to be a miss.
@@ -242,7 +377,7 @@ impl HttpContext for CacheFilter {
         };
         let body = self.get_http_request_body(0, body_size).unwrap_or_default();
         match classify_body(&self.plugin.config, &head, &body) {
-            Ok(classified) => self.lookup(classified.key),
+            Ok(classified) => self.lookup(classified, &head, Some(body)),
             Err(reason) => self.bypass(reason),
         }
     }
@@ -256,36 +391,42 @@ impl HttpContext for CacheFilter {
     }
 
     fn on_http_response_headers(&mut self, _num_headers: usize, end_of_stream: bool) -> Action {
-        let debug = self.plugin.config.debug_headers;
+        if let State::Waiting { key } = self.state {
+            match self.take_outcome() {
+                Some(Outcome::Answered) => {
+                    self.state = State::Served;
+                    return Action::Continue;
+                }
+                Some(Outcome::Released(reason)) => {
+                    self.state = State::Missed {
+                        key,
+                        capture: None,
+                        reason: Some(reason),
+                    }
+                }
+                // A response while still waiting comes from Envoy itself (e.g. a timeout).
+                None => {
+                    if let Ok(mut w) = self.worker.try_borrow_mut() {
+                        w.local.remove_waiter(self.context_id);
+                    }
+                    self.state = State::Missed {
+                        key,
+                        capture: None,
+                        reason: Some("envoy-reply"),
+                    }
+                }
+            }
+        }
         match &self.state {
-            State::Ignored | State::Served | State::AwaitingBody(_) => {}
+            State::Ignored | State::Served | State::AwaitingBody(_) | State::Waiting { .. } => {}
             State::Bypassed(reason) => {
+                let reason = *reason;
                 self.set_http_response_header(CACHE_HEADER, Some("BYPASS"));
-                if debug {
+                if self.plugin.config.debug_headers {
                     self.set_http_response_header(REASON_HEADER, Some(reason.as_str()));
                 }
             }
-            State::Missed { key, .. } => {
-                let key = *key;
-                self.set_http_response_header(CACHE_HEADER, Some("MISS"));
-                if debug {
-                    self.set_http_response_header(KEY_HEADER, Some(&key.hex()));
-                }
-                match self.start_capture(end_of_stream) {
-                    Ok(capture) => {
-                        self.state = State::Missed {
-                            key,
-                            capture: Some(capture),
-                        };
-                    }
-                    Err(reason) => {
-                        self.skip_store();
-                        if debug {
-                            self.set_http_response_header(REASON_HEADER, Some(reason.as_str()));
-                        }
-                    }
-                }
-            }
+            State::Missed { .. } => self.label_miss(end_of_stream),
         }
         Action::Continue
     }
@@ -300,26 +441,30 @@ impl HttpContext for CacheFilter {
         };
         if c.body.len() + body_size > limit {
             *capture = None;
-            self.skip_store();
+            self.plugin.metrics.inc(Counter::StoreSkipped);
             return Action::Continue;
         }
-        if body_size > 0 {
-            if let Some(chunk) = self.get_http_response_body(0, body_size) {
-                if let State::Missed {
-                    capture: Some(c), ..
-                } = &mut self.state
-                {
-                    c.body.extend_from_slice(&chunk);
-                }
-            }
+        let chunk = if body_size > 0 {
+            self.get_http_response_body(0, body_size)
+        } else {
+            None
+        };
+        let State::Missed {
+            key,
+            capture: Some(c),
+            ..
+        } = &mut self.state
+        else {
+            return Action::Continue;
+        };
+        if let Some(chunk) = chunk {
+            c.body.extend_from_slice(&chunk);
         }
         if end_of_stream {
-            if let State::Missed { key, capture } = &mut self.state {
-                let key = *key;
+            let key = *key;
+            if let State::Missed { capture, .. } = &mut self.state {
                 if let Some(c) = capture.take() {
-                    if self.finish_capture(&key, c).is_err() {
-                        self.skip_store();
-                    }
+                    self.finish_capture(&key, c);
                 }
             }
         }
@@ -329,7 +474,7 @@ impl HttpContext for CacheFilter {
     fn on_http_response_trailers(&mut self, _num_trailers: usize) -> Action {
         if let State::Missed { capture, .. } = &mut self.state {
             if capture.take().is_some() {
-                self.skip_store();
+                self.plugin.metrics.inc(Counter::StoreSkipped);
             }
         }
         Action::Continue

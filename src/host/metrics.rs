@@ -13,9 +13,13 @@ pub enum Counter {
     StoreSkipped,
     StoreFailures,
     Evictions,
+    Coalesced,
+    Leaders,
+    WaitTimeouts,
+    FetchFailures,
 }
 
-const ALL: [(Counter, &str); 8] = [
+const ALL: [(Counter, &str); 12] = [
     (Counter::Hits, "graphql_cache.hits"),
     (Counter::Misses, "graphql_cache.misses"),
     (Counter::Bypasses, "graphql_cache.bypasses"),
@@ -24,6 +28,10 @@ const ALL: [(Counter, &str); 8] = [
     (Counter::StoreSkipped, "graphql_cache.store_skipped"),
     (Counter::StoreFailures, "graphql_cache.store_failures"),
     (Counter::Evictions, "graphql_cache.evictions"),
+    (Counter::Coalesced, "graphql_cache.coalesced"),
+    (Counter::Leaders, "graphql_cache.leaders"),
+    (Counter::WaitTimeouts, "graphql_cache.wait_timeouts"),
+    (Counter::FetchFailures, "graphql_cache.fetch_failures"),
 ];
 
 /// Metric ids, defined once per VM. A counter the host refused to define is silently skipped:

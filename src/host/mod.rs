@@ -5,6 +5,7 @@ mod filter;
 mod metrics;
 mod root;
 mod shared;
+mod worker;
 
 proxy_wasm::main! {{
     proxy_wasm::set_log_level(proxy_wasm::types::LogLevel::Info);

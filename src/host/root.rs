@@ -1,62 +1,120 @@
-//! The root context: parses the configuration once and hands each request a shared, immutable
-//! view of it.
+//! The root context: parses the configuration once, owns this worker's wake-up queue and timer,
+//! and runs the shared fetches (see `worker`).
 
 use super::filter::CacheFilter;
 use super::metrics::Metrics;
+use super::shared::EnvoySharedData;
+use super::worker::{self, SharedWorker, Worker};
+use crate::coalesce::FlightTable;
 use crate::config::Config;
 use crate::store::SlotTable;
 use proxy_wasm::hostcalls;
 use proxy_wasm::traits::{Context, HttpContext, RootContext};
 use proxy_wasm::types::{ContextType, LogLevel};
+use std::collections::hash_map::RandomState;
+use std::hash::BuildHasher;
 use std::rc::Rc;
 
 /// Everything a request needs that is fixed at configuration time.
 pub struct Plugin {
     pub config: Config,
     pub table: SlotTable,
+    pub flights: FlightTable,
     pub metrics: Metrics,
+}
+
+impl Plugin {
+    fn new(config: Config, metrics: Metrics) -> Plugin {
+        Plugin {
+            table: SlotTable::new(config.cache_slots),
+            flights: FlightTable::new(config.flight_slots),
+            config,
+            metrics,
+        }
+    }
 }
 
 pub struct CacheRoot {
     plugin: Rc<Plugin>,
+    worker: SharedWorker,
 }
 
 impl CacheRoot {
     pub fn new() -> Self {
-        let config = Config::default();
+        // WASI's random_get seeds RandomState: a per-VM id without a worker-id property.
+        let id = RandomState::new().hash_one(0x6771_6c63u64);
         CacheRoot {
-            plugin: Rc::new(Plugin {
-                table: SlotTable::new(config.cache_slots),
-                config,
-                metrics: Metrics::default(),
-            }),
+            plugin: Rc::new(Plugin::new(Config::default(), Metrics::default())),
+            worker: Rc::new(std::cell::RefCell::new(Worker {
+                id,
+                ..Worker::default()
+            })),
+        }
+    }
+
+    fn ensure_queue(&self) {
+        if self.worker.borrow().queue.is_some() {
+            return;
+        }
+        let name = format!("graphql-cache/wake/{:016x}", self.worker.borrow().id);
+        match hostcalls::register_shared_queue(&name) {
+            Ok(token) => self.worker.borrow_mut().queue = Some(token),
+            Err(_) => {
+                let _ = hostcalls::log(
+                    LogLevel::Warn,
+                    "graphql-cache: no wake-up queue; coalescing off",
+                );
+            }
         }
     }
 }
 
-impl Context for CacheRoot {}
+impl Context for CacheRoot {
+    fn on_http_call_response(
+        &mut self,
+        token_id: u32,
+        num_headers: usize,
+        body_size: usize,
+        _num_trailers: usize,
+    ) {
+        worker::on_fetch_response(&self.plugin, &self.worker, token_id, num_headers, body_size);
+    }
+}
 
 impl RootContext for CacheRoot {
     fn on_configure(&mut self, _plugin_configuration_size: usize) -> bool {
         let bytes = self.get_plugin_configuration().unwrap_or_default();
-        match Config::parse(&bytes) {
-            Ok(config) => {
-                self.plugin = Rc::new(Plugin {
-                    table: SlotTable::new(config.cache_slots),
-                    config,
-                    metrics: Metrics::define(),
-                });
-                true
-            }
+        let config = match Config::parse(&bytes) {
+            Ok(config) => config,
             Err(e) => {
                 let _ = hostcalls::log(LogLevel::Error, &format!("graphql-cache: {e}"));
-                false
+                return false;
             }
+        };
+        let coalesce = config.coalesce;
+        self.plugin = Rc::new(Plugin::new(config, Metrics::define()));
+        if coalesce {
+            self.ensure_queue();
+            self.plugin.flights.precreate(&EnvoySharedData);
+            let _ = hostcalls::set_tick_period(worker::TICK);
         }
+        true
     }
 
-    fn create_http_context(&self, _context_id: u32) -> Option<Box<dyn HttpContext>> {
-        Some(Box::new(CacheFilter::new(Rc::clone(&self.plugin))))
+    fn on_queue_ready(&mut self, queue_id: u32) {
+        worker::on_queue_ready(&self.plugin, &self.worker, queue_id);
+    }
+
+    fn on_tick(&mut self) {
+        worker::on_tick(&self.plugin, &self.worker);
+    }
+
+    fn create_http_context(&self, context_id: u32) -> Option<Box<dyn HttpContext>> {
+        Some(Box::new(CacheFilter::new(
+            Rc::clone(&self.plugin),
+            Rc::clone(&self.worker),
+            context_id,
+        )))
     }
 
     fn get_type(&self) -> Option<ContextType> {

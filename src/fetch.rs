@@ -1,0 +1,98 @@
+//! The shared upstream fetch: the HTTP callout a leader makes on behalf of a key.
+
+use crate::classify::RequestHead;
+
+/// Request headers that belong to the client's connection and must not be replayed.
+const HOP_BY_HOP: &[&str] = &[
+    "connection",
+    "keep-alive",
+    "proxy-connection",
+    "transfer-encoding",
+    "te",
+    "trailer",
+    "upgrade",
+    "content-length",
+    "expect",
+];
+
+/// What the callout sends: the original method, path, authority, end-to-end headers and body.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FetchRequest {
+    pub cluster: String,
+    pub headers: Vec<(String, String)>,
+    pub body: Option<Vec<u8>>,
+}
+
+impl FetchRequest {
+    /// `None` when a header is not text (the callout API takes text only): such a request is not
+    /// coalesced and goes upstream itself.
+    pub fn from_request(
+        cluster: String,
+        head: &RequestHead,
+        body: Option<Vec<u8>>,
+    ) -> Option<FetchRequest> {
+        let text = |v: &[u8]| std::str::from_utf8(v).ok().map(str::to_string);
+        let mut headers = vec![
+            (":method".to_string(), text(&head.method)?),
+            (":path".to_string(), text(&head.path)?),
+            (":authority".to_string(), text(&head.authority)?),
+        ];
+        for (name, value) in &head.headers {
+            if name.starts_with(':') || HOP_BY_HOP.contains(&name.as_str()) {
+                continue;
+            }
+            headers.push((name.clone(), text(value)?));
+        }
+        Some(FetchRequest {
+            cluster,
+            headers,
+            body: body.filter(|b| !b.is_empty()),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn head() -> RequestHead {
+        RequestHead {
+            method: b"POST".to_vec(),
+            path: b"/graphql?x=1".to_vec(),
+            authority: b"api.example".to_vec(),
+            headers: vec![
+                (":method".into(), b"POST".to_vec()),
+                ("content-type".into(), b"application/json".to_vec()),
+                ("content-length".into(), b"12".to_vec()),
+                ("connection".into(), b"keep-alive".to_vec()),
+                ("authorization".into(), b"Bearer a".to_vec()),
+            ],
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn carries_the_request_minus_connection_headers() {
+        let f = FetchRequest::from_request("origin".into(), &head(), Some(b"{}".to_vec())).unwrap();
+        let names: Vec<&str> = f.headers.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(
+            names,
+            vec![
+                ":method",
+                ":path",
+                ":authority",
+                "content-type",
+                "authorization"
+            ]
+        );
+        assert_eq!(f.headers[1].1, "/graphql?x=1");
+        assert_eq!(f.body.as_deref(), Some(&b"{}"[..]));
+    }
+
+    #[test]
+    fn binary_headers_are_not_fetched_on_anyone_s_behalf() {
+        let mut h = head();
+        h.headers.push(("x-bin".into(), b"\xff".to_vec()));
+        assert_eq!(FetchRequest::from_request("origin".into(), &h, None), None);
+    }
+}
