@@ -484,6 +484,11 @@ impl LocalFlights {
             .collect()
     }
 
+    /// Whether this worker waits on `key` without leading it.
+    pub fn is_following(&self, key: &CacheKey) -> bool {
+        self.flights.get(key).is_some_and(|f| !f.leading)
+    }
+
     /// When the longest-waiting request on `key` started waiting.
     pub fn oldest_wait(&self, key: &CacheKey) -> Option<u64> {
         self.flights
@@ -683,6 +688,7 @@ mod tests {
         l.start(k, false, 5, 7);
         assert_eq!(l.followed_keys(), vec![k]);
         assert_eq!(l.oldest_wait(&k), Some(7));
+        assert!(l.is_following(&k));
         l.remove_waiter(5);
         assert!(l.is_empty(), "a followed flight with no waiters is dropped");
     }

@@ -17,9 +17,10 @@ pub enum Counter {
     Leaders,
     WaitTimeouts,
     FetchFailures,
+    LateWakeups,
 }
 
-const ALL: [(Counter, &str); 12] = [
+const ALL: [(Counter, &str); 13] = [
     (Counter::Hits, "graphql_cache.hits"),
     (Counter::Misses, "graphql_cache.misses"),
     (Counter::Bypasses, "graphql_cache.bypasses"),
@@ -32,6 +33,7 @@ const ALL: [(Counter, &str); 12] = [
     (Counter::Leaders, "graphql_cache.leaders"),
     (Counter::WaitTimeouts, "graphql_cache.wait_timeouts"),
     (Counter::FetchFailures, "graphql_cache.fetch_failures"),
+    (Counter::LateWakeups, "graphql_cache.late_wakeups"),
 ];
 
 /// Metric ids, defined once per VM. A counter the host refused to define is silently skipped:

@@ -87,7 +87,7 @@ pub fn on_queue_ready(plugin: &Plugin, worker: &SharedWorker, queue_id: u32) {
             Some((&MSG_WAKE, digest)) if digest.len() == 32 => {
                 let mut key = CacheKey { digest: [0; 32] };
                 key.digest.copy_from_slice(digest);
-                check_followed(plugin, worker, &key);
+                let _ = check_followed(plugin, worker, &key);
             }
             _ => {}
         }
@@ -258,24 +258,21 @@ fn finish(
     }
 }
 
-/// Root: a followed key may be done (a wake-up arrived, or the fallback timer asks).
-fn check_followed(plugin: &Plugin, worker: &SharedWorker, key: &CacheKey) {
+/// Root: a followed key may be done (a wake-up arrived, or the fallback timer asks). Returns
+/// whether its waiters were let go.
+fn check_followed(plugin: &Plugin, worker: &SharedWorker, key: &CacheKey) -> bool {
     let (id, queue, following) = {
         let w = worker.borrow();
-        (
-            w.id,
-            w.queue.unwrap_or_default(),
-            w.local.followed_keys().contains(key),
-        )
+        (w.id, w.queue.unwrap_or_default(), w.local.is_following(key))
     };
     if !following {
-        return;
+        return false;
     }
     match plugin
         .flights
         .peek(&EnvoySharedData, key, id, queue, now_ms())
     {
-        Peek::Waiting => {}
+        Peek::Waiting => false,
         Peek::Done(Some(bytes)) => {
             let flight = worker.borrow_mut().local.take(key);
             let response = Response::decode_from_flight(&bytes, key);
@@ -285,12 +282,14 @@ fn check_followed(plugin: &Plugin, worker: &SharedWorker, key: &CacheKey) {
                     None => release(worker, &waiter, "unreadable-result"),
                 }
             }
+            true
         }
         Peek::Done(None) | Peek::Gone => {
             let flight = worker.borrow_mut().local.take(key);
             for waiter in flight.map(|f| f.waiters).unwrap_or_default() {
                 release(worker, &waiter, "leader-gone");
             }
+            true
         }
     }
 }
@@ -320,7 +319,10 @@ pub fn on_tick(plugin: &Plugin, worker: &SharedWorker) {
             .collect()
     };
     for key in stale {
-        check_followed(plugin, worker, &key);
+        // Resolved by the timer rather than a wake-up: a lost or late wake-up, worth counting.
+        if check_followed(plugin, worker, &key) {
+            plugin.metrics.inc(Counter::LateWakeups);
+        }
     }
     let (id, due) = {
         let mut w = worker.borrow_mut();

@@ -169,6 +169,8 @@ static_resources:
   listeners:
   - name: main
     address: {{ socket_address: {{ address: 127.0.0.1, port_value: 0 }} }}
+    # Spread connections evenly over the workers, so concurrent tests exercise both.
+    connection_balance_config: {{ exact_balance: {{}} }}
     filter_chains:
     - filters:
       - name: envoy.filters.network.http_connection_manager
@@ -299,6 +301,19 @@ impl Envoy {
             .find_map(|l| l.strip_prefix(&format!("{name}: ")))
             .and_then(|v| v.trim().parse().ok())
             .unwrap_or(0)
+    }
+
+    /// Downstream connections each worker accepted on the main listener.
+    pub fn worker_connections(&self) -> Vec<u64> {
+        let r = http(
+            self.admin_port,
+            Req::get("/stats?filter=^listener\\..*worker_.*downstream_cx_total$"),
+        );
+        let text = String::from_utf8_lossy(&r.body).to_string();
+        text.lines()
+            .filter(|l| !l.contains("admin"))
+            .filter_map(|l| l.rsplit(": ").next()?.trim().parse().ok())
+            .collect()
     }
 
     /// A filter counter, `wasmcustom.graphql_cache.<name>`.
