@@ -58,6 +58,9 @@ validate: $(ENVOY) build
 	  echo "validate $$f"; \
 	  (cd envoy && ln -sf ../$(WASM) graphql_cache.wasm && $(ENVOY) --mode validate -c $$(basename $$f) -l error) >/dev/null || exit 1; \
 	done
+	@if command -v docker-compose >/dev/null; then \
+	  echo "validate envoy/docker-compose.yml"; docker-compose -f envoy/docker-compose.yml config -q; \
+	else echo "docker-compose not installed: envoy/docker-compose.yml not validated (apt-get install docker-compose)"; fi
 
 unit:
 	$(CARGO) test --workspace --lib --bins

@@ -8,7 +8,7 @@ root="$(dirname "$here")"
 ENVOY="${ENVOY:-$root/.tools/bin/envoy}"
 WASM="${WASM:-target/wasm32-wasip1/release/graphql_cache.wasm}"
 ORIGIN="${ORIGIN:-target/release/graphql-origin}"
-CONFIG="${DEMO_CONFIG:-minimal.yaml}"
+CONFIG="${DEMO_CONFIG:-envoy.yaml}"
 URL=http://127.0.0.1:8080/graphql
 logs="$root/.tools/demo"
 mkdir -p "$logs"
@@ -29,33 +29,70 @@ for _ in $(seq 1 100); do
 done
 curl -fs http://127.0.0.1:9901/ready >/dev/null || { echo "Envoy did not start; see $logs/envoy.log"; cat "$logs/envoy.log"; exit 1; }
 
-Q='{"query":"{ users { id name } requestCount }"}'
+ALICE="$(cat "$here/tokens/alice.jwt")"
+BOB="$(cat "$here/tokens/bob.jwt")"
+PUBLIC='{"query":"{ users { id name } requestCount }"}'
+PRIVATE='{"query":"{ me { id name } }"}'
 show() { echo; echo "\$ $1"; }
 origin_count() { curl -s http://127.0.0.1:8081/_origin/count; }
 fail() { echo "DEMO FAILED: $*"; exit 1; }
+ask() { # token body -> full response
+  if [ -n "$1" ]; then
+    curl -si "$URL" -H 'content-type: application/json' -H "authorization: Bearer $1" -d "$2"
+  else
+    curl -si "$URL" -H 'content-type: application/json' -d "$2"
+  fi
+}
 
-echo "Envoy with the GraphQL cache listens on $URL (origin: 127.0.0.1:8081, admin: 127.0.0.1:9901)."
-show "curl -si $URL -H 'content-type: application/json' -d '$Q'"
-first=$(curl -si $URL -H 'content-type: application/json' -d "$Q"); echo "$first"
+echo "Envoy (jwt_authn -> local_ratelimit -> GraphQL cache -> router) listens on $URL"
+echo "origin: 127.0.0.1:8081, admin: 127.0.0.1:9901, demo tokens: envoy/tokens/{alice,bob}.jwt"
+
+echo; echo "== 1. A public query: MISS, then HIT from Envoy (the origin is not asked again)"
+show "curl -si $URL -H 'content-type: application/json' -H \"authorization: Bearer \$(cat envoy/tokens/alice.jwt)\" -d '$PUBLIC'"
+first=$(ask "$ALICE" "$PUBLIC"); echo "$first"
 echo; echo "origin count: $(origin_count)"
 sleep 1
-show "curl -si $URL -H 'content-type: application/json' -d '$Q'"
-second=$(curl -si $URL -H 'content-type: application/json' -d "$Q"); echo "$second"
-echo; echo "origin count: $(origin_count)   <- unchanged: the second answer came from Envoy"
-
+show "(the same again, as Bob)"
+second=$(ask "$BOB" "$PUBLIC"); echo "$second"
+echo; echo "origin count: $(origin_count)   <- unchanged: the answer came from Envoy's cache, shared by all users"
 grep -qi '^x-cache: MISS' <<<"$first" || fail "first request was not a MISS"
 grep -qi '^x-cache: HIT' <<<"$second" || fail "second request was not a HIT"
 grep -qi '^age: ' <<<"$second" || fail "the hit has no age header"
 [ "$(origin_count)" = '{"requests":1}' ] || fail "origin saw $(origin_count)"
 
-show "curl -si '$URL?query=%7B%20posts%20%7B%20title%20%7D%20%7D'   # GET works too"
-curl -si "$URL?query=%7B%20posts%20%7B%20title%20%7D%20%7D" | grep -i '^x-cache'
-show "curl -s http://127.0.0.1:9901/stats | grep graphql_cache"
-curl -s http://127.0.0.1:9901/stats | grep wasmcustom.graphql_cache
+echo; echo "== 2. A private query: each user gets their own answer (scoped by the JWT's sub)"
+show "curl -s $URL -H 'content-type: application/json' -H \"authorization: Bearer \$(cat envoy/tokens/alice.jwt)\" -d '$PRIVATE'"
+a=$(ask "$ALICE" "$PRIVATE"); echo "$a" | grep -i '^x-cache:'; echo "$a" | tail -1; echo
+show "(the same as Bob)"
+b=$(ask "$BOB" "$PRIVATE"); echo "$b" | grep -i '^x-cache:'; echo "$b" | tail -1; echo
+a2=$(ask "$ALICE" "$PRIVATE")
+grep -q '"Alice"' <<<"$a" || fail "Alice did not get her data"
+grep -q '"Bob"' <<<"$b" || fail "Bob did not get his data"
+grep -q '"Alice"' <<<"$a2" && grep -qi '^x-cache: HIT' <<<"$a2" || fail "Alice's second request was not her cached entry"
 
+echo; echo "== 3. No token: 401 from jwt_authn, even though the query is cached"
+show "curl -si $URL -H 'content-type: application/json' -d '$PUBLIC'"
+before=$(origin_count)
+n=$(ask "" "$PUBLIC"); echo "$n" | head -1; echo "$n" | tail -1; echo
+grep -q '^HTTP/1.1 401' <<<"$n" || fail "a request without a token was not rejected"
+[ "$(origin_count)" = "$before" ] || fail "the rejected request reached the origin"
+
+echo; echo "== 4. The rate limit (20 requests a minute) applies to cache hits too"
+codes=""
+for i in $(seq 1 25); do
+  code=$(curl -s -o /dev/null -w '%{http_code}' "$URL" -H 'content-type: application/json' -H "authorization: Bearer $ALICE" -d "$PUBLIC")
+  codes="$codes $code"
+  [ "$code" = 429 ] && break
+done
+echo "status codes:$codes"
+grep -q 429 <<<"$codes" || fail "the rate limit never answered 429"
+echo "(the bucket refills within a minute)"
+
+show "curl -s http://127.0.0.1:9901/stats | grep -E 'graphql_cache|graphql_rate_limit|jwt_authn'"
+curl -s http://127.0.0.1:9901/stats | grep -E 'wasmcustom.graphql_cache|graphql_rate_limit.http_local_rate_limit.rate_limited|jwt_authn.allowed|jwt_authn.denied'
 echo
 echo "Demo OK. Try it yourself:"
-echo "  curl -si $URL -H 'content-type: application/json' -d '$Q'"
+echo "  curl -si $URL -H 'content-type: application/json' -H \"authorization: Bearer \$(cat envoy/tokens/bob.jwt)\" -d '$PRIVATE'"
 echo "  curl -s http://127.0.0.1:9901/stats | grep graphql_cache"
 secs="${DEMO_SECONDS:-}"
 if [ "$secs" = "0" ]; then exit 0; fi

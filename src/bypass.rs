@@ -10,6 +10,12 @@ pub enum Bypass {
     Mutation,
     Subscription,
     CacheDisabled,
+    /// The route's metadata turns caching off.
+    RouteDisabled,
+    /// A rule says this operation is never cached.
+    NotCachedByRule,
+    /// The operation is private and the request carries no identity.
+    NoIdentity,
     // Input that is broken or beyond configured limits: these also count as rejected inputs.
     BodyTooLarge,
     EmptyBody,
@@ -38,6 +44,9 @@ impl Bypass {
             Bypass::Mutation => "mutation",
             Bypass::Subscription => "subscription",
             Bypass::CacheDisabled => "cache-disabled",
+            Bypass::RouteDisabled => "route-disabled",
+            Bypass::NotCachedByRule => "rule-no-cache",
+            Bypass::NoIdentity => "no-identity",
             Bypass::BodyTooLarge => "body-too-large",
             Bypass::EmptyBody => "empty-body",
             Bypass::MalformedJson => "malformed-json",
@@ -67,6 +76,9 @@ impl Bypass {
                 | Bypass::Mutation
                 | Bypass::Subscription
                 | Bypass::CacheDisabled
+                | Bypass::RouteDisabled
+                | Bypass::NotCachedByRule
+                | Bypass::NoIdentity
         )
     }
 }

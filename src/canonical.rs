@@ -100,14 +100,8 @@ pub fn canonicalize(
         print_selection_set(&mut out, &fragment.selection_set);
     }
 
-    let root_fields = selection
-        .items
-        .iter()
-        .filter_map(|s| match s {
-            Selection::Field(f) => Some(f.name.to_string()),
-            _ => None,
-        })
-        .collect();
+    let mut root_fields = Vec::new();
+    collect_root_fields(selection, &fragments, &mut Vec::new(), &mut root_fields);
     Ok(CanonicalOperation {
         kind,
         name: name.map(str::to_string),
@@ -222,6 +216,36 @@ fn used_fragments<'d, 'a>(
         collect_spreads(&def.selection_set, &mut pending);
     }
     Ok(used.into_values().collect())
+}
+
+/// Top-level field names, including those selected through fragments at the top level (each
+/// fragment visited once), for per-field policy.
+fn collect_root_fields<'a>(
+    set: &SelectionSet<'a, Txt<'a>>,
+    fragments: &Fragments<'_, 'a>,
+    visited: &mut Vec<&'a str>,
+    out: &mut Vec<String>,
+) {
+    for item in &set.items {
+        match item {
+            Selection::Field(f) => {
+                if !out.iter().any(|o| o == f.name) {
+                    out.push(f.name.to_string());
+                }
+            }
+            Selection::InlineFragment(i) => {
+                collect_root_fields(&i.selection_set, fragments, visited, out)
+            }
+            Selection::FragmentSpread(s) => {
+                if !visited.contains(&s.fragment_name) {
+                    visited.push(s.fragment_name);
+                    if let Some(def) = fragments.get(s.fragment_name) {
+                        collect_root_fields(&def.selection_set, fragments, visited, out);
+                    }
+                }
+            }
+        }
+    }
 }
 
 fn count_fields<'a>(set: &SelectionSet<'a, Txt<'a>>) -> usize {
@@ -574,7 +598,14 @@ mod tests {
         .unwrap();
         assert_eq!(c.kind, OperationKind::Query);
         assert_eq!(c.name.as_deref(), Some("Q"));
-        assert_eq!(c.root_fields, vec!["me", "users"]);
+        assert_eq!(c.root_fields, vec!["me", "users", "x"]);
+        let nested = canonicalize(
+            "{ a ... on Query { b ...F } } fragment F on Query { c ...F }",
+            None,
+            lim(64),
+        )
+        .unwrap();
+        assert_eq!(nested.root_fields, vec!["a", "b", "c"]);
         assert_eq!(
             canonicalize("mutation { a }", None, lim(64)).unwrap().kind,
             OperationKind::Mutation

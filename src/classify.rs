@@ -8,6 +8,7 @@ use crate::key::{build_key, CacheKey, KeyContext};
 use crate::request::{
     is_json_content_type, parse_get_query, parse_post_body, split_path, GraphQlRequest,
 };
+use crate::rules::{request_policy, Policy, RouteOverride, Scope};
 
 /// What the filter read from the request headers. Owned bytes: header values need not be UTF-8.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -25,6 +26,10 @@ pub struct RequestHead {
     pub vary: Vec<Option<Vec<u8>>>,
     /// Every request header as received, for replaying the request in a shared fetch.
     pub headers: Vec<(String, Vec<u8>)>,
+    /// The caller's identity from the configured source (JWT claim or auth header).
+    pub identity: Option<Vec<u8>>,
+    /// What the route's metadata says.
+    pub route: RouteOverride,
 }
 
 /// A cacheable request, identified.
@@ -32,6 +37,7 @@ pub struct RequestHead {
 pub struct Classified {
     pub key: CacheKey,
     pub operation: CanonicalOperation,
+    pub policy: Policy,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -129,6 +135,22 @@ fn identify(
         OperationKind::Mutation => return Err(Bypass::Mutation),
         OperationKind::Subscription => return Err(Bypass::Subscription),
     }
+    let policy = request_policy(
+        config.ttl_seconds,
+        config.default_scope,
+        &config.rules,
+        &operation,
+        head.route,
+    )?;
+    let scope = match policy.scope {
+        Scope::Public => None,
+        Scope::Private => Some(
+            head.identity
+                .as_deref()
+                .filter(|id| !id.is_empty())
+                .ok_or(Bypass::NoIdentity)?,
+        ),
+    };
     let ctx = KeyContext {
         method: &head.method,
         authority: &head.authority,
@@ -141,10 +163,14 @@ fn identify(
             .zip(head.vary.iter().chain(std::iter::repeat(&None)))
             .map(|(name, value)| (name.as_str(), value.as_deref()))
             .collect(),
-        scope: None,
+        scope,
     };
     let key = build_key(&ctx, req, &operation);
-    Ok(Classified { key, operation })
+    Ok(Classified {
+        key,
+        operation,
+        policy,
+    })
 }
 
 fn parse_length(v: &[u8]) -> Option<u64> {
@@ -250,6 +276,47 @@ mod tests {
             classify_body(&c, &a, body).unwrap().key,
             classify_body(&c, &b, body).unwrap().key
         );
+    }
+
+    #[test]
+    fn private_operations_are_keyed_by_identity_and_need_one() {
+        let c = Config::parse(
+            br#"{"identity":{"source":"header","header":"x-user"},"rules":[{"field":"users","scope":"public"}]}"#,
+        )
+        .unwrap();
+        let mut alice = head("POST", "/graphql");
+        alice.identity = Some(b"alice".to_vec());
+        let mut bob = alice.clone();
+        bob.identity = Some(b"bob".to_vec());
+        let anonymous = head("POST", "/graphql");
+        let private = br#"{"query":"{ me { id } }"}"#;
+        let public = br#"{"query":"{ users { id } }"}"#;
+        let a = classify_body(&c, &alice, private).unwrap();
+        assert_eq!(a.policy.scope, Scope::Private);
+        assert_ne!(a.key, classify_body(&c, &bob, private).unwrap().key);
+        assert_eq!(
+            classify_body(&c, &anonymous, private),
+            Err(Bypass::NoIdentity)
+        );
+        assert_eq!(
+            classify_body(&c, &alice, public).unwrap().key,
+            classify_body(&c, &bob, public).unwrap().key
+        );
+        assert!(classify_body(&c, &anonymous, public).is_ok());
+    }
+
+    #[test]
+    fn route_overrides_reach_the_policy() {
+        let c = Config::default();
+        let mut h = head("POST", "/graphql");
+        h.route = RouteOverride {
+            ttl_seconds: Some(3),
+            disabled: false,
+        };
+        let body = br#"{"query":"{ a }"}"#;
+        assert_eq!(classify_body(&c, &h, body).unwrap().policy.ttl_seconds, 3);
+        h.route.disabled = true;
+        assert_eq!(classify_body(&c, &h, body), Err(Bypass::RouteDisabled));
     }
 
     #[test]

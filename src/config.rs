@@ -3,11 +3,13 @@
 //! Every error names the field it is about, because the only place an operator sees it is one log
 //! line when Envoy refuses to load the plugin.
 
+use crate::rules::{Matcher, Rule, Scope};
 use serde::Deserialize;
 use std::fmt;
 
 /// Hard ceilings that keep a typo from turning into an unbounded allocation in Envoy's heap.
 const MAX_SLOTS: u64 = 1 << 20;
+const MAX_TTL_SECONDS: u64 = 365 * 24 * 3600;
 const MAX_ENTRY_BYTES: u64 = 64 << 20;
 const MAX_TOTAL_CACHE_BYTES: u64 = 8 << 30;
 const MAX_QUERY_FIELDS: u64 = 1_000_000;
@@ -47,6 +49,41 @@ pub struct Config {
     pub max_waiters: usize,
     /// Cluster for the shared fetch; `None` means the route's cluster.
     pub upstream_cluster: Option<String>,
+    /// Where a request's identity comes from, for private entries.
+    pub identity: Option<IdentitySource>,
+    /// Scope of operations no rule names.
+    pub default_scope: Scope,
+    /// Per-operation and per-field policy.
+    pub rules: Vec<Rule>,
+    /// `filter_metadata` namespace read from the route for per-route overrides; `None` = off.
+    pub route_metadata: Option<String>,
+}
+
+/// Where the identity that scopes private entries comes from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum IdentitySource {
+    /// A claim of the JWT verified by `envoy.filters.http.jwt_authn`, which must store the
+    /// payload in dynamic metadata under `payload_key` (`payload_in_metadata`).
+    JwtClaim { payload_key: String, claim: String },
+    /// A request header set by an auth filter (e.g. `ext_authz`), which must overwrite any value
+    /// sent by the client.
+    Header(String),
+}
+
+impl IdentitySource {
+    /// The property path of a JWT claim in Envoy's dynamic metadata.
+    pub fn property_path(&self) -> Option<Vec<&str>> {
+        match self {
+            IdentitySource::JwtClaim { payload_key, claim } => Some(vec![
+                "metadata",
+                "filter_metadata",
+                "envoy.filters.http.jwt_authn",
+                payload_key,
+                claim,
+            ]),
+            IdentitySource::Header(_) => None,
+        }
+    }
 }
 
 impl Default for Config {
@@ -67,6 +104,10 @@ impl Default for Config {
             max_wait_ms: 15_000,
             max_waiters: 1000,
             upstream_cluster: None,
+            identity: None,
+            default_scope: Scope::Public,
+            rules: Vec::new(),
+            route_metadata: Some("graphql_cache".to_string()),
         }
     }
 }
@@ -120,6 +161,123 @@ struct RawConfig {
     max_wait_ms: Option<u64>,
     max_waiters: Option<u64>,
     upstream_cluster: Option<String>,
+    identity: Option<RawIdentity>,
+    default_scope: Option<String>,
+    rules: Option<Vec<RawRule>>,
+    route_metadata: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawIdentity {
+    source: String,
+    claim: Option<String>,
+    payload_key: Option<String>,
+    header: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawRule {
+    operation: Option<String>,
+    field: Option<String>,
+    ttl_seconds: Option<u64>,
+    scope: Option<String>,
+    cache: Option<bool>,
+}
+
+fn parse_scope(field: &str, value: &str) -> Result<Scope, ConfigError> {
+    match value {
+        "public" => Ok(Scope::Public),
+        "private" => Ok(Scope::Private),
+        other => Err(field_error(
+            field,
+            format!("{other:?} is not \"public\" or \"private\""),
+        )),
+    }
+}
+
+fn parse_identity(raw: RawIdentity) -> Result<IdentitySource, ConfigError> {
+    let non_empty =
+        |field: &str, v: Option<String>, default: Option<&str>| -> Result<String, ConfigError> {
+            match v.or(default.map(str::to_string)) {
+                Some(s) if !s.trim().is_empty() => Ok(s),
+                _ => Err(field_error(field, "is required and must not be empty")),
+            }
+        };
+    match raw.source.as_str() {
+        "jwt" => {
+            if raw.header.is_some() {
+                return Err(field_error(
+                    "identity.header",
+                    "only applies to source \"header\"",
+                ));
+            }
+            Ok(IdentitySource::JwtClaim {
+                claim: non_empty("identity.claim", raw.claim, Some("sub"))?,
+                payload_key: non_empty(
+                    "identity.payload_key",
+                    raw.payload_key,
+                    Some("jwt_payload"),
+                )?,
+            })
+        }
+        "header" => {
+            if raw.claim.is_some() || raw.payload_key.is_some() {
+                return Err(field_error(
+                    "identity.claim",
+                    "only applies to source \"jwt\"",
+                ));
+            }
+            let name = non_empty("identity.header", raw.header, None)?;
+            let mut names = normalize_header_names("identity.header", vec![name])?;
+            Ok(IdentitySource::Header(names.remove(0)))
+        }
+        other => Err(field_error(
+            "identity.source",
+            format!("{other:?} is not \"jwt\" or \"header\""),
+        )),
+    }
+}
+
+fn parse_rules(raw: Vec<RawRule>) -> Result<Vec<Rule>, ConfigError> {
+    raw.into_iter()
+        .enumerate()
+        .map(|(i, r)| {
+            let at = |f: &str| format!("rules[{i}].{f}");
+            let matcher = match (r.operation, r.field) {
+                (Some(o), None) if !o.is_empty() => Matcher::Operation(o),
+                (None, Some(f)) if !f.is_empty() => Matcher::Field(f),
+                (Some(_), Some(_)) => {
+                    return Err(field_error(
+                        &format!("rules[{i}]"),
+                        "name either `operation` or `field`, not both",
+                    ))
+                }
+                _ => {
+                    return Err(field_error(
+                        &format!("rules[{i}]"),
+                        "needs a non-empty `operation` or `field`",
+                    ))
+                }
+            };
+            if let Some(t) = r.ttl_seconds {
+                if t > MAX_TTL_SECONDS {
+                    return Err(field_error(
+                        &at("ttl_seconds"),
+                        "must be at most one year (31536000)",
+                    ));
+                }
+            }
+            let scope = r.scope.map(|s| parse_scope(&at("scope"), &s)).transpose()?;
+            Ok(Rule {
+                matcher,
+                ttl_seconds: r.ttl_seconds,
+                scope,
+                cache: r.cache,
+            })
+        })
+        .collect()
 }
 
 impl Config {
@@ -150,7 +308,7 @@ impl Config {
     fn from_raw(raw: RawConfig) -> Result<Config, ConfigError> {
         let d = Config::default();
         let ttl_seconds = raw.ttl_seconds.unwrap_or(d.ttl_seconds);
-        if ttl_seconds > 365 * 24 * 3600 {
+        if ttl_seconds > MAX_TTL_SECONDS {
             return Err(field_error(
                 "ttl_seconds",
                 "must be at most one year (31536000)",
@@ -245,6 +403,20 @@ impl Config {
             }
             other => other,
         };
+        let identity = raw.identity.map(parse_identity).transpose()?;
+        let default_scope = match raw.default_scope {
+            Some(s) => parse_scope("default_scope", &s)?,
+            // With an identity source, an operation no rule calls public is private: when in
+            // doubt, do not share.
+            None if identity.is_some() => Scope::Private,
+            None => Scope::Public,
+        };
+        let rules = parse_rules(raw.rules.unwrap_or_default())?;
+        let route_metadata = match raw.route_metadata {
+            Some(ns) if ns.is_empty() => None,
+            Some(ns) => Some(ns),
+            None => d.route_metadata,
+        };
         Ok(Config {
             ttl_seconds,
             paths,
@@ -261,6 +433,10 @@ impl Config {
             max_wait_ms,
             max_waiters: to_usize(max_waiters),
             upstream_cluster,
+            identity,
+            default_scope,
+            rules,
+            route_metadata,
         })
     }
 
@@ -410,6 +586,78 @@ mod tests {
         assert_eq!(
             err(r#"{"cache_slots":1048576,"max_entry_bytes":67108864}"#).field,
             "cache_slots"
+        );
+    }
+
+    #[test]
+    fn identity_rules_and_routes() {
+        let c = Config::parse(
+            br#"{"identity":{"source":"jwt"},"rules":[{"operation":"Products","ttl_seconds":60},
+                {"field":"me","scope":"private"},{"operation":"Admin","cache":false}],"route_metadata":""}"#,
+        )
+        .unwrap();
+        assert_eq!(
+            c.identity,
+            Some(IdentitySource::JwtClaim {
+                payload_key: "jwt_payload".into(),
+                claim: "sub".into()
+            })
+        );
+        assert_eq!(c.default_scope, Scope::Private);
+        assert_eq!(c.rules.len(), 3);
+        assert_eq!(c.rules[1].scope, Some(Scope::Private));
+        assert_eq!(c.route_metadata, None);
+        let h = Config::parse(
+            br#"{"identity":{"source":"header","header":"X-User"},"default_scope":"public"}"#,
+        )
+        .unwrap();
+        assert_eq!(h.identity, Some(IdentitySource::Header("x-user".into())));
+        assert_eq!(h.default_scope, Scope::Public);
+        assert_eq!(
+            Config::default().route_metadata.as_deref(),
+            Some("graphql_cache")
+        );
+    }
+
+    #[test]
+    fn identity_and_rule_errors_name_the_field() {
+        assert_eq!(
+            err(r#"{"identity":{"source":"cookie"}}"#).field,
+            "identity.source"
+        );
+        assert_eq!(
+            err(r#"{"identity":{"source":"header"}}"#).field,
+            "identity.header"
+        );
+        assert_eq!(
+            err(r#"{"identity":{"source":"jwt","header":"x"}}"#).field,
+            "identity.header"
+        );
+        assert_eq!(
+            err(r#"{"identity":{"source":"jwt","claim":""}}"#).field,
+            "identity.claim"
+        );
+        assert_eq!(
+            err(r#"{"identity":{"source":"jwt","clam":"sub"}}"#).field,
+            "clam"
+        );
+        assert_eq!(err(r#"{"default_scope":"shared"}"#).field, "default_scope");
+        assert_eq!(
+            err(r#"{"rules":[{"operation":"A"},{"field":"me","scope":"mine"}]}"#).field,
+            "rules[1].scope"
+        );
+        assert_eq!(err(r#"{"rules":[{"ttl_seconds":5}]}"#).field, "rules[0]");
+        assert_eq!(
+            err(r#"{"rules":[{"operation":"A","field":"b"}]}"#).field,
+            "rules[0]"
+        );
+        assert_eq!(
+            err(r#"{"rules":[{"operation":"A","ttl_seconds":99999999999}]}"#).field,
+            "rules[0].ttl_seconds"
+        );
+        assert_eq!(
+            err(r#"{"rules":[{"operation":"A","cache":"no"}]}"#).field,
+            "rules[0].cache"
         );
     }
 

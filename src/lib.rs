@@ -15,6 +15,7 @@ pub mod key;
 pub mod policy;
 pub mod request;
 pub mod response;
+pub mod rules;
 pub mod store;
 
 #[cfg(target_arch = "wasm32")]

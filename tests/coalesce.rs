@@ -120,7 +120,9 @@ fn get_requests_coalesce_too() {
     let (origin, envoy) = slow_stack(r#"{"ttl_seconds": 0}"#, 300);
     let path = "/graphql?query=%7B%20users%20%7B%20id%20%7D%20requestCount%20%7D";
     let (responses, _) = burst(&envoy, 20, move |_| Req::get(path));
-    assert!(responses.iter().all(|r| r.status == 200 && r.body == responses[0].body));
+    assert!(responses
+        .iter()
+        .all(|r| r.status == 200 && r.body == responses[0].body));
     assert_eq!(count_label(&responses, "COALESCED"), 19);
     assert_eq!(origin.count(), 1);
 }

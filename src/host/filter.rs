@@ -8,10 +8,12 @@ use super::worker::{self, Fetch, Outcome, SharedWorker};
 use crate::bypass::Bypass;
 use crate::classify::{classify_body, classify_headers, Classified, HeadersVerdict, RequestHead};
 use crate::coalesce::{Join, LocalJoin};
+use crate::config::IdentitySource;
 use crate::entry::Entry;
 use crate::fetch::FetchRequest;
 use crate::key::CacheKey;
 use crate::policy::{response_ttl, storable_entry, NotStored};
+use crate::rules::RouteOverride;
 use crate::store::Lookup;
 use proxy_wasm::hostcalls;
 use proxy_wasm::traits::{Context, HttpContext};
@@ -56,6 +58,8 @@ pub struct CacheFilter {
     worker: SharedWorker,
     context_id: u32,
     state: State,
+    /// This request's TTL, from the configuration, its rules and its route.
+    ttl_seconds: u64,
 }
 
 impl CacheFilter {
@@ -65,6 +69,7 @@ impl CacheFilter {
             worker,
             context_id,
             state: State::Ignored,
+            ttl_seconds: 0,
         }
     }
 
@@ -104,7 +109,52 @@ impl CacheFilter {
             slot.extend_from_slice(value);
         }
         head.headers = headers;
+        self.read_identity(&mut head);
+        head.route = self.read_route_override();
         head
+    }
+
+    fn read_identity(&self, head: &mut RequestHead) {
+        match &self.plugin.config.identity {
+            None => {}
+            Some(IdentitySource::Header(name)) => {
+                head.identity = head
+                    .headers
+                    .iter()
+                    .find(|(n, _)| n == name)
+                    .map(|(_, v)| v.clone());
+            }
+            Some(source @ IdentitySource::JwtClaim { .. }) => {
+                if let Some(path) = source.property_path() {
+                    head.identity = hostcalls::get_property(path).ok().flatten();
+                }
+            }
+        }
+    }
+
+    /// Per-route overrides from `filter_metadata.<namespace>` on the matched route: numbers
+    /// arrive as 8-byte little-endian doubles, booleans as one byte.
+    fn read_route_override(&self) -> RouteOverride {
+        let Some(ns) = &self.plugin.config.route_metadata else {
+            return RouteOverride::default();
+        };
+        let read = |field: &str| {
+            hostcalls::get_property(vec!["xds", "route_metadata", "filter_metadata", ns, field])
+                .ok()
+                .flatten()
+        };
+        let ttl_seconds = read("ttl_seconds").and_then(|b| {
+            let v = f64::from_le_bytes(b.as_slice().try_into().ok()?);
+            (v.is_finite() && v >= 0.0).then_some(v as u64)
+        });
+        let disabled = read("disabled").is_some_and(|b| match b.as_slice() {
+            [flag] => *flag != 0,
+            other => other == b"true",
+        });
+        RouteOverride {
+            ttl_seconds,
+            disabled,
+        }
     }
 
     fn bypass(&mut self, reason: Bypass) -> Action {
@@ -125,6 +175,7 @@ impl CacheFilter {
         body: Option<Vec<u8>>,
     ) -> Action {
         let key = classified.key;
+        self.ttl_seconds = classified.policy.ttl_seconds;
         let now = self.now_ms();
         if let Lookup::Hit(bytes) = self.plugin.table.lookup(&EnvoySharedData, &key, now) {
             if self.serve(&bytes, &key, now) {
@@ -192,7 +243,7 @@ impl CacheFilter {
                     w.pending.push(Fetch {
                         key,
                         request,
-                        ttl_seconds: config.ttl_seconds,
+                        ttl_seconds: self.ttl_seconds,
                     });
                 }
                 if !worker::request_dispatch(&self.worker) {
@@ -262,7 +313,7 @@ impl CacheFilter {
             u32::from(status),
             headers.iter().map(|(n, v)| (n.as_str(), v.as_slice())),
             &config.vary_headers,
-            config.ttl_seconds,
+            self.ttl_seconds,
         )?;
         if end_of_stream {
             return Err(NotStored::NotJson);
@@ -284,7 +335,7 @@ impl CacheFilter {
             &capture.headers,
             &capture.body,
             config,
-            config.ttl_seconds,
+            self.ttl_seconds,
             now,
         );
         let Ok(bytes) = entry else {

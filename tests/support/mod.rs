@@ -223,7 +223,32 @@ static_resources:
     )
 }
 
+/// One of the shipped configurations under `envoy/`, with only what must differ for a test run
+/// substituted: ephemeral ports, the origin's port and the absolute path of the built filter.
+pub fn shipped_config(file: &str, origin_port: u16) -> String {
+    let text = std::fs::read_to_string(repo_root().join("envoy").join(file)).unwrap();
+    let substitutions = [
+        ("port_value: 8080", "port_value: 0".to_string()),
+        ("port_value: 9901", "port_value: 0".to_string()),
+        ("port_value: 8081", format!("port_value: {origin_port}")),
+        (
+            "filename: graphql_cache.wasm",
+            format!("filename: {}", wasm_path().display()),
+        ),
+    ];
+    substitutions.iter().fold(text, |t, (from, to)| {
+        assert!(t.contains(from), "{file} no longer contains {from:?}");
+        t.replace(from, to)
+    })
+}
+
 impl Envoy {
+    /// Starts Envoy on a shipped configuration (see [`shipped_config`]).
+    pub fn start_shipped(file: &str, origin: &Origin) -> Envoy {
+        Envoy::start_yaml(&shipped_config(file, origin.port), 2)
+            .unwrap_or_else(|log| panic!("Envoy failed to start:\n{log}"))
+    }
+
     pub fn start(opts: &EnvoyOptions, origin: &Origin) -> Envoy {
         Envoy::try_start(opts, origin.port)
             .unwrap_or_else(|log| panic!("Envoy failed to start:\n{log}"))
@@ -231,16 +256,20 @@ impl Envoy {
 
     /// Starts Envoy and waits for its listener; on failure returns Envoy's log.
     pub fn try_start(opts: &EnvoyOptions, origin_port: u16) -> Result<Envoy, String> {
+        Envoy::start_yaml(&render_envoy_yaml(opts, origin_port), opts.concurrency)
+    }
+
+    fn start_yaml(config: &str, concurrency: u32) -> Result<Envoy, String> {
         let dir = scratch_dir("envoy");
         let yaml = dir.join("envoy.yaml");
-        std::fs::write(&yaml, render_envoy_yaml(opts, origin_port)).unwrap();
+        std::fs::write(&yaml, config).unwrap();
         let admin_file = dir.join("admin.txt");
         let log_file = dir.join("envoy.log");
         let log = std::fs::File::create(&log_file).unwrap();
         let mut child = Command::new(envoy_bin())
             .arg("-c")
             .arg(&yaml)
-            .args(["--concurrency", &opts.concurrency.to_string()])
+            .args(["--concurrency", &concurrency.to_string()])
             .arg("--use-dynamic-base-id")
             .arg("--admin-address-path")
             .arg(&admin_file)
@@ -381,6 +410,12 @@ impl Req {
         Req::post_json(&serde_json::json!({ "query": q }).to_string())
     }
 
+    /// `authorization: Bearer <token>` with a demo token from `envoy/tokens/` (`alice`, `bob`).
+    pub fn token(self, user: &str) -> Req {
+        let token = demo_token(user);
+        self.header("authorization", &format!("Bearer {token}"))
+    }
+
     pub fn header(mut self, name: &str, value: &str) -> Req {
         self.headers.push((name.into(), value.into()));
         self
@@ -450,9 +485,32 @@ pub fn try_http(port: u16, req: Req) -> std::io::Result<Resp> {
     let mut stream = TcpStream::connect(("127.0.0.1", port))?;
     stream.set_read_timeout(Some(Duration::from_secs(20)))?;
     stream.write_all(&req.to_bytes())?;
+    // Read until the response is complete, not until EOF: after a local reply Envoy delays its
+    // close (delayed_close_timeout, 1 s), which real clients never wait for either.
     let mut raw = Vec::new();
-    stream.read_to_end(&mut raw)?;
-    parse_response(&raw, req.method == "HEAD")
+    let mut buf = [0u8; 65536];
+    loop {
+        if let Ok(resp) = parse_response(&raw, req.method == "HEAD") {
+            if response_complete(&raw, &resp) {
+                return Ok(resp);
+            }
+        }
+        let n = stream.read(&mut buf)?;
+        if n == 0 {
+            return parse_response(&raw, req.method == "HEAD");
+        }
+        raw.extend_from_slice(&buf[..n]);
+    }
+}
+
+/// Whether `raw` holds the whole response: its declared length, or a final chunk.
+fn response_complete(raw: &[u8], resp: &Resp) -> bool {
+    if resp.header("content-length").is_some() {
+        return true; // parse_response only succeeds once the whole body is there
+    }
+    resp.header("transfer-encoding")
+        .is_some_and(|te| te.eq_ignore_ascii_case("chunked"))
+        && raw.ends_with(b"0\r\n\r\n")
 }
 
 fn parse_response(raw: &[u8], head_only: bool) -> std::io::Result<Resp> {
@@ -513,6 +571,11 @@ fn dechunk(mut data: &[u8]) -> Option<Vec<u8>> {
         out.extend_from_slice(data.get(..size)?);
         data = data.get(size + 2..)?;
     }
+}
+
+pub fn demo_token(user: &str) -> String {
+    let path = repo_root().join("envoy/tokens").join(format!("{user}.jwt"));
+    std::fs::read_to_string(path).unwrap().trim().to_string()
 }
 
 /// A GraphQL POST body for `query` with optional variables and operation name.

@@ -1,0 +1,273 @@
+//! Per-operation, per-field and per-route cache policy: how long a request's answer may be kept
+//! and whether it is shared by all users or private to one.
+//!
+//! When several rules match, the most restrictive wins: any `cache: false` turns caching off, any
+//! `private` makes the entry private, and the shortest TTL applies.
+
+use crate::bypass::Bypass;
+use crate::canonical::CanonicalOperation;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scope {
+    /// One entry shared by every caller (still separated by `vary_headers`).
+    Public,
+    /// One entry per identity; a request without an identity is not cached.
+    Private,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Matcher {
+    /// The operation's name (`query Products { ... }`).
+    Operation(String),
+    /// A top-level field of the selected operation (`{ me { ... } }`).
+    Field(String),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rule {
+    pub matcher: Matcher,
+    pub ttl_seconds: Option<u64>,
+    pub scope: Option<Scope>,
+    /// `Some(false)`: never cached (nor coalesced).
+    pub cache: Option<bool>,
+}
+
+impl Rule {
+    fn matches(&self, op: &CanonicalOperation) -> bool {
+        match &self.matcher {
+            Matcher::Operation(name) => op.name.as_deref() == Some(name.as_str()),
+            Matcher::Field(field) => op.root_fields.iter().any(|f| f == field),
+        }
+    }
+}
+
+/// What the route's metadata says (`filter_metadata.<namespace>` on the route).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RouteOverride {
+    pub ttl_seconds: Option<u64>,
+    pub disabled: bool,
+}
+
+/// The policy for one request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Policy {
+    pub ttl_seconds: u64,
+    pub scope: Scope,
+}
+
+/// Combines the global TTL, the route's override and the matching rules.
+///
+/// Scope is decided per top-level field: a field rule's scope, else the operation rule's, else
+/// `default_scope`; the entry is private if any field is. So a public field next to a field no
+/// rule names is only shared when the default is public.
+pub fn request_policy(
+    default_ttl: u64,
+    default_scope: Scope,
+    rules: &[Rule],
+    op: &CanonicalOperation,
+    route: RouteOverride,
+) -> Result<Policy, Bypass> {
+    if route.disabled {
+        return Err(Bypass::RouteDisabled);
+    }
+    let mut rule_ttl: Option<u64> = None;
+    for rule in rules.iter().filter(|r| r.matches(op)) {
+        if rule.cache == Some(false) {
+            return Err(Bypass::NotCachedByRule);
+        }
+        if let Some(t) = rule.ttl_seconds {
+            rule_ttl = Some(rule_ttl.map_or(t, |r| r.min(t)));
+        }
+    }
+    let op_scope = combine(
+        rules
+            .iter()
+            .filter(|r| matches!(&r.matcher, Matcher::Operation(_)) && r.matches(op)),
+    );
+    let field_scope = |field: &str| {
+        combine(
+            rules
+                .iter()
+                .filter(|r| matches!(&r.matcher, Matcher::Field(f) if f == field)),
+        )
+        .or(op_scope)
+        .unwrap_or(default_scope)
+    };
+    let private = op.root_fields.is_empty() && op_scope.unwrap_or(default_scope) == Scope::Private
+        || op
+            .root_fields
+            .iter()
+            .any(|f| field_scope(f) == Scope::Private);
+    let ttl_seconds = match (rule_ttl, route.ttl_seconds) {
+        (Some(r), Some(t)) => r.min(t),
+        (Some(r), None) => r,
+        (None, Some(t)) => t,
+        (None, None) => default_ttl,
+    };
+    Ok(Policy {
+        ttl_seconds,
+        scope: if private {
+            Scope::Private
+        } else {
+            Scope::Public
+        },
+    })
+}
+
+/// The scope several rules agree on: private if any says so.
+fn combine<'a>(rules: impl Iterator<Item = &'a Rule>) -> Option<Scope> {
+    rules
+        .filter_map(|r| r.scope)
+        .fold(None, |acc, s| match (acc, s) {
+            (Some(Scope::Private), _) | (_, Scope::Private) => Some(Scope::Private),
+            _ => Some(Scope::Public),
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::canonical::OperationKind;
+
+    fn op(name: Option<&str>, fields: &[&str]) -> CanonicalOperation {
+        CanonicalOperation {
+            kind: OperationKind::Query,
+            name: name.map(str::to_string),
+            root_fields: fields.iter().map(|f| f.to_string()).collect(),
+            text: String::new(),
+        }
+    }
+
+    fn rule(m: Matcher, ttl: Option<u64>, scope: Option<Scope>, cache: Option<bool>) -> Rule {
+        Rule {
+            matcher: m,
+            ttl_seconds: ttl,
+            scope,
+            cache,
+        }
+    }
+
+    fn rules() -> Vec<Rule> {
+        vec![
+            rule(Matcher::Operation("Products".into()), Some(60), None, None),
+            rule(
+                Matcher::Field("me".into()),
+                None,
+                Some(Scope::Private),
+                None,
+            ),
+            rule(Matcher::Operation("Admin".into()), None, None, Some(false)),
+            rule(
+                Matcher::Field("news".into()),
+                Some(5),
+                Some(Scope::Public),
+                None,
+            ),
+        ]
+    }
+
+    fn policy(o: &CanonicalOperation, route: RouteOverride) -> Result<Policy, Bypass> {
+        request_policy(30, Scope::Public, &rules(), o, route)
+    }
+
+    #[test]
+    fn defaults_apply_without_a_matching_rule() {
+        let p = policy(&op(None, &["users"]), RouteOverride::default()).unwrap();
+        assert_eq!(
+            p,
+            Policy {
+                ttl_seconds: 30,
+                scope: Scope::Public
+            }
+        );
+    }
+
+    #[test]
+    fn operation_and_field_rules() {
+        let p = policy(
+            &op(Some("Products"), &["products"]),
+            RouteOverride::default(),
+        )
+        .unwrap();
+        assert_eq!(p.ttl_seconds, 60);
+        let p = policy(&op(None, &["users", "me"]), RouteOverride::default()).unwrap();
+        assert_eq!(p.scope, Scope::Private);
+        assert_eq!(
+            policy(&op(Some("Admin"), &["users"]), RouteOverride::default()),
+            Err(Bypass::NotCachedByRule)
+        );
+    }
+
+    #[test]
+    fn the_most_restrictive_rule_wins() {
+        let p = policy(
+            &op(Some("Products"), &["news", "me"]),
+            RouteOverride::default(),
+        )
+        .unwrap();
+        assert_eq!(
+            p,
+            Policy {
+                ttl_seconds: 5,
+                scope: Scope::Private
+            }
+        );
+    }
+
+    #[test]
+    fn route_overrides() {
+        let short = RouteOverride {
+            ttl_seconds: Some(2),
+            disabled: false,
+        };
+        assert_eq!(policy(&op(None, &["users"]), short).unwrap().ttl_seconds, 2);
+        assert_eq!(
+            policy(&op(Some("Products"), &["x"]), short)
+                .unwrap()
+                .ttl_seconds,
+            2
+        );
+        let long = RouteOverride {
+            ttl_seconds: Some(600),
+            disabled: false,
+        };
+        assert_eq!(
+            policy(&op(None, &["users"]), long).unwrap().ttl_seconds,
+            600
+        );
+        assert_eq!(
+            policy(&op(Some("Products"), &["x"]), long)
+                .unwrap()
+                .ttl_seconds,
+            60
+        );
+        let off = RouteOverride {
+            ttl_seconds: None,
+            disabled: true,
+        };
+        assert_eq!(
+            policy(&op(None, &["users"]), off),
+            Err(Bypass::RouteDisabled)
+        );
+    }
+
+    #[test]
+    fn default_scope_is_configurable() {
+        let p = request_policy(
+            30,
+            Scope::Private,
+            &rules(),
+            &op(None, &["users"]),
+            RouteOverride::default(),
+        );
+        assert_eq!(p.unwrap().scope, Scope::Private);
+        let p = request_policy(
+            30,
+            Scope::Private,
+            &rules(),
+            &op(None, &["news"]),
+            RouteOverride::default(),
+        );
+        assert_eq!(p.unwrap().scope, Scope::Public);
+    }
+}

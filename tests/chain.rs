@@ -1,0 +1,193 @@
+//! The cache in a real filter chain: the shipped `envoy/envoy.yaml` (JWT authentication, local
+//! rate limit, cache, router) run as-is but for ports and the filter's path.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod support;
+
+use std::time::Duration;
+use support::*;
+
+const PUBLIC: &str = "{ users { id name } requestCount }";
+const PRIVATE: &str = "{ me { id name } requestCount }";
+
+fn chain() -> (Origin, Envoy) {
+    let origin = Origin::start();
+    let envoy = Envoy::start_shipped("envoy.yaml", &origin);
+    (origin, envoy)
+}
+
+#[test]
+fn private_answers_stay_with_their_user_and_public_ones_are_shared() {
+    let (origin, envoy) = chain();
+    let alice = envoy.send(Req::query(PRIVATE).token("alice"));
+    assert_eq!(
+        (alice.status, alice.cache()),
+        (200, "MISS"),
+        "{}",
+        alice.text()
+    );
+    assert_eq!(alice.json()["data"]["me"]["name"], "Alice");
+    let alice_again = envoy.send(Req::query(PRIVATE).token("alice"));
+    assert_eq!(alice_again.cache(), "HIT");
+    assert_eq!(alice_again.body, alice.body);
+
+    let bob = envoy.send(Req::query(PRIVATE).token("bob"));
+    assert_eq!(bob.cache(), "MISS", "Alice's entry must not answer Bob");
+    assert_eq!(bob.json()["data"]["me"]["name"], "Bob");
+    assert_eq!(
+        envoy.send(Req::query(PRIVATE).token("bob")).json()["data"]["me"]["name"],
+        "Bob"
+    );
+    assert_eq!(origin.count(), 2);
+
+    let public_alice = envoy.send(Req::query(PUBLIC).token("alice"));
+    assert_eq!(public_alice.cache(), "MISS");
+    let public_bob = envoy.send(Req::query(PUBLIC).token("bob"));
+    assert_eq!(public_bob.cache(), "HIT", "a public operation is shared");
+    assert_eq!(public_bob.body, public_alice.body);
+    assert_eq!(origin.count(), 3, "one origin fetch for both users");
+
+    // A query mixing a public and a private field is private.
+    let mixed = "{ users { id } me { name } }";
+    assert_eq!(envoy.send(Req::query(mixed).token("alice")).cache(), "MISS");
+    let mixed_bob = envoy.send(Req::query(mixed).token("bob"));
+    assert_eq!(mixed_bob.cache(), "MISS");
+    assert_eq!(mixed_bob.json()["data"]["me"]["name"], "Bob");
+}
+
+#[test]
+fn no_valid_token_no_answer_even_when_cached() {
+    let (origin, envoy) = chain();
+    assert_eq!(
+        envoy.send(Req::query(PUBLIC).token("alice")).cache(),
+        "MISS"
+    );
+    assert_eq!(envoy.send(Req::query(PUBLIC).token("alice")).cache(), "HIT");
+    assert_eq!(origin.count(), 1);
+
+    let missing = envoy.send(Req::query(PUBLIC));
+    assert_eq!(missing.status, 401, "{}", missing.text());
+    assert_eq!(missing.header("x-cache"), None, "the cache never saw it");
+
+    let token = demo_token("alice");
+    let (rest, signature) = token.rsplit_once('.').unwrap();
+    let forged = format!("{rest}.{}", signature.chars().rev().collect::<String>());
+    let bad = envoy.send(Req::query(PUBLIC).header("authorization", &format!("Bearer {forged}")));
+    assert_eq!(bad.status, 401);
+    let garbage = envoy.send(Req::query(PUBLIC).header("authorization", "Bearer not-a-jwt"));
+    assert_eq!(garbage.status, 401);
+    assert_eq!(
+        origin.count(),
+        1,
+        "rejected requests never reached the origin"
+    );
+}
+
+#[test]
+fn a_cache_hit_still_spends_the_rate_limit() {
+    let (origin, envoy) = chain();
+    // envoy/envoy.yaml: a bucket of 20 requests per minute.
+    let statuses: Vec<u16> = (0..21)
+        .map(|_| envoy.send(Req::query(PUBLIC).token("alice")).status)
+        .collect();
+    assert!(statuses[..20].iter().all(|&s| s == 200), "{statuses:?}");
+    assert_eq!(
+        statuses[20], 429,
+        "request 21 would have been a hit: {statuses:?}"
+    );
+    assert_eq!(origin.count(), 1);
+    assert_eq!(envoy.counter("hits"), 19);
+}
+
+#[test]
+fn route_metadata_overrides_ttl_and_turns_caching_off() {
+    let (origin, envoy) = chain();
+    let on = |path: &str| Req::query(PUBLIC).token("alice").path(path);
+    // /graphql/fresh: ttl_seconds 2 in its route metadata.
+    assert_eq!(envoy.send(on("/graphql/fresh")).cache(), "MISS");
+    assert_eq!(envoy.send(on("/graphql/fresh")).cache(), "HIT");
+    // /graphql: the filter's 30 s.
+    assert_eq!(envoy.send(on("/graphql")).cache(), "MISS");
+    std::thread::sleep(Duration::from_millis(2300));
+    assert_eq!(
+        envoy.send(on("/graphql/fresh")).cache(),
+        "MISS",
+        "expired after 2 s"
+    );
+    assert_eq!(
+        envoy.send(on("/graphql")).cache(),
+        "HIT",
+        "still fresh on the other route"
+    );
+    // /graphql/live: disabled in its route metadata.
+    let live = envoy.send(on("/graphql/live"));
+    assert_eq!(live.cache(), "BYPASS");
+    assert_eq!(live.header("x-cache-reason"), Some("route-disabled"));
+    assert_eq!(envoy.send(on("/graphql/live")).cache(), "BYPASS");
+    assert_eq!(origin.count(), 5);
+}
+
+#[test]
+fn identity_from_an_auth_header_scopes_private_entries() {
+    // As set by ext_authz (which must overwrite any client value); no auth filter here.
+    let config = r#"{"vary_headers": [], "identity": {"source": "header", "header": "x-user-id"},
+                    "rules": [{"field": "users", "scope": "public"}, {"field": "requestCount", "scope": "public"}],
+                    "debug_headers": true}"#;
+    let (origin, envoy) = stack(config);
+    let as_user = |q: &str, user: &str| {
+        Req::query(q)
+            .header("x-user-id", user)
+            .header("authorization", &format!("Bearer {user}"))
+    };
+    assert_eq!(envoy.send(as_user(PRIVATE, "alice")).cache(), "MISS");
+    assert_eq!(envoy.send(as_user(PRIVATE, "alice")).cache(), "HIT");
+    let bob = envoy.send(as_user(PRIVATE, "bob"));
+    assert_eq!(bob.cache(), "MISS");
+    assert_eq!(bob.json()["data"]["me"]["name"], "Bob");
+    let anonymous = envoy.send(Req::query(PRIVATE));
+    assert_eq!(anonymous.cache(), "BYPASS");
+    assert_eq!(anonymous.header("x-cache-reason"), Some("no-identity"));
+    assert_eq!(envoy.send(as_user(PUBLIC, "alice")).cache(), "MISS");
+    assert_eq!(envoy.send(as_user(PUBLIC, "bob")).cache(), "HIT");
+    assert_eq!(
+        envoy.send(Req::query(PUBLIC)).cache(),
+        "HIT",
+        "public needs no identity"
+    );
+    assert_eq!(origin.count(), 4);
+}
+
+#[test]
+fn the_compose_demo_runs_the_same_envoy_yaml() {
+    let compose = std::fs::read_to_string(repo_root().join("envoy/docker-compose.yml")).unwrap();
+    assert!(
+        compose.contains("./envoy.yaml:/etc/envoy/envoy.yaml"),
+        "{compose}"
+    );
+    assert!(
+        compose.contains("graphql_cache.wasm:/etc/envoy/graphql_cache.wasm"),
+        "{compose}"
+    );
+    let envoy_version = std::process::Command::new(envoy_bin())
+        .arg("--version")
+        .output()
+        .unwrap();
+    let version = String::from_utf8_lossy(&envoy_version.stdout).to_string();
+    let release = version
+        .split("version: ")
+        .nth(1)
+        .unwrap()
+        .split('/')
+        .nth(1)
+        .unwrap();
+    let major_minor = release.rsplit_once('.').unwrap().0.to_string();
+    assert!(
+        compose.contains(&format!("envoyproxy/envoy:v{major_minor}")),
+        "compose must use Envoy {major_minor}, as tested: {compose}"
+    );
+    let demo = std::fs::read_to_string(repo_root().join("envoy/demo.sh")).unwrap();
+    assert!(
+        demo.contains("DEMO_CONFIG:-envoy.yaml"),
+        "make demo runs envoy/envoy.yaml"
+    );
+}
