@@ -23,6 +23,11 @@ const SLOT_PREFIX: &str = "graphql-cache/v1/flight/";
 pub const MAX_WATCHERS: usize = 64;
 /// CAS retries before giving up on coalescing for one request.
 const CAS_ATTEMPTS: usize = 8;
+/// CAS retries to close a flight: watchers wait on it, so it is worth insisting.
+const COMPLETE_ATTEMPTS: usize = 64;
+/// The CAS token used to create a slot: Envoy ignores CAS on a missing key, and no existing key
+/// has this token in practice, so the write cannot overwrite a slot another worker just created.
+const CREATE_CAS: u32 = u32::MAX;
 
 /// What a flight slot holds.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -188,12 +193,14 @@ impl FlightTable {
         for i in 0..self.slots {
             let name = self.slot_name_at(i);
             if store.get_cas(&name) == (None, None) {
-                let _ = store.set_cas(&name, b"", None);
+                let _ = store.set_cas(&name, b"", Some(CREATE_CAS));
             }
         }
     }
 
-    /// Claims the key, or registers `queue` as a watcher of the fetch already in flight.
+    /// Claims the key, or registers `queue` as a watcher of the fetch already in flight. With
+    /// `may_lead` false (a follower re-registering), it never claims: it follows or is `Alone`.
+    #[allow(clippy::too_many_arguments)]
     pub fn join(
         &self,
         store: &impl SharedStore,
@@ -202,14 +209,15 @@ impl FlightTable {
         queue: u32,
         now_ms: u64,
         lease_ms: u64,
+        may_lead: bool,
     ) -> Join {
         let name = self.slot_name(key);
         for _ in 0..CAS_ATTEMPTS {
             let (value, cas) = store.get_cas(&name);
             let Some(cas) = cas else {
                 // Never created (precreate raced or was skipped): create it empty, then retry
-                // with a real CAS token.
-                if store.set_cas(&name, b"", None).is_err() {
+                // with a real CAS token. A mismatch means another worker created it first.
+                if let Err(StoreError::Failed) = store.set_cas(&name, b"", Some(CREATE_CAS)) {
                     return Join::Alone;
                 }
                 continue;
@@ -229,6 +237,9 @@ impl FlightTable {
                         return Join::Follow;
                     }
                     if owner == me {
+                        if !may_lead {
+                            return Join::Alone;
+                        }
                         // Only reachable when this worker has no local flight for the key (it
                         // checks its own first): a record its own fetch failed to close. Retake it.
                         (
@@ -256,6 +267,7 @@ impl FlightTable {
                         )
                     }
                 }
+                _ if !may_lead => return Join::Alone,
                 // Free, finished, or abandoned by a leader that missed its deadline: take it.
                 _ => (
                     FlightRecord::InFlight {
@@ -287,7 +299,7 @@ impl FlightTable {
         now_ms: u64,
     ) -> Vec<u32> {
         let name = self.slot_name(key);
-        for _ in 0..CAS_ATTEMPTS {
+        for _ in 0..COMPLETE_ATTEMPTS {
             let (value, cas) = store.get_cas(&name);
             let watchers = match value.as_deref().and_then(FlightRecord::decode) {
                 Some(FlightRecord::InFlight {
@@ -344,7 +356,7 @@ impl FlightTable {
                 if watchers.contains(&queue) || owner == me {
                     Peek::Waiting
                 } else {
-                    match self.join(store, key, me, queue, now_ms, 0) {
+                    match self.join(store, key, me, queue, now_ms, 0, false) {
                         Join::Follow => Peek::Waiting,
                         _ => Peek::Gone,
                     }
@@ -385,6 +397,7 @@ pub struct Waiter {
 pub struct LocalFlight {
     /// This worker fetches (else it follows another worker's fetch).
     pub leading: bool,
+    pub started_ms: u64,
     pub waiters: Vec<Waiter>,
 }
 
@@ -436,6 +449,7 @@ impl LocalFlights {
             key,
             LocalFlight {
                 leading,
+                started_ms: now_ms,
                 waiters: vec![waiter],
             },
         );
@@ -473,6 +487,21 @@ impl LocalFlights {
             f.leading || !f.waiters.is_empty()
         });
         expired
+    }
+
+    /// Takes out the flights this worker leads that outlived `lease_ms`: their fetch was lost
+    /// (never dispatched, or its answer never came), so their waiters must be let go.
+    pub fn take_abandoned(&mut self, now_ms: u64, lease_ms: u64) -> Vec<(CacheKey, LocalFlight)> {
+        let stale: Vec<CacheKey> = self
+            .flights
+            .iter()
+            .filter(|(_, f)| f.leading && now_ms.saturating_sub(f.started_ms) >= lease_ms)
+            .map(|(k, _)| *k)
+            .collect();
+        stale
+            .into_iter()
+            .filter_map(|k| self.flights.remove(&k).map(|f| (k, f)))
+            .collect()
     }
 
     /// Keys this worker waits on without leading: checked by the fallback timer.
@@ -561,15 +590,15 @@ mod tests {
         let t = FlightTable::new(16);
         t.precreate(&store);
         let k = key(1);
-        assert_eq!(t.join(&store, &k, W1, Q1, 0, 1000), Join::Lead);
-        assert_eq!(t.join(&store, &k, W2, Q2, 1, 1000), Join::Follow);
+        assert_eq!(t.join(&store, &k, W1, Q1, 0, 1000, true), Join::Lead);
+        assert_eq!(t.join(&store, &k, W2, Q2, 1, 1000, true), Join::Follow);
         assert_eq!(
-            t.join(&store, &k, W2, Q2, 2, 1000),
+            t.join(&store, &k, W2, Q2, 2, 1000, true),
             Join::Follow,
             "registered once"
         );
         assert_eq!(
-            t.join(&store, &k, W1, Q1, 3, 1000),
+            t.join(&store, &k, W1, Q1, 3, 1000, true),
             Join::Lead,
             "an owner without a local flight retakes its stale record, keeping the watchers"
         );
@@ -582,7 +611,7 @@ mod tests {
         t.clear_done(&store, &k, W1, 10);
         assert_eq!(t.peek(&store, &k, W2, Q2, 12), Peek::Gone);
         // The next miss starts a new flight.
-        assert_eq!(t.join(&store, &k, W2, Q2, 13, 1000), Join::Lead);
+        assert_eq!(t.join(&store, &k, W2, Q2, 13, 1000, true), Join::Lead);
     }
 
     #[test]
@@ -591,7 +620,7 @@ mod tests {
         let t = FlightTable::new(4);
         let k = key(2);
         assert_eq!(
-            t.join(&store, &k, W1, Q1, 0, 1000),
+            t.join(&store, &k, W1, Q1, 0, 1000, true),
             Join::Lead,
             "works without precreate"
         );
@@ -607,11 +636,11 @@ mod tests {
         let store = MapStore::default();
         let t = FlightTable::new(4);
         let k = key(3);
-        t.join(&store, &k, W1, Q1, 0, 1000);
-        t.join(&store, &k, W2, Q2, 0, 1000);
+        t.join(&store, &k, W1, Q1, 0, 1000, true);
+        t.join(&store, &k, W2, Q2, 0, 1000, true);
         t.complete(&store, &k, W1, Some(b"old".to_vec()), 5);
         // A request arriving after completion fetches anew instead of reading the old result.
-        assert_eq!(t.join(&store, &k, W1, Q1, 6, 1000), Join::Lead);
+        assert_eq!(t.join(&store, &k, W1, Q1, 6, 1000, true), Join::Lead);
         assert_eq!(
             t.peek(&store, &k, W2, Q2, 7),
             Peek::Waiting,
@@ -624,20 +653,49 @@ mod tests {
         let store = MapStore::default();
         let t = FlightTable::new(4);
         let k = key(4);
-        assert_eq!(t.join(&store, &k, W1, Q1, 0, 100), Join::Lead);
+        assert_eq!(t.join(&store, &k, W1, Q1, 0, 100, true), Join::Lead);
         assert_eq!(t.peek(&store, &k, W2, Q2, 100), Peek::Gone);
-        assert_eq!(t.join(&store, &k, W2, Q2, 100, 100), Join::Lead);
+        assert_eq!(t.join(&store, &k, W2, Q2, 100, 100, true), Join::Lead);
         // The old leader finishing late does not disturb the new flight.
         assert!(t.complete(&store, &k, W1, None, 150).is_empty());
-        assert_eq!(t.join(&store, &k, W1, Q1, 160, 100), Join::Follow);
+        assert_eq!(t.join(&store, &k, W1, Q1, 160, 100, true), Join::Follow);
+    }
+
+    #[test]
+    fn a_re_registering_follower_never_takes_over() {
+        let store = MapStore::default();
+        let t = FlightTable::new(2);
+        let k = key(10);
+        assert_eq!(
+            t.join(&store, &k, W1, Q1, 0, 1000, false),
+            Join::Alone,
+            "free slot, may not lead"
+        );
+        t.join(&store, &k, W1, Q1, 0, 1000, true);
+        assert_eq!(t.join(&store, &k, W2, Q2, 0, 1000, false), Join::Follow);
+    }
+
+    #[test]
+    fn creating_a_slot_never_overwrites_one_just_created() {
+        let store = MapStore::default();
+        let t = FlightTable::new(1);
+        let k = key(11);
+        assert_eq!(t.join(&store, &k, W1, Q1, 0, 1000, true), Join::Lead);
+        // A worker that saw the slot missing a moment ago creates it now: its write must fail.
+        let name = t.slot_name(&k);
+        assert_eq!(
+            store.set_cas(&name, b"", Some(CREATE_CAS)),
+            Err(StoreError::CasMismatch)
+        );
+        assert_eq!(t.join(&store, &k, W2, Q2, 1, 1000, true), Join::Follow);
     }
 
     #[test]
     fn keys_sharing_a_slot_never_share_a_flight() {
         let store = MapStore::default();
         let t = FlightTable::new(1);
-        assert_eq!(t.join(&store, &key(5), W1, Q1, 0, 1000), Join::Lead);
-        assert_eq!(t.join(&store, &key(6), W2, Q2, 0, 1000), Join::Alone);
+        assert_eq!(t.join(&store, &key(5), W1, Q1, 0, 1000, true), Join::Lead);
+        assert_eq!(t.join(&store, &key(6), W2, Q2, 0, 1000, true), Join::Alone);
         assert_eq!(t.peek(&store, &key(6), W2, Q2, 0), Peek::Gone);
     }
 
@@ -646,11 +704,14 @@ mod tests {
         let store = MapStore::default();
         let t = FlightTable::new(1);
         let k = key(7);
-        t.join(&store, &k, 0, 0, 0, 1000);
+        t.join(&store, &k, 0, 0, 0, 1000, true);
         for q in 1..=MAX_WATCHERS as u32 {
-            assert_eq!(t.join(&store, &k, u64::from(q), q, 0, 1000), Join::Follow);
+            assert_eq!(
+                t.join(&store, &k, u64::from(q), q, 0, 1000, true),
+                Join::Follow
+            );
         }
-        assert_eq!(t.join(&store, &k, 999, 999, 0, 1000), Join::Alone);
+        assert_eq!(t.join(&store, &k, 999, 999, 0, 1000, true), Join::Alone);
     }
 
     #[test]
@@ -658,8 +719,8 @@ mod tests {
         let store = MapStore::default();
         let t = FlightTable::new(2);
         let k = key(8);
-        t.join(&store, &k, W1, Q1, 0, 1000);
-        t.join(&store, &k, W2, Q2, 0, 1000);
+        t.join(&store, &k, W1, Q1, 0, 1000, true);
+        t.join(&store, &k, W2, Q2, 0, 1000, true);
         assert_eq!(t.complete(&store, &k, W1, None, 1), vec![Q2]);
         assert_eq!(t.peek(&store, &k, W2, Q2, 2), Peek::Done(None));
     }
@@ -691,5 +752,12 @@ mod tests {
         assert!(l.is_following(&k));
         l.remove_waiter(5);
         assert!(l.is_empty(), "a followed flight with no waiters is dropped");
+
+        l.start(k, true, 6, 100);
+        assert!(l.take_abandoned(1099, 1000).is_empty());
+        let abandoned = l.take_abandoned(1100, 1000);
+        assert_eq!(abandoned.len(), 1);
+        assert_eq!(abandoned[0].1.waiters[0].context_id, 6);
+        assert!(l.is_empty());
     }
 }

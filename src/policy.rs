@@ -112,7 +112,8 @@ fn is_json_media_type(value: &[u8]) -> bool {
         || media.eq_ignore_ascii_case(b"application/graphql-response+json")
 }
 
-fn check_vary(value: &[u8], vary_headers: &[String]) -> Result<(), NotStored> {
+/// A `vary` response header is acceptable only if every header it names is part of the key.
+pub fn check_vary(value: &[u8], vary_headers: &[String]) -> Result<(), NotStored> {
     for name in value.split(|&b| b == b',') {
         let name = name.trim_ascii();
         if name.is_empty() {

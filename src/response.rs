@@ -3,6 +3,7 @@
 
 use crate::entry::Entry;
 use crate::key::CacheKey;
+use crate::policy::check_vary;
 
 /// Response headers that belong to one connection, not to the answer (RFC 9110 7.6.1), plus
 /// `content-length`, which Envoy sets for the body it sends.
@@ -32,6 +33,9 @@ pub enum NotShareable {
     NonTextHeader,
     /// `set-cookie` or `cache-control: private`: meant for one client only.
     Personal,
+    /// `vary` names a request header that is not part of the key (or is `*`): requests with the
+    /// same key may still deserve different answers.
+    Varies,
 }
 
 impl Response {
@@ -66,8 +70,13 @@ impl Response {
     }
 
     /// Whether this answer may be given to followers (requests other than the leader).
-    pub fn shareable(&self) -> Result<(), NotShareable> {
+    /// `vary_headers` are the request headers the key includes. Status is not a criterion:
+    /// errors reach every waiter as the leader saw them.
+    pub fn shareable(&self, vary_headers: &[String]) -> Result<(), NotShareable> {
         for (name, value) in &self.headers {
+            if name == "vary" && check_vary(value.as_bytes(), vary_headers).is_err() {
+                return Err(NotShareable::Varies);
+            }
             let personal = name == "set-cookie"
                 || (name == "cache-control"
                     && value
@@ -160,15 +169,27 @@ mod tests {
             Response::from_upstream(200, h(&[("x", b"\xff")]), vec![]),
             Err(NotShareable::NonTextHeader)
         );
+        let vary = ["authorization".to_string()];
         let cookie = Response::from_upstream(200, h(&[("set-cookie", b"a=b")]), vec![]).unwrap();
-        assert_eq!(cookie.shareable(), Err(NotShareable::Personal));
+        assert_eq!(cookie.shareable(&vary), Err(NotShareable::Personal));
         let private =
             Response::from_upstream(200, h(&[("cache-control", b"max-age=5, Private")]), vec![])
                 .unwrap();
-        assert_eq!(private.shareable(), Err(NotShareable::Personal));
+        assert_eq!(private.shareable(&vary), Err(NotShareable::Personal));
         let public =
             Response::from_upstream(500, h(&[("cache-control", b"no-store")]), vec![]).unwrap();
-        assert_eq!(public.shareable(), Ok(()));
+        assert_eq!(public.shareable(&vary), Ok(()));
+        let keyed = Response::from_upstream(
+            200,
+            h(&[("vary", b"Authorization, accept-encoding")]),
+            vec![],
+        )
+        .unwrap();
+        assert_eq!(keyed.shareable(&vary), Ok(()));
+        let tenant = Response::from_upstream(200, h(&[("vary", b"x-tenant")]), vec![]).unwrap();
+        assert_eq!(tenant.shareable(&vary), Err(NotShareable::Varies));
+        let star = Response::from_upstream(200, h(&[("vary", b"*")]), vec![]).unwrap();
+        assert_eq!(star.shareable(&vary), Err(NotShareable::Varies));
     }
 
     #[test]

@@ -237,6 +237,25 @@ fn a_waiter_past_max_wait_goes_upstream_alone() {
 }
 
 #[test]
+fn an_answer_that_varies_on_an_unkeyed_header_is_not_shared() {
+    let config = r#"{"ttl_seconds": 0, "debug_headers": true}"#;
+    let (origin, envoy) = slow_stack(config, 300);
+    let (responses, _) = burst(&envoy, 10, |i| {
+        Req::query(Q)
+            .header("x-origin-header", "vary: x-tenant")
+            .header("x-tenant", &format!("t{i}"))
+    });
+    assert!(responses.iter().all(|r| r.status == 200));
+    assert_eq!(count_label(&responses, "COALESCED"), 0);
+    let released = responses
+        .iter()
+        .filter(|r| r.header("x-cache-reason") == Some("not-shareable"))
+        .count();
+    assert_eq!(released, 9, "followers went upstream themselves");
+    assert_eq!(origin.count(), 10);
+}
+
+#[test]
 fn waiters_per_key_are_bounded() {
     let origin = Origin::start_with(&["--delay-ms", "300"]);
     let opts = EnvoyOptions {

@@ -9,10 +9,12 @@ pub const MAX_DELAY_MS: u64 = 3_600_000;
 const MAX_THREADS: usize = 1024;
 
 pub const USAGE: &str = "\
-usage: graphql-origin [--listen ADDR] [--delay-ms N] [--threads N] [--verbose]
+usage: graphql-origin [--listen ADDR] [--delay-ms N] [--max-inflight N] [--threads N] [--verbose]
 
   --listen ADDR   address to bind (default 127.0.0.1:8081; port 0 = pick a free port)
   --delay-ms N    delay every GraphQL response by N milliseconds (default 0)
+  --max-inflight N  serve at most N GraphQL requests at a time, queueing the rest, like a
+                  server with finite capacity (default 0 = unlimited)
   --threads N     tokio worker threads (default 2)
   --verbose       log one line per request to stderr
   -h, --help      show this help
@@ -29,6 +31,7 @@ Per-request headers: x-origin-delay-ms, x-origin-status, x-origin-header (repeat
 pub struct Config {
     pub listen: SocketAddr,
     pub delay_ms: u64,
+    pub max_inflight: usize,
     pub threads: usize,
     pub verbose: bool,
 }
@@ -49,6 +52,7 @@ where
     let mut listen = None;
     let mut delay_ms = None;
     let mut threads = None;
+    let mut max_inflight = 0usize;
     let mut verbose = false;
 
     let mut it = args.into_iter();
@@ -65,7 +69,7 @@ where
                 }
                 verbose = true;
             }
-            "--listen" | "--delay-ms" | "--threads" => {
+            "--listen" | "--delay-ms" | "--threads" | "--max-inflight" => {
                 let value = match inline {
                     Some(v) => v,
                     None => it
@@ -75,6 +79,11 @@ where
                 match flag.as_str() {
                     "--listen" => listen = Some(parse_listen(&value)?),
                     "--delay-ms" => delay_ms = Some(parse_delay(&value, "--delay-ms")?),
+                    "--max-inflight" => {
+                        max_inflight = value
+                            .parse()
+                            .map_err(|_| format!("--max-inflight: invalid number {value:?}"))?
+                    }
                     _ => threads = Some(parse_threads(&value, "--threads")?),
                 }
             }
@@ -107,6 +116,7 @@ where
     Ok(Command::Run(Config {
         listen,
         delay_ms,
+        max_inflight,
         threads,
         verbose,
     }))

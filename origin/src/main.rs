@@ -88,6 +88,7 @@ async fn run(config: Config) -> ExitCode {
     let state = Arc::new(server::AppState::new(
         schema::build_schema(),
         config.delay_ms,
+        config.max_inflight,
         config.verbose,
     ));
     let app = server::router(state);

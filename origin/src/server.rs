@@ -33,16 +33,24 @@ pub struct AppState {
     pub verbose: bool,
     /// Body of the most recent GraphQL request (empty for GET).
     pub last_body: Mutex<Bytes>,
+    /// Finite capacity: at most this many requests are delayed and executed at once.
+    pub capacity: Option<tokio::sync::Semaphore>,
 }
 
 impl AppState {
-    pub fn new(schema: OriginSchema, default_delay_ms: u64, verbose: bool) -> Self {
+    pub fn new(
+        schema: OriginSchema,
+        default_delay_ms: u64,
+        max_inflight: usize,
+        verbose: bool,
+    ) -> Self {
         AppState {
             schema,
             requests: AtomicU64::new(0),
             default_delay: Duration::from_millis(default_delay_ms.min(MAX_DELAY_MS)),
             verbose,
             last_body: Mutex::new(Bytes::new()),
+            capacity: (max_inflight > 0).then(|| tokio::sync::Semaphore::new(max_inflight)),
         }
     }
 }
@@ -315,6 +323,10 @@ async fn handle_graphql(
         *state.last_body.lock().unwrap_or_else(|e| e.into_inner()) = recorded;
     }
 
+    let _permit = match &state.capacity {
+        Some(capacity) => capacity.acquire().await.ok(),
+        None => None,
+    };
     if !controls.delay.is_zero() {
         tokio::time::sleep(controls.delay).await;
     }

@@ -24,8 +24,6 @@ use std::time::UNIX_EPOCH;
 const CACHE_HEADER: &str = "x-cache";
 const KEY_HEADER: &str = "x-cache-key";
 const REASON_HEADER: &str = "x-cache-reason";
-/// A flight's lease outlives its fetch timeout by this much before others may take it over.
-const LEASE_GRACE_MS: u64 = 2000;
 
 enum State {
     /// Not a request this filter handles: no header, no counting.
@@ -230,11 +228,13 @@ impl CacheFilter {
             let w = self.worker.borrow();
             (w.id, w.queue?)
         };
-        let lease = config.fetch_timeout_ms.saturating_add(LEASE_GRACE_MS);
+        let lease = config
+            .fetch_timeout_ms
+            .saturating_add(worker::LEASE_GRACE_MS);
         match self
             .plugin
             .flights
-            .join(&EnvoySharedData, &key, id, queue, now, lease)
+            .join(&EnvoySharedData, &key, id, queue, now, lease, true)
         {
             Join::Lead => {
                 {
@@ -244,6 +244,7 @@ impl CacheFilter {
                         key,
                         request,
                         ttl_seconds: self.ttl_seconds,
+                        dispatched_ms: 0,
                     });
                 }
                 if !worker::request_dispatch(&self.worker) {
@@ -251,9 +252,7 @@ impl CacheFilter {
                     w.local.take(&key);
                     w.pending.retain(|f| f.key != key);
                     drop(w);
-                    self.plugin
-                        .flights
-                        .complete(&EnvoySharedData, &key, id, None, now);
+                    worker::abandon(&self.plugin, &self.worker, &key);
                     return None;
                 }
                 self.plugin.metrics.inc(Counter::Leaders);
@@ -414,8 +413,11 @@ impl HttpContext for CacheFilter {
     }
 
     fn on_http_request_body(&mut self, body_size: usize, end_of_stream: bool) -> Action {
-        if !matches!(self.state, State::AwaitingBody(_)) {
-            return Action::Continue;
+        match self.state {
+            State::AwaitingBody(_) => {}
+            // Decided at the headers (a GET with a body): it stays held until answered or released.
+            State::Waiting { .. } | State::Served => return Action::Pause,
+            _ => return Action::Continue,
         }
         if body_size > self.plugin.config.max_body_bytes {
             return self.bypass(Bypass::BodyTooLarge);

@@ -4,29 +4,34 @@
 //!
 //! The HTTP contexts of the worker share [`Worker`] with the root through `Rc<RefCell<_>>`. No
 //! borrow is ever held across a host call: a host call may run another callback of this VM.
+//! Every callout is dispatched before any waiter is answered in the same root callback, because
+//! answering switches the effective context to that waiter.
 
 use super::metrics::Counter;
 use super::root::Plugin;
 use super::shared::EnvoySharedData;
-use crate::coalesce::{LocalFlights, Peek, Waiter};
+use crate::coalesce::{LocalFlight, Peek, Waiter};
 use crate::fetch::FetchRequest;
 use crate::key::CacheKey;
 use crate::policy::storable_entry;
 use crate::response::Response;
 use proxy_wasm::hostcalls;
-use proxy_wasm::types::MapType;
+use proxy_wasm::types::{BufferType, MapType};
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::rc::Rc;
 use std::time::{Duration, UNIX_EPOCH};
 
-/// Wake-up messages on a worker's queue.
+/// Wake-up messages on a worker's queue: dispatch what is pending, or a flight ended
+/// (`W` + key digest + the shareable answer, if it fits).
 const MSG_DISPATCH: u8 = b'D';
 const MSG_WAKE: u8 = b'W';
-/// How long a finished flight record stays for other workers to read before it is emptied.
+/// How long a finished flight record stays for other workers' timers before it is emptied.
 const DONE_GRACE_MS: u64 = 1000;
 /// A follower that heard nothing for this long checks its flight itself (lost wake-up).
 const LOST_WAKEUP_MS: u64 = 500;
+/// A flight's lease outlives its fetch timeout by this much before it counts as lost.
+pub const LEASE_GRACE_MS: u64 = 2000;
 /// The fallback timer's period.
 pub const TICK: Duration = Duration::from_millis(100);
 
@@ -44,6 +49,7 @@ pub struct Fetch {
     pub key: CacheKey,
     pub request: FetchRequest,
     pub ttl_seconds: u64,
+    pub dispatched_ms: u64,
 }
 
 #[derive(Default)]
@@ -52,7 +58,7 @@ pub struct Worker {
     pub id: u64,
     /// This worker's wake-up queue token.
     pub queue: Option<u32>,
-    pub local: LocalFlights,
+    pub local: crate::coalesce::LocalFlights,
     /// Claimed by a request, waiting for the root to dispatch.
     pub pending: Vec<Fetch>,
     /// Dispatched: callout token to fetch.
@@ -64,12 +70,19 @@ pub struct Worker {
 
 pub type SharedWorker = Rc<RefCell<Worker>>;
 
-fn now_ms() -> u64 {
+pub fn now_ms() -> u64 {
     hostcalls::get_current_time()
         .ok()
         .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
         .map(|d| d.as_millis() as u64)
         .unwrap_or_default()
+}
+
+fn lease_ms(plugin: &Plugin) -> u64 {
+    plugin
+        .config
+        .fetch_timeout_ms
+        .saturating_add(LEASE_GRACE_MS)
 }
 
 /// Asks the root to dispatch what HTTP contexts claimed (they cannot make a callout that outlives
@@ -79,17 +92,44 @@ pub fn request_dispatch(worker: &SharedWorker) -> bool {
     queue.is_some_and(|q| hostcalls::enqueue_shared_queue(q, Some(&[MSG_DISPATCH])).is_ok())
 }
 
-/// Root: a message arrived on this worker's queue.
+/// Ends a flight that will never be fetched: its watchers go upstream on their own.
+pub fn abandon(plugin: &Plugin, worker: &SharedWorker, key: &CacheKey) {
+    let id = worker.borrow().id;
+    let watchers = plugin
+        .flights
+        .complete(&EnvoySharedData, key, id, None, now_ms());
+    wake(&watchers, key, None);
+}
+
+/// Root: messages arrived on this worker's queue.
 pub fn on_queue_ready(plugin: &Plugin, worker: &SharedWorker, queue_id: u32) {
+    let mut dispatch = false;
+    let mut wakes: Vec<Vec<u8>> = Vec::new();
     while let Ok(Some(message)) = hostcalls::dequeue_shared_queue(queue_id) {
-        match message.split_first() {
-            Some((&MSG_DISPATCH, _)) => dispatch_pending(plugin, worker),
-            Some((&MSG_WAKE, digest)) if digest.len() == 32 => {
-                let mut key = CacheKey { digest: [0; 32] };
-                key.digest.copy_from_slice(digest);
+        match message.first() {
+            Some(&MSG_DISPATCH) => dispatch = true,
+            Some(&MSG_WAKE) if message.len() >= 33 => wakes.push(message),
+            _ => {}
+        }
+    }
+    if dispatch {
+        dispatch_pending(plugin, worker);
+    }
+    for message in wakes {
+        let mut key = CacheKey { digest: [0; 32] };
+        key.digest.copy_from_slice(&message[1..33]);
+        match message.get(33..).filter(|r| !r.is_empty()) {
+            // The answer came with the wake-up: no shared-data read, and no race with the next
+            // flight of the same key overwriting the record.
+            Some(result) => deliver_followed(
+                plugin,
+                worker,
+                &key,
+                Response::decode_from_flight(result, &key),
+            ),
+            None => {
                 let _ = check_followed(plugin, worker, &key);
             }
-            _ => {}
         }
     }
 }
@@ -97,7 +137,8 @@ pub fn on_queue_ready(plugin: &Plugin, worker: &SharedWorker, queue_id: u32) {
 fn dispatch_pending(plugin: &Plugin, worker: &SharedWorker) {
     let pending = std::mem::take(&mut worker.borrow_mut().pending);
     let timeout = Duration::from_millis(plugin.config.fetch_timeout_ms);
-    for fetch in pending {
+    let mut failed = Vec::new();
+    for mut fetch in pending {
         let headers: Vec<(&str, &str)> = fetch
             .request
             .headers
@@ -113,18 +154,21 @@ fn dispatch_pending(plugin: &Plugin, worker: &SharedWorker) {
         );
         match sent {
             Ok(token) => {
+                fetch.dispatched_ms = now_ms();
                 worker.borrow_mut().fetches.insert(token, fetch);
             }
             // Circuit breaker open, unknown cluster, no healthy host: a failed fetch.
-            Err(_) => {
-                plugin.metrics.inc(Counter::FetchFailures);
-                let failure = Response::failure(
-                    503,
-                    "upstream connect error: the shared fetch could not be sent",
-                );
-                finish(plugin, worker, &fetch, Ok(failure), Some("fetch-failed"));
-            }
+            Err(_) => failed.push(fetch),
         }
+    }
+    // Only now answer anyone: answering changes the effective context.
+    for fetch in failed {
+        plugin.metrics.inc(Counter::FetchFailures);
+        let failure = Response::failure(
+            503,
+            "upstream connect error: the shared fetch could not be sent",
+        );
+        finish(plugin, worker, &fetch, Ok(failure), Some("fetch-failed"));
     }
 }
 
@@ -150,14 +194,10 @@ pub fn on_fetch_response(
         return;
     }
     let headers = hostcalls::get_map_bytes(MapType::HttpCallResponseHeaders).unwrap_or_default();
-    let body = hostcalls::get_buffer(
-        proxy_wasm::types::BufferType::HttpCallResponseBody,
-        0,
-        body_size,
-    )
-    .ok()
-    .flatten()
-    .unwrap_or_default();
+    let body = hostcalls::get_buffer(BufferType::HttpCallResponseBody, 0, body_size)
+        .ok()
+        .flatten()
+        .unwrap_or_default();
     let status = headers
         .iter()
         .find(|(n, _)| n == ":status")
@@ -226,21 +266,18 @@ fn finish(
     not_stored: Option<&'static str>,
 ) {
     let now = now_ms();
-    let shareable = response.as_ref().ok().filter(|r| r.shareable().is_ok());
+    let vary = &plugin.config.vary_headers;
+    let shareable = response.as_ref().ok().filter(|r| r.shareable(vary).is_ok());
     let for_watchers =
         shareable.and_then(|r| r.encode_for_flight(&fetch.key, now, plugin.config.max_entry_bytes));
     let id = worker.borrow().id;
-    let watchers = plugin
-        .flights
-        .complete(&EnvoySharedData, &fetch.key, id, for_watchers, now);
+    let watchers =
+        plugin
+            .flights
+            .complete(&EnvoySharedData, &fetch.key, id, for_watchers.clone(), now);
     if !watchers.is_empty() {
         worker.borrow_mut().published.push((fetch.key, now));
-        let mut message = Vec::with_capacity(33);
-        message.push(MSG_WAKE);
-        message.extend_from_slice(&fetch.key.digest);
-        for queue in watchers {
-            let _ = hostcalls::enqueue_shared_queue(queue, Some(&message));
-        }
+        wake(&watchers, &fetch.key, for_watchers.as_deref());
     }
     let flight = worker.borrow_mut().local.take(&fetch.key);
     let Some(flight) = flight else { return };
@@ -249,7 +286,7 @@ fn finish(
             Ok(r) if waiter.leader => {
                 answer(plugin, worker, &waiter, r, ("MISS", not_stored), &fetch.key)
             }
-            Ok(r) if r.shareable().is_ok() => {
+            Ok(r) if r.shareable(vary).is_ok() => {
                 answer(plugin, worker, &waiter, r, ("COALESCED", None), &fetch.key)
             }
             Ok(_) => release(worker, &waiter, "not-shareable"),
@@ -258,8 +295,40 @@ fn finish(
     }
 }
 
-/// Root: a followed key may be done (a wake-up arrived, or the fallback timer asks). Returns
-/// whether its waiters were let go.
+fn wake(watchers: &[u32], key: &CacheKey, result: Option<&[u8]>) {
+    if watchers.is_empty() {
+        return;
+    }
+    let mut message = Vec::with_capacity(33 + result.map_or(0, <[u8]>::len));
+    message.push(MSG_WAKE);
+    message.extend_from_slice(&key.digest);
+    message.extend_from_slice(result.unwrap_or_default());
+    for &queue in watchers {
+        let _ = hostcalls::enqueue_shared_queue(queue, Some(&message));
+    }
+}
+
+/// Answers this worker's followers of `key` with `response`, or lets them go upstream.
+fn deliver_followed(
+    plugin: &Plugin,
+    worker: &SharedWorker,
+    key: &CacheKey,
+    response: Option<Response>,
+) {
+    if !worker.borrow().local.is_following(key) {
+        return;
+    }
+    let flight = worker.borrow_mut().local.take(key);
+    for waiter in flight.map(|f| f.waiters).unwrap_or_default() {
+        match &response {
+            Some(r) => answer(plugin, worker, &waiter, r, ("COALESCED", None), key),
+            None => release(worker, &waiter, "not-shareable"),
+        }
+    }
+}
+
+/// Root: a followed key may be done (the fallback timer asks, or a wake-up without the answer).
+/// Returns whether its waiters were let go.
 fn check_followed(plugin: &Plugin, worker: &SharedWorker, key: &CacheKey) -> bool {
     let (id, queue, following) = {
         let w = worker.borrow();
@@ -274,17 +343,19 @@ fn check_followed(plugin: &Plugin, worker: &SharedWorker, key: &CacheKey) -> boo
     {
         Peek::Waiting => false,
         Peek::Done(Some(bytes)) => {
-            let flight = worker.borrow_mut().local.take(key);
-            let response = Response::decode_from_flight(&bytes, key);
-            for waiter in flight.map(|f| f.waiters).unwrap_or_default() {
-                match &response {
-                    Some(r) => answer(plugin, worker, &waiter, r, ("COALESCED", None), key),
-                    None => release(worker, &waiter, "unreadable-result"),
-                }
-            }
+            deliver_followed(
+                plugin,
+                worker,
+                key,
+                Response::decode_from_flight(&bytes, key),
+            );
             true
         }
-        Peek::Done(None) | Peek::Gone => {
+        Peek::Done(None) => {
+            deliver_followed(plugin, worker, key, None);
+            true
+        }
+        Peek::Gone => {
             let flight = worker.borrow_mut().local.take(key);
             for waiter in flight.map(|f| f.waiters).unwrap_or_default() {
                 release(worker, &waiter, "leader-gone");
@@ -294,17 +365,33 @@ fn check_followed(plugin: &Plugin, worker: &SharedWorker, key: &CacheKey) -> boo
     }
 }
 
-/// Root: the fallback timer. Releases waiters past `max_wait_ms`, checks followed flights nobody
-/// woke us for, and empties finished records once watchers had time to read them.
+/// Root: the fallback timer. Releases waiters past `max_wait_ms`, ends flights whose fetch was
+/// lost, checks followed flights nobody woke us for, and empties finished records.
 pub fn on_tick(plugin: &Plugin, worker: &SharedWorker) {
     let now = now_ms();
-    let expired = worker
-        .borrow_mut()
-        .local
-        .expire(now, plugin.config.max_wait_ms);
+    let lease = lease_ms(plugin);
+    let (expired, abandoned, lost_fetches) = {
+        let mut w = worker.borrow_mut();
+        let expired = w.local.expire(now, plugin.config.max_wait_ms);
+        let abandoned: Vec<(CacheKey, LocalFlight)> = w.local.take_abandoned(now, lease);
+        // A callout that never answered (it should time out at fetch_timeout_ms): forget it.
+        let before = w.fetches.len();
+        w.fetches
+            .retain(|_, f| now.saturating_sub(f.dispatched_ms) < lease.saturating_mul(2));
+        (expired, abandoned, before - w.fetches.len())
+    };
+    for _ in 0..lost_fetches {
+        plugin.metrics.inc(Counter::FetchFailures);
+    }
     for waiter in expired {
         plugin.metrics.inc(Counter::WaitTimeouts);
         release(worker, &waiter, "wait-timeout");
+    }
+    for (key, flight) in abandoned {
+        abandon(plugin, worker, &key);
+        for waiter in flight.waiters {
+            release(worker, &waiter, "fetch-lost");
+        }
     }
     let stale: Vec<CacheKey> = {
         let w = worker.borrow();
@@ -340,6 +427,7 @@ pub fn on_tick(plugin: &Plugin, worker: &SharedWorker) {
     }
 }
 
+/// Answers a waiting request; `label` is the `x-cache` value and the debug reason.
 fn answer(
     plugin: &Plugin,
     worker: &SharedWorker,

@@ -1,0 +1,328 @@
+#!/usr/bin/env python3
+"""`make bench`: every scenario side by side in one run, through a real Envoy, with wrk.
+
+Envoy runs with one worker pinned to CPU 0; wrk (and the origin) are pinned to CPU 1. Each
+scenario gets a fresh origin and Envoy, a warm-up run, then a measured run. Results go to
+bench/results/latest.json and bench/results/latest.png, and a table to stdout.
+"""
+import json
+import os
+import pathlib
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+ENVOY = os.environ.get("ENVOY_BIN", str(ROOT / ".tools/bin/envoy"))
+WASM = ROOT / "target/wasm32-wasip1/release/graphql_cache.wasm"
+ORIGIN = ROOT / "target/release/graphql-origin"
+RESULTS = ROOT / "bench/results"
+LUA = ROOT / "bench/post.lua"
+
+SECONDS = int(os.environ.get("BENCH_SECONDS", "6"))
+WARMUP = int(os.environ.get("BENCH_WARMUP", "2"))
+CONNECTIONS = int(os.environ.get("BENCH_CONNECTIONS", "100"))
+ENVOY_CPU, LOAD_CPU = "0", "1"
+LISTEN, ADMIN, ORIGIN_PORT = 18080, 18901, 18081
+QUERY = "query Users { users { id name email posts { id title } } }"
+# The slow origin: 20 ms per request and finite capacity (8 at a time, the rest queue), like a
+# GraphQL gateway in front of federated services.
+SLOW_ORIGIN = ["--delay-ms", "20", "--max-inflight", "8"]
+
+
+def wasm_filter(config):
+    return f"""
+          - name: envoy.filters.http.wasm
+            typed_config:
+              "@type": type.googleapis.com/envoy.extensions.filters.http.wasm.v3.Wasm
+              config:
+                name: graphql_cache
+                root_id: graphql_cache
+                allow_on_headers_stop_iteration: true
+                vm_config:
+                  vm_id: graphql_cache
+                  runtime: envoy.wasm.runtime.v8
+                  code: {{ local: {{ filename: {WASM} }} }}
+                configuration:
+                  "@type": type.googleapis.com/google.protobuf.StringValue
+                  value: {json.dumps(json.dumps(config))}"""
+
+
+BUFFER = """
+          - name: envoy.filters.http.buffer
+            typed_config:
+              "@type": type.googleapis.com/envoy.extensions.filters.http.buffer.v3.Buffer
+              max_request_bytes: 65536"""
+
+
+def bootstrap(filters, route):
+    return f"""admin:
+  address: {{ socket_address: {{ address: 127.0.0.1, port_value: {ADMIN} }} }}
+static_resources:
+  listeners:
+  - name: bench
+    address: {{ socket_address: {{ address: 127.0.0.1, port_value: {LISTEN} }} }}
+    filter_chains:
+    - filters:
+      - name: envoy.filters.network.http_connection_manager
+        typed_config:
+          "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
+          stat_prefix: bench
+          route_config:
+            virtual_hosts:
+            - name: all
+              domains: ["*"]
+              routes:
+              - match: {{ prefix: "/" }}
+{route}
+          http_filters:{filters}
+          - name: envoy.filters.http.router
+            typed_config:
+              "@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router
+  clusters:
+  - name: origin
+    connect_timeout: 1s
+    type: STATIC
+    load_assignment:
+      cluster_name: origin
+      endpoints:
+      - lb_endpoints:
+        - endpoint: {{ address: {{ socket_address: {{ address: 127.0.0.1, port_value: {ORIGIN_PORT} }} }} }}
+"""
+
+
+def direct_route(body):
+    return f"""                direct_response:
+                  status: 200
+                  body: {{ inline_string: {json.dumps(body)} }}
+                response_headers_to_add:
+                - header: {{ key: content-type, value: application/json }}"""
+
+
+ORIGIN_ROUTE = "                route: { cluster: origin, timeout: 30s }"
+
+
+def chain_config():
+    """The shipped envoy/envoy.yaml with bench ports and the rate limit out of reach."""
+    text = (ROOT / "envoy/envoy.yaml").read_text()
+    for old, new in [
+        ("port_value: 8080", f"port_value: {LISTEN}"),
+        ("port_value: 9901", f"port_value: {ADMIN}"),
+        ("port_value: 8081", f"port_value: {ORIGIN_PORT}"),
+        ("filename: graphql_cache.wasm", f"filename: {WASM}"),
+        ("max_tokens: 20, tokens_per_fill: 20", "max_tokens: 1000000000, tokens_per_fill: 1000000000"),
+        ('"debug_headers": true', '"debug_headers": false'),
+    ]:
+        assert old in text, f"envoy/envoy.yaml no longer contains {old!r}"
+        text = text.replace(old, new)
+    return text
+
+
+def scenarios(answer):
+    token = (ROOT / "envoy/tokens/alice.jwt").read_text().strip()
+    direct = direct_route(answer)
+    s = [
+        ("ceiling", None, bootstrap(BUFFER, direct), {}),
+        ("wasm-ceiling", None, bootstrap(wasm_filter({"paths": ["/nothing-matches"]}) + BUFFER, direct), {}),
+        ("proxy", [], bootstrap("", ORIGIN_ROUTE), {}),
+        ("bypass", [], bootstrap(wasm_filter({"rules": [{"field": "users", "cache": False}]}), ORIGIN_ROUTE), {}),
+    ]
+    for ttl in (0, 1, 10):
+        s.append((f"ttl{ttl}", [], bootstrap(wasm_filter({"ttl_seconds": ttl}), ORIGIN_ROUTE), {}))
+    s.append(("chain", [], chain_config(), {"BENCH_AUTH": f"Bearer {token}"}))
+    s.append(("proxy-slow", SLOW_ORIGIN, bootstrap("", ORIGIN_ROUTE), {}))
+    for ttl in (0, 1, 10):
+        s.append((f"ttl{ttl}-slow", SLOW_ORIGIN, bootstrap(wasm_filter({"ttl_seconds": ttl}), ORIGIN_ROUTE), {}))
+    return s
+
+
+def wait_http(url, timeout=20):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        try:
+            with urllib.request.urlopen(url, timeout=1) as r:
+                if r.status == 200:
+                    return
+        except Exception:
+            time.sleep(0.05)
+    raise RuntimeError(f"{url} not ready")
+
+
+def origin_count():
+    with urllib.request.urlopen(f"http://127.0.0.1:{ORIGIN_PORT}/_origin/count", timeout=2) as r:
+        return json.loads(r.read())["requests"]
+
+
+def start_origin(args):
+    p = subprocess.Popen(
+        ["taskset", "-c", LOAD_CPU, str(ORIGIN), "--listen", f"127.0.0.1:{ORIGIN_PORT}", "--threads", "1", *args],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    wait_http(f"http://127.0.0.1:{ORIGIN_PORT}/_origin/health")
+    return p
+
+
+def start_envoy(yaml_text, workdir):
+    path = pathlib.Path(workdir) / "envoy.yaml"
+    path.write_text(yaml_text)
+    log = open(pathlib.Path(workdir) / "envoy.log", "w")
+    p = subprocess.Popen(
+        ["taskset", "-c", ENVOY_CPU, ENVOY, "-c", str(path), "--concurrency", "1",
+         "--use-dynamic-base-id", "-l", "warning"], stdout=log, stderr=subprocess.STDOUT)
+    wait_http(f"http://127.0.0.1:{ADMIN}/ready")
+    return p
+
+
+def wrk(seconds, body_file, env_extra):
+    env = dict(os.environ, BENCH_BODY_FILE=body_file, **env_extra)
+    out = subprocess.run(
+        ["taskset", "-c", LOAD_CPU, "wrk", "-t1", f"-c{CONNECTIONS}", f"-d{seconds}s", "--timeout", "10s",
+         "-s", str(LUA), f"http://127.0.0.1:{LISTEN}/graphql"],
+        env=env, capture_output=True, text=True, check=True).stdout
+    line = next(l for l in out.splitlines() if l.startswith("BENCH_JSON "))
+    return json.loads(line[len("BENCH_JSON "):])
+
+
+def stop(p):
+    if p and p.poll() is None:
+        p.terminate()
+        try:
+            p.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            p.kill()
+
+
+def fetch_answer():
+    origin = start_origin([])
+    try:
+        req = urllib.request.Request(f"http://127.0.0.1:{ORIGIN_PORT}/graphql", data=json.dumps({"query": QUERY}).encode(),
+                                     headers={"content-type": "application/json"})
+        with urllib.request.urlopen(req, timeout=5) as r:
+            return r.read().decode()
+    finally:
+        stop(origin)
+
+
+def ports_free():
+    """Envoy listens with SO_REUSEPORT: a leftover process on our port would silently take half
+    the load, so refuse to start instead."""
+    import socket
+    for port in (LISTEN, ADMIN, ORIGIN_PORT):
+        with socket.socket() as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                sys.exit(f"port {port} is in use: stop whatever listens there and run again")
+
+
+def run():
+    for tool in ("wrk", "taskset"):
+        if not shutil.which(tool):
+            sys.exit(f"{tool} not found (bench/run.sh installs it)")
+    ports_free()
+    answer = fetch_answer()
+    work = tempfile.mkdtemp(prefix="graphql-cache-bench-")
+    body_file = os.path.join(work, "body.json")
+    with open(body_file, "w") as f:
+        f.write(json.dumps({"query": QUERY}))
+    results = []
+    for name, origin_args, yaml_text, env_extra in scenarios(answer):
+        origin = envoy = None
+        try:
+            origin = start_origin(origin_args) if origin_args is not None else None
+            envoy = start_envoy(yaml_text, work)
+            wrk(WARMUP, body_file, env_extra)
+            before = origin_count() if origin else 0
+            r = wrk(SECONDS, body_file, env_extra)
+            r["origin_requests"] = (origin_count() - before) if origin else 0
+        finally:
+            stop(envoy)
+            stop(origin)
+        r["name"] = name
+        r["rps"] = r["requests"] / (r["duration_us"] / 1e6)
+        results.append(r)
+        print(f"  {name:14s} {r['rps']:10.0f} req/s  p50 {r['p50_us']/1000:7.2f} ms  p99 {r['p99_us']/1000:7.2f} ms"
+              f"  non-2xx {r['non2xx']}  origin {r['origin_requests']}", flush=True)
+    shutil.rmtree(work, ignore_errors=True)
+    return answer, results
+
+
+def report(answer, results):
+    by = {r["name"]: r for r in results}
+    for r in results:
+        r["vs_ceiling"] = r["rps"] / by["ceiling"]["rps"]
+        r["vs_wasm_ceiling"] = r["rps"] / by["wasm-ceiling"]["rps"]
+    ttl1 = [r for r in results if r["name"].startswith("ttl1")]
+    for r in ttl1:
+        expiries = SECONDS / 1.0
+        r["origin_per_expiry"] = r["origin_requests"] / expiries
+    targets = [
+        ("ttl10 >= 90% of wasm-ceiling", by["ttl10"]["rps"] / by["wasm-ceiling"]["rps"], 0.9, ">="),
+        ("bypass >= 90% of proxy", by["bypass"]["rps"] / by["proxy"]["rps"], 0.9, ">="),
+        ("ttl0-slow >= 4x proxy-slow req/s", by["ttl0-slow"]["rps"] / by["proxy-slow"]["rps"], 4.0, ">="),
+        ("ttl0-slow p99 <= 0.5x proxy-slow p99", by["ttl0-slow"]["p99_us"] / by["proxy-slow"]["p99_us"], 0.5, "<="),
+    ]
+    lines = []
+    lines.append(f"{'scenario':14s} {'req/s':>10s} {'p50 ms':>8s} {'p99 ms':>8s} {'non-2xx':>8s} {'origin':>8s} {'/ceiling':>9s} {'/wasm-ceil':>10s}")
+    for r in results:
+        lines.append(f"{r['name']:14s} {r['rps']:10.0f} {r['p50_us']/1000:8.2f} {r['p99_us']/1000:8.2f} {r['non2xx']:8d} "
+                     f"{r['origin_requests']:8d} {r['vs_ceiling']:9.2f} {r['vs_wasm_ceiling']:10.2f}")
+    lines.append("")
+    for name, value, goal, op in targets:
+        ok = value >= goal if op == ">=" else value <= goal
+        lines.append(f"{'PASS' if ok else 'MISS'}  {name}: {value:.2f}")
+    for r in ttl1:
+        lines.append(f"      {r['name']}: {r['origin_requests']} origin requests over {SECONDS} s of 1 s TTL "
+                     f"({r['origin_per_expiry']:.2f} per expiry; goal 1)")
+    table = "\n".join(lines)
+    machine = {
+        "cpus": os.cpu_count(),
+        "cpu_model": next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "?"),
+        "envoy": subprocess.run([ENVOY, "--version"], capture_output=True, text=True).stdout.strip().split("version: ")[-1],
+        "connections": CONNECTIONS, "seconds": SECONDS, "warmup_seconds": WARMUP,
+        "answer_bytes": len(answer.encode()),
+        "pinning": f"envoy --concurrency 1 on CPU {ENVOY_CPU}; wrk -t1 and the origin on CPU {LOAD_CPU}",
+    }
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    out = {"machine": machine, "results": results,
+           "targets": [{"target": n, "value": v, "goal": g, "op": o} for n, v, g, o in targets]}
+    (RESULTS / "latest.json").write_text(json.dumps(out, indent=2) + "\n")
+    (RESULTS / "latest.txt").write_text(table + "\n")
+    chart(results)
+    return table
+
+
+def chart(results):
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("matplotlib not available: no chart")
+        return
+    names = [r["name"] for r in results]
+    fig, (a, b) = plt.subplots(2, 1, figsize=(11, 7), sharex=True)
+    colors = ["#888888" if n in ("ceiling", "wasm-ceiling", "proxy", "proxy-slow") else "#2f6db3" for n in names]
+    a.bar(names, [r["rps"] for r in results], color=colors)
+    a.set_ylabel("requests/s")
+    a.set_title(f"GraphQL cache in Envoy: {CONNECTIONS} connections, 1 Envoy worker (grey: baselines)")
+    for i, r in enumerate(results):
+        a.text(i, r["rps"], f"{r['rps']/1000:.1f}k", ha="center", va="bottom", fontsize=8)
+    b.bar(names, [r["p99_us"] / 1000 for r in results], color=colors)
+    b.set_ylabel("p99 latency (ms, log)")
+    b.set_yscale("log")
+    plt.xticks(rotation=30, ha="right")
+    fig.tight_layout()
+    fig.savefig(RESULTS / "latest.png", dpi=110)
+
+
+if __name__ == "__main__":
+    start = time.time()
+    print(f"{CONNECTIONS} connections, {WARMUP} s warm-up + {SECONDS} s per scenario", flush=True)
+    answer, results = run()
+    print()
+    print(report(answer, results))
+    print(f"\nwrote bench/results/latest.json, latest.txt, latest.png in {time.time() - start:.0f} s")

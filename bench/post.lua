@@ -1,0 +1,19 @@
+-- wrk script: POSTs one GraphQL body and prints a machine-readable summary line at the end.
+local f = assert(io.open(os.getenv("BENCH_BODY_FILE"), "rb"))
+wrk.method = "POST"
+wrk.path = os.getenv("BENCH_PATH") or "/graphql"
+wrk.body = f:read("*a")
+f:close()
+wrk.headers["Content-Type"] = "application/json"
+local auth = os.getenv("BENCH_AUTH")
+if auth and auth ~= "" then
+  wrk.headers["Authorization"] = auth
+end
+
+function done(summary, latency, requests)
+  io.write(string.format(
+    'BENCH_JSON {"requests":%d,"duration_us":%d,"non2xx":%d,"socket_errors":%d,"p50_us":%d,"p99_us":%d,"mean_us":%.1f}\n',
+    summary.requests, summary.duration, summary.errors.status,
+    summary.errors.connect + summary.errors.read + summary.errors.write + summary.errors.timeout,
+    latency:percentile(50), latency:percentile(99), latency.mean))
+end
