@@ -229,7 +229,10 @@ def run():
     with open(body_file, "w") as f:
         f.write(json.dumps({"query": QUERY}))
     results = []
+    only = [n for n in os.environ.get("BENCH_ONLY", "").split(",") if n]
     for name, origin_args, yaml_text, env_extra in scenarios(answer):
+        if only and name not in only:
+            continue
         origin = envoy = None
         try:
             origin = start_origin(origin_args) if origin_args is not None else None
@@ -323,6 +326,8 @@ if __name__ == "__main__":
     start = time.time()
     print(f"{CONNECTIONS} connections, {WARMUP} s warm-up + {SECONDS} s per scenario", flush=True)
     answer, results = run()
+    if os.environ.get("BENCH_ONLY"):
+        sys.exit(0)
     print()
     print(report(answer, results))
     print(f"\nwrote bench/results/latest.json, latest.txt, latest.png in {time.time() - start:.0f} s")

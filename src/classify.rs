@@ -5,6 +5,7 @@ use crate::bypass::Bypass;
 use crate::canonical::{canonicalize, CanonicalError, CanonicalOperation, OperationKind};
 use crate::config::Config;
 use crate::key::{build_key, CacheKey, KeyContext};
+use crate::memo::MemoInput;
 use crate::request::{
     is_json_content_type, parse_get_query, parse_post_body, split_path, GraphQlRequest,
 };
@@ -40,6 +41,47 @@ pub struct Classified {
     pub policy: Policy,
 }
 
+/// What the filter keeps of a classification: small enough to memoize.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Decided {
+    pub key: CacheKey,
+    pub policy: Policy,
+}
+
+impl From<Classified> for Decided {
+    fn from(c: Classified) -> Decided {
+        Decided {
+            key: c.key,
+            policy: c.policy,
+        }
+    }
+}
+
+/// Everything classification reads from a request (for a given configuration), so that equal
+/// inputs can reuse one classification. `body` is empty for a GET (its query is in the path).
+pub fn memo_input(head: &RequestHead, body: &[u8]) -> MemoInput {
+    let mut input = MemoInput::with_capacity(body.len() + head.path.len() + 128);
+    input.field(&head.method);
+    input.field(&head.path);
+    input.field(&head.authority);
+    input.optional(head.accept.as_deref());
+    input.optional(head.accept_encoding.as_deref());
+    for value in &head.vary {
+        input.optional(value.as_deref());
+    }
+    input.optional(head.identity.as_deref());
+    input.optional(
+        head.route
+            .ttl_seconds
+            .map(u64::to_le_bytes)
+            .as_ref()
+            .map(|b| &b[..]),
+    );
+    input.field(&[u8::from(head.route.disabled)]);
+    input.field(body);
+    input
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum HeadersVerdict {
     /// Not a path this filter handles: no `x-cache` header, nothing counted.
@@ -64,14 +106,10 @@ pub fn classify_headers(
         return HeadersVerdict::NotHandled;
     }
     match head.method.as_slice() {
-        b"GET" => {
-            let verdict = parse_get_query(query_string.unwrap_or_default())
-                .and_then(|req| identify(config, head, path, &req));
-            match verdict {
-                Ok(c) => HeadersVerdict::Ready(c),
-                Err(b) => HeadersVerdict::Bypass(b),
-            }
-        }
+        b"GET" => match classify_get(config, head, path, query_string) {
+            Ok(c) => HeadersVerdict::Ready(c),
+            Err(b) => HeadersVerdict::Bypass(b),
+        },
         b"POST" => {
             if !head
                 .content_type
@@ -99,6 +137,26 @@ pub fn classify_headers(
         }
         _ => HeadersVerdict::Bypass(Bypass::Method),
     }
+}
+
+/// Whether the filter handles this request at all (its path, without the query string).
+/// Non-UTF-8 paths are handled, so that they are counted as bad input.
+pub fn handles(config: &Config, raw_path: &[u8]) -> bool {
+    match std::str::from_utf8(raw_path) {
+        Ok(full) => config.handles_path(split_path(full).0),
+        Err(_) => true,
+    }
+}
+
+/// A GET is decided from its query string alone.
+pub fn classify_get(
+    config: &Config,
+    head: &RequestHead,
+    path: &str,
+    query_string: Option<&str>,
+) -> Result<Classified, Bypass> {
+    parse_get_query(query_string.unwrap_or_default())
+        .and_then(|req| identify(config, head, path, &req))
 }
 
 /// The decision for a POST once its whole body is buffered.
@@ -317,6 +375,46 @@ mod tests {
         assert_eq!(classify_body(&c, &h, body).unwrap().policy.ttl_seconds, 3);
         h.route.disabled = true;
         assert_eq!(classify_body(&c, &h, body), Err(Bypass::RouteDisabled));
+    }
+
+    #[test]
+    fn memo_inputs_cover_every_dimension_of_the_key() {
+        let base = head("POST", "/graphql");
+        let body = br#"{"query":"{ a }"}"#;
+        let reference = memo_input(&base, body);
+        let mut variants = Vec::new();
+        let mut h = base.clone();
+        h.authority = b"other".to_vec();
+        variants.push(h);
+        let mut h = base.clone();
+        h.path = b"/v2".to_vec();
+        variants.push(h);
+        let mut h = base.clone();
+        h.method = b"GET".to_vec();
+        variants.push(h);
+        let mut h = base.clone();
+        h.accept = Some(b"*/*".to_vec());
+        variants.push(h);
+        let mut h = base.clone();
+        h.accept_encoding = Some(b"gzip".to_vec());
+        variants.push(h);
+        let mut h = base.clone();
+        h.vary = vec![Some(b"Bearer x".to_vec()), None];
+        variants.push(h);
+        let mut h = base.clone();
+        h.identity = Some(b"alice".to_vec());
+        variants.push(h);
+        let mut h = base.clone();
+        h.route.ttl_seconds = Some(5);
+        variants.push(h);
+        let mut h = base.clone();
+        h.route.disabled = true;
+        variants.push(h);
+        for v in &variants {
+            assert_ne!(memo_input(v, body), reference, "{v:?}");
+        }
+        assert_ne!(memo_input(&base, br#"{"query":"{ b }"}"#), reference);
+        assert_eq!(memo_input(&base.clone(), body), reference);
     }
 
     #[test]

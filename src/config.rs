@@ -57,6 +57,8 @@ pub struct Config {
     pub rules: Vec<Rule>,
     /// `filter_metadata` namespace read from the route for per-route overrides; `None` = off.
     pub route_metadata: Option<String>,
+    /// Entries of the per-worker memo from raw request bytes to key (0 turns it off).
+    pub key_memo_entries: usize,
 }
 
 /// Where the identity that scopes private entries comes from.
@@ -108,6 +110,7 @@ impl Default for Config {
             default_scope: Scope::Public,
             rules: Vec::new(),
             route_metadata: Some("graphql_cache".to_string()),
+            key_memo_entries: 1024,
         }
     }
 }
@@ -165,6 +168,7 @@ struct RawConfig {
     default_scope: Option<String>,
     rules: Option<Vec<RawRule>>,
     route_metadata: Option<String>,
+    key_memo_entries: Option<u64>,
 }
 
 #[derive(Deserialize)]
@@ -417,6 +421,13 @@ impl Config {
             Some(ns) => Some(ns),
             None => d.route_metadata,
         };
+        let key_memo_entries = bounded(
+            "key_memo_entries",
+            raw.key_memo_entries,
+            d.key_memo_entries as u64,
+            0,
+            65_536,
+        )?;
         Ok(Config {
             ttl_seconds,
             paths,
@@ -437,6 +448,7 @@ impl Config {
             default_scope,
             rules,
             route_metadata,
+            key_memo_entries: to_usize(key_memo_entries),
         })
     }
 
@@ -582,6 +594,10 @@ mod tests {
         assert_eq!(err(r#"{"max_waiters":0}"#).field, "max_waiters");
         assert_eq!(err(r#"{"upstream_cluster":" "}"#).field, "upstream_cluster");
         assert_eq!(err(r#"{"coalesce":1}"#).field, "coalesce");
+        assert_eq!(
+            err(r#"{"key_memo_entries":100000}"#).field,
+            "key_memo_entries"
+        );
         assert_eq!(err(r#"{"debug_headers":"yes"}"#).field, "debug_headers");
         assert_eq!(
             err(r#"{"cache_slots":1048576,"max_entry_bytes":67108864}"#).field,

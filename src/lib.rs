@@ -12,6 +12,7 @@ pub mod config;
 pub mod entry;
 pub mod fetch;
 pub mod key;
+pub mod memo;
 pub mod policy;
 pub mod request;
 pub mod response;

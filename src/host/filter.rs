@@ -6,13 +6,17 @@ use super::root::Plugin;
 use super::shared::EnvoySharedData;
 use super::worker::{self, Fetch, Outcome, SharedWorker};
 use crate::bypass::Bypass;
-use crate::classify::{classify_body, classify_headers, Classified, HeadersVerdict, RequestHead};
+use crate::classify::{
+    classify_body, classify_get, classify_headers, handles, memo_input, Classified, Decided,
+    HeadersVerdict, RequestHead,
+};
 use crate::coalesce::{Join, LocalJoin};
 use crate::config::IdentitySource;
 use crate::entry::Entry;
 use crate::fetch::FetchRequest;
 use crate::key::CacheKey;
 use crate::policy::{response_ttl, storable_entry, NotStored};
+use crate::request::split_path;
 use crate::rules::RouteOverride;
 use crate::store::Lookup;
 use proxy_wasm::hostcalls;
@@ -166,14 +170,25 @@ impl CacheFilter {
     }
 
     /// Serves the key from the cache, or handles the miss.
-    fn lookup(
-        &mut self,
-        classified: Classified,
+    /// Classifies through the per-worker memo: an identical recent request is not parsed again.
+    fn decide(
+        &self,
         head: &RequestHead,
-        body: Option<Vec<u8>>,
-    ) -> Action {
-        let key = classified.key;
-        self.ttl_seconds = classified.policy.ttl_seconds;
+        body: &[u8],
+        classify: impl FnOnce() -> Result<Classified, Bypass>,
+    ) -> Result<Decided, Bypass> {
+        let input = memo_input(head, body);
+        if let Some(known) = self.plugin.memo.borrow().get(&input) {
+            return known;
+        }
+        let decided = classify().map(Decided::from);
+        self.plugin.memo.borrow_mut().insert(input, decided);
+        decided
+    }
+
+    fn lookup(&mut self, decided: Decided, head: &RequestHead, body: Option<Vec<u8>>) -> Action {
+        let key = decided.key;
+        self.ttl_seconds = decided.policy.ttl_seconds;
         let now = self.now_ms();
         if let Lookup::Hit(bytes) = self.plugin.table.lookup(&EnvoySharedData, &key, now) {
             if self.serve(&bytes, &key, now) {
@@ -398,11 +413,33 @@ impl Context for CacheFilter {}
 
 impl HttpContext for CacheFilter {
     fn on_http_request_headers(&mut self, _num_headers: usize, end_of_stream: bool) -> Action {
+        let plugin = Rc::clone(&self.plugin);
+        let config = &plugin.config;
+        // Paths the filter does not handle cost one header read, nothing more.
+        if !config.paths.is_empty() {
+            let path = self
+                .get_http_request_header_bytes(":path")
+                .unwrap_or_default();
+            if !handles(config, &path) {
+                return Action::Continue;
+            }
+        }
         let head = self.read_head();
-        match classify_headers(&self.plugin.config, &head, end_of_stream) {
+        if head.method == b"GET" && handles(config, &head.path) {
+            let decided = self.decide(&head, b"", || {
+                let full = std::str::from_utf8(&head.path).map_err(|_| Bypass::BadQueryString)?;
+                let (path, query) = split_path(full);
+                classify_get(config, &head, path, query)
+            });
+            return match decided {
+                Ok(d) => self.lookup(d, &head, None),
+                Err(reason) => self.bypass(reason),
+            };
+        }
+        match classify_headers(config, &head, end_of_stream) {
             HeadersVerdict::NotHandled => Action::Continue,
             HeadersVerdict::Bypass(reason) => self.bypass(reason),
-            HeadersVerdict::Ready(classified) => self.lookup(classified, &head, None),
+            HeadersVerdict::Ready(classified) => self.lookup(classified.into(), &head, None),
             HeadersVerdict::NeedBody => {
                 // Held with `allow_on_headers_stop_iteration`: nothing goes upstream until the
                 // body has been read and the request is known to be a miss.
@@ -429,8 +466,9 @@ impl HttpContext for CacheFilter {
             return Action::Continue;
         };
         let body = self.get_http_request_body(0, body_size).unwrap_or_default();
-        match classify_body(&self.plugin.config, &head, &body) {
-            Ok(classified) => self.lookup(classified, &head, Some(body)),
+        let plugin = Rc::clone(&self.plugin);
+        match self.decide(&head, &body, || classify_body(&plugin.config, &head, &body)) {
+            Ok(decided) => self.lookup(decided, &head, Some(body)),
             Err(reason) => self.bypass(reason),
         }
     }

@@ -5,15 +5,23 @@ use super::filter::CacheFilter;
 use super::metrics::Metrics;
 use super::shared::EnvoySharedData;
 use super::worker::{self, SharedWorker, Worker};
+use crate::bypass::Bypass;
+use crate::classify::Decided;
 use crate::coalesce::FlightTable;
 use crate::config::Config;
+use crate::memo::Memo;
 use crate::store::SlotTable;
 use proxy_wasm::hostcalls;
 use proxy_wasm::traits::{Context, HttpContext, RootContext};
 use proxy_wasm::types::{ContextType, LogLevel};
+use std::cell::RefCell;
 use std::collections::hash_map::RandomState;
 use std::hash::BuildHasher;
 use std::rc::Rc;
+
+/// Requests larger than this are classified every time rather than memoized, which bounds the
+/// memo at `key_memo_entries` x 8 KiB per worker.
+const MEMO_MAX_INPUT: usize = 8 * 1024;
 
 /// Everything a request needs that is fixed at configuration time.
 pub struct Plugin {
@@ -21,6 +29,8 @@ pub struct Plugin {
     pub table: SlotTable,
     pub flights: FlightTable,
     pub metrics: Metrics,
+    /// Raw request bytes to classification, per worker; reset with the configuration it used.
+    pub memo: RefCell<Memo<Result<Decided, Bypass>>>,
 }
 
 impl Plugin {
@@ -28,6 +38,7 @@ impl Plugin {
         Plugin {
             table: SlotTable::new(config.cache_slots),
             flights: FlightTable::new(config.flight_slots),
+            memo: RefCell::new(Memo::new(config.key_memo_entries, MEMO_MAX_INPUT)),
             config,
             metrics,
         }
@@ -45,7 +56,7 @@ impl CacheRoot {
         let id = RandomState::new().hash_one(0x6771_6c63u64);
         CacheRoot {
             plugin: Rc::new(Plugin::new(Config::default(), Metrics::default())),
-            worker: Rc::new(std::cell::RefCell::new(Worker {
+            worker: Rc::new(RefCell::new(Worker {
                 id,
                 ..Worker::default()
             })),
