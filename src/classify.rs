@@ -27,8 +27,6 @@ pub struct RequestHead {
     pub vary: Vec<Option<Vec<u8>>>,
     /// Every request header as received, for replaying the request in a shared fetch.
     pub headers: Vec<(String, Vec<u8>)>,
-    /// The caller's identity from the configured source (JWT claim or auth header).
-    pub identity: Option<Vec<u8>>,
     /// What the route's metadata says.
     pub route: RouteOverride,
 }
@@ -57,6 +55,23 @@ impl From<Classified> for Decided {
     }
 }
 
+/// Scopes a private entry to the caller: the identity is only read for requests whose policy is
+/// private, and a private request without one is not cached.
+pub fn scope_key(decided: Decided, identity: Option<&[u8]>) -> Result<Decided, Bypass> {
+    match decided.policy.scope {
+        Scope::Public => Ok(decided),
+        Scope::Private => {
+            let id = identity
+                .filter(|id| !id.is_empty())
+                .ok_or(Bypass::NoIdentity)?;
+            Ok(Decided {
+                key: decided.key.scoped(id),
+                ..decided
+            })
+        }
+    }
+}
+
 /// Everything classification reads from a request (for a given configuration), so that equal
 /// inputs can reuse one classification. `body` is empty for a GET (its query is in the path).
 pub fn memo_input(head: &RequestHead, body: &[u8]) -> MemoInput {
@@ -69,7 +84,6 @@ pub fn memo_input(head: &RequestHead, body: &[u8]) -> MemoInput {
     for value in &head.vary {
         input.optional(value.as_deref());
     }
-    input.optional(head.identity.as_deref());
     input.optional(
         head.route
             .ttl_seconds
@@ -200,15 +214,6 @@ fn identify(
         &operation,
         head.route,
     )?;
-    let scope = match policy.scope {
-        Scope::Public => None,
-        Scope::Private => Some(
-            head.identity
-                .as_deref()
-                .filter(|id| !id.is_empty())
-                .ok_or(Bypass::NoIdentity)?,
-        ),
-    };
     let ctx = KeyContext {
         method: &head.method,
         authority: &head.authority,
@@ -221,7 +226,6 @@ fn identify(
             .zip(head.vary.iter().chain(std::iter::repeat(&None)))
             .map(|(name, value)| (name.as_str(), value.as_deref()))
             .collect(),
-        scope,
     };
     let key = build_key(&ctx, req, &operation);
     Ok(Classified {
@@ -342,25 +346,26 @@ mod tests {
             br#"{"identity":{"source":"header","header":"x-user"},"rules":[{"field":"users","scope":"public"}]}"#,
         )
         .unwrap();
-        let mut alice = head("POST", "/graphql");
-        alice.identity = Some(b"alice".to_vec());
-        let mut bob = alice.clone();
-        bob.identity = Some(b"bob".to_vec());
-        let anonymous = head("POST", "/graphql");
+        let h = head("POST", "/graphql");
+        let decide = |body: &[u8], who: Option<&[u8]>| {
+            scope_key(Decided::from(classify_body(&c, &h, body).unwrap()), who)
+        };
         let private = br#"{"query":"{ me { id } }"}"#;
         let public = br#"{"query":"{ users { id } }"}"#;
-        let a = classify_body(&c, &alice, private).unwrap();
+        let a = decide(private, Some(b"alice")).unwrap();
         assert_eq!(a.policy.scope, Scope::Private);
-        assert_ne!(a.key, classify_body(&c, &bob, private).unwrap().key);
+        assert_ne!(a.key, decide(private, Some(b"bob")).unwrap().key);
+        assert_eq!(decide(private, Some(b"alice")).unwrap().key, a.key);
+        assert_eq!(decide(private, None), Err(Bypass::NoIdentity));
+        assert_eq!(decide(private, Some(b"")), Err(Bypass::NoIdentity));
         assert_eq!(
-            classify_body(&c, &anonymous, private),
-            Err(Bypass::NoIdentity)
+            decide(public, Some(b"alice")).unwrap().key,
+            decide(public, Some(b"bob")).unwrap().key
         );
         assert_eq!(
-            classify_body(&c, &alice, public).unwrap().key,
-            classify_body(&c, &bob, public).unwrap().key
+            decide(public, None).unwrap().key,
+            decide(public, Some(b"bob")).unwrap().key
         );
-        assert!(classify_body(&c, &anonymous, public).is_ok());
     }
 
     #[test]
@@ -400,9 +405,6 @@ mod tests {
         variants.push(h);
         let mut h = base.clone();
         h.vary = vec![Some(b"Bearer x".to_vec()), None];
-        variants.push(h);
-        let mut h = base.clone();
-        h.identity = Some(b"alice".to_vec());
         variants.push(h);
         let mut h = base.clone();
         h.route.ttl_seconds = Some(5);

@@ -109,7 +109,7 @@ impl Default for Config {
             identity: None,
             default_scope: Scope::Public,
             rules: Vec::new(),
-            route_metadata: Some("graphql_cache".to_string()),
+            route_metadata: None,
             key_memo_entries: 1024,
         }
     }
@@ -629,10 +629,9 @@ mod tests {
         .unwrap();
         assert_eq!(h.identity, Some(IdentitySource::Header("x-user".into())));
         assert_eq!(h.default_scope, Scope::Public);
-        assert_eq!(
-            Config::default().route_metadata.as_deref(),
-            Some("graphql_cache")
-        );
+        assert_eq!(Config::default().route_metadata, None);
+        let r = Config::parse(br#"{"route_metadata":"my_ns"}"#).unwrap();
+        assert_eq!(r.route_metadata.as_deref(), Some("my_ns"));
     }
 
     #[test]

@@ -24,8 +24,6 @@ pub struct KeyContext<'a> {
     pub accept_encoding: Option<&'a [u8]>,
     /// `(name, value)` for each configured vary header, in configuration order; `None` = absent.
     pub vary: Vec<(&'a str, Option<&'a [u8]>)>,
-    /// The caller's identity scope, when the key is private to one user.
-    pub scope: Option<&'a [u8]>,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
@@ -46,6 +44,17 @@ impl CacheKey {
             let _ = write!(s, "{b:02x}");
         }
         s
+    }
+
+    /// The key of the same request made private to one caller.
+    pub fn scoped(&self, identity: &[u8]) -> CacheKey {
+        let mut w = KeyWriter(Sha256::new());
+        w.field(1, b"graphql-cache/scoped/v1");
+        w.field(2, &self.digest);
+        w.field(3, identity);
+        CacheKey {
+            digest: w.0.finalize().into(),
+        }
     }
 
     /// Which of `slots` slots this key lives in.
@@ -88,7 +97,6 @@ pub fn build_key(ctx: &KeyContext, req: &GraphQlRequest, op: &CanonicalOperation
         w.field(7, name.as_bytes());
         w.optional(8, *value);
     }
-    w.optional(9, ctx.scope);
     w.field(10, op.text.as_bytes());
     w.optional(11, req.variables.as_deref().map(str::as_bytes));
     w.optional(12, req.extensions.as_deref().map(str::as_bytes));
@@ -136,7 +144,6 @@ mod tests {
             accept: Some(b"application/json"),
             accept_encoding: None,
             vary: vec![("authorization", Some(b"Bearer a"))],
-            scope: None,
         }
     }
 
@@ -216,9 +223,9 @@ mod tests {
         let mut c = ctx();
         c.accept_encoding = Some(b"gzip");
         assert_ne!(key_with(&c, body), base);
-        let mut c = ctx();
-        c.scope = Some(b"user-1");
-        assert_ne!(key_with(&c, body), base);
+        assert_ne!(base.scoped(b"user-1"), base);
+        assert_ne!(base.scoped(b"user-1"), base.scoped(b"user-2"));
+        assert_eq!(base.scoped(b"user-1"), base.scoped(b"user-1"));
     }
 
     #[test]

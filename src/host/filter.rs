@@ -6,6 +6,7 @@ use super::root::Plugin;
 use super::shared::EnvoySharedData;
 use super::worker::{self, Fetch, Outcome, SharedWorker};
 use crate::bypass::Bypass;
+use crate::classify::scope_key;
 use crate::classify::{
     classify_body, classify_get, classify_headers, handles, memo_input, Classified, Decided,
     HeadersVerdict, RequestHead,
@@ -18,6 +19,7 @@ use crate::key::CacheKey;
 use crate::policy::{response_ttl, storable_entry, NotStored};
 use crate::request::split_path;
 use crate::rules::RouteOverride;
+use crate::rules::Scope;
 use crate::store::Lookup;
 use proxy_wasm::hostcalls;
 use proxy_wasm::traits::{Context, HttpContext};
@@ -111,25 +113,22 @@ impl CacheFilter {
             slot.extend_from_slice(value);
         }
         head.headers = headers;
-        self.read_identity(&mut head);
         head.route = self.read_route_override();
         head
     }
 
-    fn read_identity(&self, head: &mut RequestHead) {
+    /// The caller's identity from the configured source; read only for private operations.
+    fn read_identity(&self, head: &RequestHead) -> Option<Vec<u8>> {
         match &self.plugin.config.identity {
-            None => {}
-            Some(IdentitySource::Header(name)) => {
-                head.identity = head
-                    .headers
-                    .iter()
-                    .find(|(n, _)| n == name)
-                    .map(|(_, v)| v.clone());
-            }
+            None => None,
+            Some(IdentitySource::Header(name)) => head
+                .headers
+                .iter()
+                .find(|(n, _)| n == name)
+                .map(|(_, v)| v.clone()),
             Some(source @ IdentitySource::JwtClaim { .. }) => {
-                if let Some(path) = source.property_path() {
-                    head.identity = hostcalls::get_property(path).ok().flatten();
-                }
+                let path = source.property_path()?;
+                hostcalls::get_property(path).ok().flatten()
             }
         }
     }
@@ -184,6 +183,23 @@ impl CacheFilter {
         let decided = classify().map(Decided::from);
         self.plugin.memo.borrow_mut().insert(input, decided);
         decided
+    }
+
+    /// Looks up a classified request, after scoping private ones to the caller.
+    fn lookup_scoped(
+        &mut self,
+        decided: Result<Decided, Bypass>,
+        head: &RequestHead,
+        body: Option<Vec<u8>>,
+    ) -> Action {
+        let scoped = decided.and_then(|d| match d.policy.scope {
+            Scope::Public => Ok(d),
+            Scope::Private => scope_key(d, self.read_identity(head).as_deref()),
+        });
+        match scoped {
+            Ok(d) => self.lookup(d, head, body),
+            Err(reason) => self.bypass(reason),
+        }
     }
 
     fn lookup(&mut self, decided: Decided, head: &RequestHead, body: Option<Vec<u8>>) -> Action {
@@ -431,15 +447,14 @@ impl HttpContext for CacheFilter {
                 let (path, query) = split_path(full);
                 classify_get(config, &head, path, query)
             });
-            return match decided {
-                Ok(d) => self.lookup(d, &head, None),
-                Err(reason) => self.bypass(reason),
-            };
+            return self.lookup_scoped(decided, &head, None);
         }
         match classify_headers(config, &head, end_of_stream) {
             HeadersVerdict::NotHandled => Action::Continue,
             HeadersVerdict::Bypass(reason) => self.bypass(reason),
-            HeadersVerdict::Ready(classified) => self.lookup(classified.into(), &head, None),
+            HeadersVerdict::Ready(classified) => {
+                self.lookup_scoped(Ok(classified.into()), &head, None)
+            }
             HeadersVerdict::NeedBody => {
                 // Held with `allow_on_headers_stop_iteration`: nothing goes upstream until the
                 // body has been read and the request is known to be a miss.
@@ -467,10 +482,8 @@ impl HttpContext for CacheFilter {
         };
         let body = self.get_http_request_body(0, body_size).unwrap_or_default();
         let plugin = Rc::clone(&self.plugin);
-        match self.decide(&head, &body, || classify_body(&plugin.config, &head, &body)) {
-            Ok(decided) => self.lookup(decided, &head, Some(body)),
-            Err(reason) => self.bypass(reason),
-        }
+        let decided = self.decide(&head, &body, || classify_body(&plugin.config, &head, &body));
+        self.lookup_scoped(decided, &head, Some(body))
     }
 
     fn on_http_request_trailers(&mut self, _num_trailers: usize) -> Action {
