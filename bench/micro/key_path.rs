@@ -168,7 +168,6 @@ fn bench_key_path(c: &mut Criterion) {
             .map(String::as_str)
             .zip(vary_values)
             .collect(),
-        scope: None,
     };
 
     let bodies = [
