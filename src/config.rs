@@ -59,6 +59,8 @@ pub struct Config {
     pub route_metadata: Option<String>,
     /// Entries of the per-worker memo from raw request bytes to key (0 turns it off).
     pub key_memo_entries: usize,
+    /// Bytes of recently served entries each worker keeps in front of shared data (0: off).
+    pub local_cache_bytes: usize,
 }
 
 /// Where the identity that scopes private entries comes from.
@@ -111,6 +113,7 @@ impl Default for Config {
             rules: Vec::new(),
             route_metadata: None,
             key_memo_entries: 1024,
+            local_cache_bytes: 4 << 20,
         }
     }
 }
@@ -169,6 +172,7 @@ struct RawConfig {
     rules: Option<Vec<RawRule>>,
     route_metadata: Option<String>,
     key_memo_entries: Option<u64>,
+    local_cache_bytes: Option<u64>,
 }
 
 #[derive(Deserialize)]
@@ -428,6 +432,13 @@ impl Config {
             0,
             65_536,
         )?;
+        let local_cache_bytes = bounded(
+            "local_cache_bytes",
+            raw.local_cache_bytes,
+            d.local_cache_bytes as u64,
+            0,
+            256 << 20,
+        )?;
         Ok(Config {
             ttl_seconds,
             paths,
@@ -449,6 +460,7 @@ impl Config {
             rules,
             route_metadata,
             key_memo_entries: to_usize(key_memo_entries),
+            local_cache_bytes: to_usize(local_cache_bytes),
         })
     }
 

@@ -11,6 +11,7 @@ pub mod coalesce;
 pub mod config;
 pub mod entry;
 pub mod fetch;
+pub mod hot;
 pub mod key;
 pub mod memo;
 pub mod policy;

@@ -33,8 +33,11 @@ fn count_label(responses: &[Resp], label: &str) -> usize {
     responses.iter().filter(|r| r.cache() == label).count()
 }
 
+/// 50 identical requests at once, in front of an origin that takes 300 ms per request and serves
+/// 8 at a time (the rest queue), like a busy GraphQL gateway.
 fn fifty_identical(config: &str) -> (Origin, Envoy, Vec<Resp>, Duration) {
-    let (origin, envoy) = slow_stack(config, 300);
+    let origin = Origin::start_with(&["--delay-ms", "300", "--max-inflight", "8"]);
+    let envoy = Envoy::start(&EnvoyOptions::config(config), &origin);
     let (responses, took) = burst(&envoy, 50, |_| Req::query(Q));
     (origin, envoy, responses, took)
 }

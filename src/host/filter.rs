@@ -206,8 +206,8 @@ impl CacheFilter {
         let key = decided.key;
         self.ttl_seconds = decided.policy.ttl_seconds;
         let now = self.now_ms();
-        if let Lookup::Hit(bytes) = self.plugin.table.lookup(&EnvoySharedData, &key, now) {
-            if self.serve(&bytes, &key, now) {
+        if let Some(entry) = self.find(&key, now) {
+            if self.serve(&entry, &key, now) {
                 self.plugin.metrics.inc(Counter::Hits);
                 self.state = State::Served;
                 return Action::Pause;
@@ -302,6 +302,23 @@ impl CacheFilter {
     fn route_cluster(&self) -> Option<String> {
         let bytes = hostcalls::get_property(vec!["xds", "cluster_name"]).ok()??;
         String::from_utf8(bytes).ok().filter(|c| !c.is_empty())
+    }
+
+    /// A fresh entry for `key`: this worker's copy, else shared data (then copied here).
+    fn find(&self, key: &CacheKey, now: u64) -> Option<Rc<[u8]>> {
+        if let Some(entry) = self.plugin.hot.borrow_mut().get(key, now) {
+            return Some(entry);
+        }
+        let Lookup::Hit(bytes) = self.plugin.table.lookup(&EnvoySharedData, key, now) else {
+            return None;
+        };
+        let expires = Entry::peek(&bytes).map(|(_, e)| e).unwrap_or_default();
+        let entry: Rc<[u8]> = bytes.into();
+        self.plugin
+            .hot
+            .borrow_mut()
+            .insert(*key, Rc::clone(&entry), expires);
+        Some(entry)
     }
 
     fn serve(&self, bytes: &[u8], key: &CacheKey, now: u64) -> bool {

@@ -9,6 +9,7 @@ use crate::bypass::Bypass;
 use crate::classify::Decided;
 use crate::coalesce::FlightTable;
 use crate::config::Config;
+use crate::hot::HotCache;
 use crate::memo::Memo;
 use crate::store::SlotTable;
 use proxy_wasm::hostcalls;
@@ -31,6 +32,8 @@ pub struct Plugin {
     pub metrics: Metrics,
     /// Raw request bytes to classification, per worker; reset with the configuration it used.
     pub memo: RefCell<Memo<Result<Decided, Bypass>>>,
+    /// Recently served entries, per worker, in front of shared data.
+    pub hot: RefCell<HotCache>,
 }
 
 impl Plugin {
@@ -39,6 +42,7 @@ impl Plugin {
             table: SlotTable::new(config.cache_slots),
             flights: FlightTable::new(config.flight_slots),
             memo: RefCell::new(Memo::new(config.key_memo_entries, MEMO_MAX_INPUT)),
+            hot: RefCell::new(HotCache::new(config.local_cache_bytes)),
             config,
             metrics,
         }
