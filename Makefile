@@ -14,13 +14,14 @@ export ENVOY_BIN := $(ENVOY)
 export GRAPHQL_CACHE_WASM := $(CURDIR)/$(WASM)
 export ORIGIN_BIN := $(CURDIR)/$(ORIGIN)
 
-.PHONY: help tools build wasm origin test lint unit integration validate demo demo-check bench clean
+.PHONY: help tools build wasm origin test lint unit integration validate demo demo-check bench bench-micro clean
 
 help:
 	@echo "make demo   - build, start the origin and Envoy with the filter, and walk through it with curl"
 	@echo "make test   - lints, unit tests, and integration tests against a real Envoy"
 	@echo "make build  - build $(WASM) and the origin"
 	@echo "make bench  - benchmarks through Envoy (writes bench/results/)"
+	@echo "make bench-micro - criterion benchmarks of the key path"
 
 # --- tools ------------------------------------------------------------------------------------
 $(TOOLS)/.rust-target:
@@ -81,6 +82,10 @@ demo: tools build
 
 bench: tools build
 	bench/run.sh
+
+# Native criterion benchmarks of the key path and entry encoding (about a minute).
+bench-micro:
+	$(CARGO) bench --bench key_path
 
 clean:
 	$(CARGO) clean
