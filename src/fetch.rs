@@ -1,19 +1,7 @@
 //! The shared upstream fetch: the HTTP callout a leader makes on behalf of a key.
 
 use crate::classify::RequestHead;
-
-/// Request headers that belong to the client's connection and must not be replayed.
-const HOP_BY_HOP: &[&str] = &[
-    "connection",
-    "keep-alive",
-    "proxy-connection",
-    "transfer-encoding",
-    "te",
-    "trailer",
-    "upgrade",
-    "content-length",
-    "expect",
-];
+use crate::response::is_end_to_end;
 
 /// What the callout sends: the original method, path, authority, end-to-end headers and body.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -38,7 +26,8 @@ impl FetchRequest {
             (":authority".to_string(), text(&head.authority)?),
         ];
         for (name, value) in &head.headers {
-            if name.starts_with(':') || HOP_BY_HOP.contains(&name.as_str()) {
+            // `expect: 100-continue` is about the client's upload, which is already complete.
+            if !is_end_to_end(name) || name == "expect" {
                 continue;
             }
             headers.push((name.clone(), text(value)?));

@@ -5,9 +5,9 @@ use crate::entry::Entry;
 use crate::key::CacheKey;
 use crate::policy::check_vary;
 
-/// Response headers that belong to one connection, not to the answer (RFC 9110 7.6.1), plus
-/// `content-length`, which Envoy sets for the body it sends.
-const HOP_BY_HOP: &[&str] = &[
+/// Headers that belong to one connection, not to the message (RFC 9110 7.6.1), plus
+/// `content-length`, which Envoy sets for the body it sends. Never relayed nor replayed.
+pub const HOP_BY_HOP: &[&str] = &[
     "connection",
     "keep-alive",
     "proxy-connection",
@@ -17,6 +17,11 @@ const HOP_BY_HOP: &[&str] = &[
     "upgrade",
     "content-length",
 ];
+
+/// Whether a header belongs to the message rather than to the connection or to HTTP/2 framing.
+pub fn is_end_to_end(name: &str) -> bool {
+    !name.starts_with(':') && !HOP_BY_HOP.contains(&name)
+}
 
 /// A complete answer with text headers (what `send_http_response` can send).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -47,7 +52,7 @@ impl Response {
     ) -> Result<Response, NotShareable> {
         let mut out = Vec::with_capacity(headers.len());
         for (name, value) in headers {
-            if name.starts_with(':') || HOP_BY_HOP.contains(&name.as_str()) {
+            if !is_end_to_end(&name) {
                 continue;
             }
             let value = String::from_utf8(value).map_err(|_| NotShareable::NonTextHeader)?;
