@@ -16,6 +16,8 @@ pub enum Bypass {
     NotCachedByRule,
     /// The operation is private and the request carries no identity.
     NoIdentity,
+    /// Envoy does not deliver bodies of held requests (`allow_on_headers_stop_iteration` off).
+    BodyNotDelivered,
     // Input that is broken or beyond configured limits: these also count as rejected inputs.
     BodyTooLarge,
     EmptyBody,
@@ -47,6 +49,7 @@ impl Bypass {
             Bypass::RouteDisabled => "route-disabled",
             Bypass::NotCachedByRule => "rule-no-cache",
             Bypass::NoIdentity => "no-identity",
+            Bypass::BodyNotDelivered => "body-not-delivered",
             Bypass::BodyTooLarge => "body-too-large",
             Bypass::EmptyBody => "empty-body",
             Bypass::MalformedJson => "malformed-json",
@@ -79,6 +82,7 @@ impl Bypass {
                 | Bypass::RouteDisabled
                 | Bypass::NotCachedByRule
                 | Bypass::NoIdentity
+                | Bypass::BodyNotDelivered
         )
     }
 }

@@ -4,7 +4,7 @@
 use super::metrics::Counter;
 use super::root::Plugin;
 use super::shared::EnvoySharedData;
-use super::worker::{self, Fetch, Outcome, SharedWorker};
+use super::worker::{self, now_ms as now_ms_host, Fetch, Outcome, SharedWorker};
 use crate::bypass::Bypass;
 use crate::classify::scope_key;
 use crate::classify::{
@@ -438,6 +438,10 @@ impl Drop for CacheFilter {
                 w.local.remove_waiter(self.context_id);
             }
             w.outcomes.remove(&self.context_id);
+            if !w.held_for_body.is_empty() {
+                let me = self.context_id;
+                w.held_for_body.retain(|(ctx, _)| *ctx != me);
+            }
         }
     }
 }
@@ -473,9 +477,16 @@ impl HttpContext for CacheFilter {
                 self.lookup_scoped(Ok(classified.into()), &head, None)
             }
             HeadersVerdict::NeedBody => {
+                if self.worker.borrow().bodies_not_delivered {
+                    return self.bypass(Bypass::BodyNotDelivered);
+                }
                 // Held with `allow_on_headers_stop_iteration`: nothing goes upstream until the
                 // body has been read and the request is known to be a miss.
                 self.state = State::AwaitingBody(head);
+                let mut w = self.worker.borrow_mut();
+                if !w.body_after_pause_seen {
+                    w.held_for_body.push((self.context_id, now_ms_host()));
+                }
                 Action::Pause
             }
         }
@@ -483,7 +494,18 @@ impl HttpContext for CacheFilter {
 
     fn on_http_request_body(&mut self, body_size: usize, end_of_stream: bool) -> Action {
         match self.state {
-            State::AwaitingBody(_) => {}
+            State::AwaitingBody(_) => {
+                let mut w = self.worker.borrow_mut();
+                if !w.body_after_pause_seen {
+                    // Released by the hang watchdog: this body proves nothing, let it through.
+                    if w.outcomes.remove(&self.context_id).is_some() {
+                        drop(w);
+                        return self.bypass(Bypass::BodyNotDelivered);
+                    }
+                    w.body_after_pause_seen = true;
+                    w.held_for_body.clear();
+                }
+            }
             // Decided at the headers (a GET with a body): it stays held until answered or released.
             State::Waiting { .. } | State::Served => return Action::Pause,
             _ => return Action::Continue,

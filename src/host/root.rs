@@ -111,8 +111,9 @@ impl RootContext for CacheRoot {
         if coalesce {
             self.ensure_queue();
             self.plugin.flights.precreate(&EnvoySharedData);
-            let _ = hostcalls::set_tick_period(worker::TICK);
         }
+        // The timer also guards against held requests hanging on a misconfigured plugin.
+        let _ = hostcalls::set_tick_period(worker::TICK);
         true
     }
 

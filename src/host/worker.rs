@@ -66,6 +66,15 @@ pub struct Worker {
     /// Finished records this worker published for watchers, to empty after a grace period.
     pub published: Vec<(CacheKey, u64)>,
     pub outcomes: HashMap<u32, Outcome>,
+    /// A body callback arrived after the filter held request headers: Envoy's plugin option
+    /// `allow_on_headers_stop_iteration` is on, and held requests cannot hang.
+    pub body_after_pause_seen: bool,
+    /// Until then, the requests held for their body, and since when (the hang watchdog).
+    pub held_for_body: Vec<(u32, u64)>,
+    /// Held requests were found hanging: POST bodies are no longer held on this worker.
+    pub bodies_not_delivered: bool,
+    /// Held requests released by the watchdog so far.
+    pub hung_released: u32,
 }
 
 pub type SharedWorker = Rc<RefCell<Worker>>;
@@ -365,10 +374,60 @@ fn check_followed(plugin: &Plugin, worker: &SharedWorker, key: &CacheKey) -> boo
     }
 }
 
+/// Without `allow_on_headers_stop_iteration`, Envoy never delivers the body of a request whose
+/// headers the filter held, and the request would hang: after this long it is let go.
+const HELD_FOR_BODY_MS: u64 = 1000;
+/// Hung requests before concluding the option is off (one slow client proves nothing).
+const HUNG_TO_CONCLUDE: u32 = 3;
+
+/// Root: lets go requests held for a body that never came (a misconfigured plugin), once, loudly.
+fn release_hung_bodies(worker: &SharedWorker, now: u64) {
+    let hung: Vec<u32> = {
+        let mut w = worker.borrow_mut();
+        if w.body_after_pause_seen || w.held_for_body.is_empty() {
+            return;
+        }
+        let (hung, keep): (Vec<_>, Vec<_>) = w
+            .held_for_body
+            .drain(..)
+            .partition(|(_, since)| now.saturating_sub(*since) >= HELD_FOR_BODY_MS);
+        w.held_for_body = keep;
+        hung.into_iter().map(|(ctx, _)| ctx).collect()
+    };
+    if hung.is_empty() {
+        return;
+    }
+    let conclude = {
+        let mut w = worker.borrow_mut();
+        w.hung_released += hung.len() as u32;
+        let conclude = !w.bodies_not_delivered && w.hung_released >= HUNG_TO_CONCLUDE;
+        w.bodies_not_delivered |= conclude;
+        conclude
+    };
+    if conclude {
+        let _ = hostcalls::log(
+            proxy_wasm::types::LogLevel::Error,
+            "graphql-cache: request bodies never arrived after the filter held the headers: set \
+             `allow_on_headers_stop_iteration: true` in the wasm filter's plugin config. Until \
+             then POST requests pass through uncached on this worker (GET requests are cached).",
+        );
+    }
+    for ctx in hung {
+        worker
+            .borrow_mut()
+            .outcomes
+            .insert(ctx, Outcome::Released("body-not-delivered"));
+        if hostcalls::set_effective_context(ctx).is_ok() {
+            let _ = hostcalls::resume_http_request();
+        }
+    }
+}
+
 /// Root: the fallback timer. Releases waiters past `max_wait_ms`, ends flights whose fetch was
 /// lost, checks followed flights nobody woke us for, and empties finished records.
 pub fn on_tick(plugin: &Plugin, worker: &SharedWorker) {
     let now = now_ms();
+    release_hung_bodies(worker, now);
     let lease = lease_ms(plugin);
     let (expired, abandoned, lost_fetches) = {
         let mut w = worker.borrow_mut();

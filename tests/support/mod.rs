@@ -128,6 +128,8 @@ pub struct EnvoyOptions {
     pub extra_clusters: String,
     /// Route timeout for the catch-all route.
     pub route_timeout: String,
+    /// The plugin option the README requires; off only to test the filter's safety net.
+    pub allow_on_headers_stop_iteration: bool,
 }
 
 impl Default for EnvoyOptions {
@@ -139,6 +141,7 @@ impl Default for EnvoyOptions {
             extra_routes: String::new(),
             extra_clusters: String::new(),
             route_timeout: "15s".into(),
+            allow_on_headers_stop_iteration: true,
         }
     }
 }
@@ -193,7 +196,7 @@ static_resources:
               config:
                 name: graphql_cache
                 root_id: graphql_cache
-                allow_on_headers_stop_iteration: true
+                allow_on_headers_stop_iteration: {allow_stop}
                 vm_config:
                   vm_id: graphql_cache
                   runtime: envoy.wasm.runtime.v8
@@ -220,6 +223,7 @@ static_resources:
         filters_before = opts.filters_before,
         wasm = wasm_path().display(),
         extra_clusters = opts.extra_clusters,
+        allow_stop = opts.allow_on_headers_stop_iteration,
     )
 }
 
