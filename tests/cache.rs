@@ -432,3 +432,23 @@ fn paths_outside_the_configuration_are_left_alone() {
     assert_eq!(envoy.send(Req::query(Q)).cache(), "MISS");
     assert_eq!(envoy.send(Req::query(Q)).cache(), "HIT");
 }
+
+#[test]
+fn operation_rules_set_ttl_and_turn_caching_off() {
+    let config = r#"{"ttl_seconds": 60, "debug_headers": true, "rules": [
+        {"operation": "Short", "ttl_seconds": 1},
+        {"operation": "Never", "cache": false}]}"#;
+    let (origin, envoy) = stack(config);
+    let short = || Req::query("query Short { s: requestCount }");
+    let long = || Req::query("query Long { l: requestCount }");
+    assert_eq!(envoy.send(short()).cache(), "MISS");
+    assert_eq!(envoy.send(long()).cache(), "MISS");
+    assert_eq!(envoy.send(short()).cache(), "HIT");
+    std::thread::sleep(std::time::Duration::from_millis(1300));
+    assert_eq!(envoy.send(short()).cache(), "MISS", "the rule's 1 s TTL");
+    assert_eq!(envoy.send(long()).cache(), "HIT", "the global 60 s TTL");
+    let never = envoy.send(Req::query("query Never { n: requestCount }"));
+    assert_eq!(never.cache(), "BYPASS");
+    assert_eq!(never.header("x-cache-reason"), Some("rule-no-cache"));
+    assert_eq!(origin.count(), 4);
+}

@@ -275,3 +275,31 @@ fn waiters_per_key_are_bounded() {
     );
     assert_eq!(origin.count(), 8, "the other seven went upstream alone");
 }
+
+#[test]
+fn the_shared_fetch_goes_to_the_configured_cluster() {
+    let route_origin = Origin::start();
+    let fetch_origin = Origin::start();
+    let opts = EnvoyOptions {
+        extra_clusters: format!(
+            r#"  - name: shared_fetch
+    connect_timeout: 1s
+    type: STATIC
+    load_assignment:
+      cluster_name: shared_fetch
+      endpoints:
+      - lb_endpoints:
+        - endpoint: {{ address: {{ socket_address: {{ address: 127.0.0.1, port_value: {} }} }} }}"#,
+            fetch_origin.port
+        ),
+        ..EnvoyOptions::config(r#"{"ttl_seconds": 0, "upstream_cluster": "shared_fetch"}"#)
+    };
+    let envoy = Envoy::start(&opts, &route_origin);
+    let r = envoy.send(Req::query(Q));
+    assert_eq!((r.status, r.cache()), (200, "MISS"));
+    assert_eq!(fetch_origin.count(), 1);
+    assert_eq!(route_origin.count(), 0);
+    // Not coalescable (a mutation): the route's cluster as usual.
+    envoy.send(Req::query("mutation { bump }"));
+    assert_eq!(route_origin.count(), 1);
+}
