@@ -18,6 +18,8 @@ pub enum Bypass {
     NoIdentity,
     /// Envoy does not deliver bodies of held requests (`allow_on_headers_stop_iteration` off).
     BodyNotDelivered,
+    /// A string form the GraphQL parser would decode wrongly (multi-line block string, `\b`).
+    UnsupportedString,
     // Input that is broken or beyond configured limits: these also count as rejected inputs.
     BodyTooLarge,
     EmptyBody,
@@ -50,6 +52,7 @@ impl Bypass {
             Bypass::NotCachedByRule => "rule-no-cache",
             Bypass::NoIdentity => "no-identity",
             Bypass::BodyNotDelivered => "body-not-delivered",
+            Bypass::UnsupportedString => "unsupported-string",
             Bypass::BodyTooLarge => "body-too-large",
             Bypass::EmptyBody => "empty-body",
             Bypass::MalformedJson => "malformed-json",
@@ -83,6 +86,7 @@ impl Bypass {
                 | Bypass::NotCachedByRule
                 | Bypass::NoIdentity
                 | Bypass::BodyNotDelivered
+                | Bypass::UnsupportedString
         )
     }
 }

@@ -15,6 +15,10 @@ use std::fmt::Write;
 
 type Txt<'a> = &'a str;
 
+/// Printed for a Float that is not finite. Canonical text never holds a raw NUL otherwise
+/// (strings are escaped), so its presence means "refuse this document".
+const NOT_FINITE: char = '\0';
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum OperationKind {
     Query,
@@ -44,6 +48,8 @@ pub enum CanonicalError {
     UnknownOperation,
     /// A spread names a fragment the document does not define.
     UnknownFragment,
+    /// Valid GraphQL that the parser would decode wrongly (see [`prescan`]): not cached.
+    Unsupported,
 }
 
 /// How much of a query the filter is willing to look at.
@@ -59,9 +65,7 @@ pub fn canonicalize(
     operation_name: Option<&str>,
     limits: Limits,
 ) -> Result<CanonicalOperation, CanonicalError> {
-    if nesting_exceeds(query, limits.max_depth) {
-        return Err(CanonicalError::TooDeep);
-    }
+    prescan(query, limits.max_depth)?;
     let doc: Document<Txt> = parse_query(query).map_err(|_| CanonicalError::Invalid)?;
     let fragments = index_fragments(&doc)?;
     let op = select_operation(&doc, operation_name)?;
@@ -102,6 +106,9 @@ pub fn canonicalize(
 
     let mut root_fields = Vec::new();
     collect_root_fields(selection, &fragments, &mut Vec::new(), &mut root_fields);
+    if out.contains(NOT_FINITE) {
+        return Err(CanonicalError::Invalid);
+    }
     Ok(CanonicalOperation {
         kind,
         name: name.map(str::to_string),
@@ -383,9 +390,17 @@ fn print_value<'a>(out: &mut String, value: &Value<'a, Txt<'a>>) {
             // graphql-parser only builds Int for values that fit an i64.
             let _ = write!(out, "{}", n.as_i64().unwrap_or_default());
         }
-        // `{:?}` always prints a '.' or an exponent, so a Float never prints like an Int.
+        // Always an exponent with a sign (`1.5e+0`): never like an Int, and re-parsable.
+        // A literal too large for f64 parses as infinity: marked so that it is refused below.
+        Value::Float(f) if !f.is_finite() => out.push(NOT_FINITE),
         Value::Float(f) => {
-            let _ = write!(out, "{f:?}");
+            let text = format!("{f:e}");
+            match text.split_once('e') {
+                Some((mantissa, exp)) if !exp.starts_with('-') => {
+                    let _ = write!(out, "{mantissa}e+{exp}");
+                }
+                _ => out.push_str(&text),
+            }
         }
         Value::String(s) => print_string(out, s),
         Value::Boolean(b) => out.push_str(if *b { "true" } else { "false" }),
@@ -434,9 +449,19 @@ fn print_string(out: &mut String, s: &str) {
     out.push('"');
 }
 
-/// Whether `{`, `(` or `[` nest deeper than `max` outside strings and comments. Runs before the
-/// recursive-descent parser so a hostile query cannot exhaust the wasm stack.
+/// Whether `{`, `(` or `[` nest deeper than `max` outside strings and comments.
 pub fn nesting_exceeds(query: &str, max: usize) -> bool {
+    prescan(query, max) == Err(CanonicalError::TooDeep)
+}
+
+/// A lexical pass before the recursive-descent parser: bounds the nesting (so a hostile query
+/// cannot exhaust the wasm stack) and refuses what graphql-parser 0.4 gets wrong, which would
+/// otherwise let two different values share a key or even panic:
+/// - block strings other than one line of printable ASCII (its dedent slices multi-byte
+///   whitespace mid-character, and departs from the spec on `\r`, Unicode whitespace and short
+///   blank lines);
+/// - the `\b` escape (decoded as U+0010) and `\u` not followed by four hex digits (accepted).
+fn prescan(query: &str, max: usize) -> Result<(), CanonicalError> {
     let b = query.as_bytes();
     let mut depth = 0usize;
     let mut i = 0;
@@ -450,6 +475,9 @@ pub fn nesting_exceeds(query: &str, max: usize) -> bool {
             b'"' if b[i..].starts_with(b"\"\"\"") => {
                 i += 3;
                 while i < b.len() && !b[i..].starts_with(b"\"\"\"") {
+                    if !(0x20..0x7f).contains(&b[i]) {
+                        return Err(CanonicalError::Unsupported);
+                    }
                     i += if b[i..].starts_with(b"\\\"\"\"") {
                         4
                     } else {
@@ -461,13 +489,27 @@ pub fn nesting_exceeds(query: &str, max: usize) -> bool {
             b'"' => {
                 i += 1;
                 while i < b.len() && b[i] != b'"' && b[i] != b'\n' {
-                    i += if b[i] == b'\\' { 2 } else { 1 };
+                    if b[i] == b'\\' {
+                        match b.get(i + 1) {
+                            Some(b'b') => return Err(CanonicalError::Unsupported),
+                            Some(b'u') => {
+                                let hex = b.get(i + 2..i + 6).unwrap_or_default();
+                                if hex.len() != 4 || !hex.iter().all(u8::is_ascii_hexdigit) {
+                                    return Err(CanonicalError::Invalid);
+                                }
+                            }
+                            _ => {}
+                        }
+                        i += 2;
+                    } else {
+                        i += 1;
+                    }
                 }
             }
             b'{' | b'(' | b'[' => {
                 depth += 1;
                 if depth > max {
-                    return true;
+                    return Err(CanonicalError::TooDeep);
                 }
             }
             b'}' | b')' | b']' => depth = depth.saturating_sub(1),
@@ -475,7 +517,7 @@ pub fn nesting_exceeds(query: &str, max: usize) -> bool {
         }
         i += 1;
     }
-    false
+    Ok(())
 }
 
 #[cfg(test)]
@@ -697,6 +739,46 @@ mod tests {
             canonicalize(&hostile, None, lim(50)),
             Err(CanonicalError::TooDeep)
         );
+    }
+
+    #[test]
+    fn strings_the_parser_gets_wrong_are_refused() {
+        let refused = |q: &str| canonicalize(q, None, lim(50)).map(|c| c.text);
+        // Would panic inside graphql-parser (multi-byte whitespace in the dedent).
+        assert_eq!(
+            refused("{ f(a: \"\"\"x\n  a\n\u{3000}\n  b\"\"\") }"),
+            Err(CanonicalError::Unsupported)
+        );
+        assert_eq!(
+            refused("{ f(a: \"\"\"a\rb\"\"\") }"),
+            Err(CanonicalError::Unsupported)
+        );
+        assert_eq!(
+            refused("{ f(a: \"\"\"\u{a0}\"\"\") }"),
+            Err(CanonicalError::Unsupported)
+        );
+        assert_eq!(
+            refused(r#"{ f(a: "\b") }"#),
+            Err(CanonicalError::Unsupported)
+        );
+        assert_eq!(
+            refused(r#"{ f(a: "\u+041") }"#),
+            Err(CanonicalError::Invalid)
+        );
+        assert_eq!(refused(r#"{ f(a: "\u00") }"#), Err(CanonicalError::Invalid));
+        assert_eq!(refused("{ f(a: 1.0e+309) }"), Err(CanonicalError::Invalid));
+        assert_eq!(refused("{ f(a: -1.0e+309) }"), Err(CanonicalError::Invalid));
+        // What stays keyed: one-line ASCII block strings, the other escapes, finite floats.
+        assert!(refused("{ f(a: \"\"\"plain text\"\"\") }").is_ok());
+        assert!(refused(r#"{ f(a: "\n\t\u00e9\\ \/") }"#).is_ok());
+        assert_eq!(refused("{ f(a: 1.5e+95) }").unwrap(), "query{f(a:1.5e+95)}");
+        assert_eq!(refused("{ f(a: 2.5) }").unwrap(), "query{f(a:2.5e+0)}");
+        assert_eq!(
+            refused("{ f(a: 0.000125) }").unwrap(),
+            "query{f(a:1.25e-4)}"
+        );
+        // A comment may hold anything.
+        assert!(refused("{ f # \"\"\"\u{3000}\n }").is_ok());
     }
 
     #[test]

@@ -201,6 +201,7 @@ fn identify(
             CanonicalError::Invalid => Bypass::InvalidGraphql,
             CanonicalError::UnknownOperation => Bypass::UnknownOperation,
             CanonicalError::UnknownFragment => Bypass::UnknownFragment,
+            CanonicalError::Unsupported => Bypass::UnsupportedString,
         })?;
     match operation.kind {
         OperationKind::Query => {}

@@ -132,6 +132,16 @@ fn bad_inputs_pass_through_untouched_and_are_counted() {
             false,
         ),
         (
+            // graphql-parser would slice this block string mid-character and panic.
+            "multi-line block string with wide whitespace",
+            Req::post_raw(
+                json,
+                br#"{"query":"{ echo(value: \"\"\"x\n  a\n\u3000\n  b\"\"\") }"}"#,
+            ),
+            "unsupported-string",
+            false,
+        ),
+        (
             "bad query string",
             Req::get("/graphql?query=%zz%7B"),
             "bad-query-string",
@@ -171,7 +181,7 @@ fn bad_inputs_pass_through_untouched_and_are_counted() {
         assert!(envoy.is_alive(), "{name}: Envoy died");
     }
     assert_eq!(envoy.counter("rejected_inputs"), rejected);
-    assert_eq!(envoy.counter("bypasses"), 18);
+    assert_eq!(envoy.counter("bypasses"), 19);
     assert_eq!(envoy.counter("hits") + envoy.counter("misses"), 0);
 
     // The filter still works afterwards, on every worker.
