@@ -18,6 +18,8 @@ pub enum Bypass {
     NoIdentity,
     /// Envoy does not deliver bodies of held requests (`allow_on_headers_stop_iteration` off).
     BodyNotDelivered,
+    /// A GET with a body, which the key (from the query string) cannot account for.
+    GetWithBody,
     /// A string form the GraphQL parser would decode wrongly (multi-line block string, `\b`).
     UnsupportedString,
     // Input that is broken or beyond configured limits: these also count as rejected inputs.
@@ -53,6 +55,7 @@ impl Bypass {
             Bypass::NoIdentity => "no-identity",
             Bypass::BodyNotDelivered => "body-not-delivered",
             Bypass::UnsupportedString => "unsupported-string",
+            Bypass::GetWithBody => "get-with-body",
             Bypass::BodyTooLarge => "body-too-large",
             Bypass::EmptyBody => "empty-body",
             Bypass::MalformedJson => "malformed-json",
@@ -87,6 +90,7 @@ impl Bypass {
                 | Bypass::NoIdentity
                 | Bypass::BodyNotDelivered
                 | Bypass::UnsupportedString
+                | Bypass::GetWithBody
         )
     }
 }

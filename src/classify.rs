@@ -27,6 +27,9 @@ pub struct RequestHead {
     pub vary: Vec<Option<Vec<u8>>>,
     /// Every request header as received, for replaying the request in a shared fetch.
     pub headers: Vec<(String, Vec<u8>)>,
+    /// The upstream cluster the route chose: routes chosen by headers outside the key (a canary
+    /// header, say) must not share entries.
+    pub cluster: Option<Vec<u8>>,
     /// What the route's metadata says.
     pub route: RouteOverride,
 }
@@ -81,6 +84,7 @@ pub fn memo_input(head: &RequestHead, body: &[u8]) -> MemoInput {
     input.field(&head.authority);
     input.optional(head.accept.as_deref());
     input.optional(head.accept_encoding.as_deref());
+    input.optional(head.cluster.as_deref());
     for value in &head.vary {
         input.optional(value.as_deref());
     }
@@ -182,10 +186,10 @@ pub fn classify_body(
     if body.len() > config.max_body_bytes {
         return Err(Bypass::BodyTooLarge);
     }
+    // The whole path, query string included: some servers let URL parameters override the body.
     let full_path = std::str::from_utf8(&head.path).map_err(|_| Bypass::BadQueryString)?;
-    let (path, _) = split_path(full_path);
     let req = parse_post_body(body)?;
-    identify(config, head, path, &req)
+    identify(config, head, full_path, &req)
 }
 
 fn identify(
@@ -221,6 +225,7 @@ fn identify(
         path: path.as_bytes(),
         accept: head.accept.as_deref(),
         accept_encoding: head.accept_encoding.as_deref(),
+        cluster: head.cluster.as_deref(),
         vary: config
             .vary_headers
             .iter()
@@ -384,6 +389,22 @@ mod tests {
     }
 
     #[test]
+    fn a_post_query_string_and_the_route_cluster_are_part_of_the_key() {
+        let c = Config::default();
+        let body = br#"{"query":"{ a }"}"#;
+        let plain = classify_body(&c, &head("POST", "/graphql"), body)
+            .unwrap()
+            .key;
+        let with_query = classify_body(&c, &head("POST", "/graphql?query=%7Bsecret%7D"), body)
+            .unwrap()
+            .key;
+        assert_ne!(plain, with_query);
+        let mut canary = head("POST", "/graphql");
+        canary.cluster = Some(b"origin-v2".to_vec());
+        assert_ne!(plain, classify_body(&c, &canary, body).unwrap().key);
+    }
+
+    #[test]
     fn memo_inputs_cover_every_dimension_of_the_key() {
         let base = head("POST", "/graphql");
         let body = br#"{"query":"{ a }"}"#;
@@ -412,6 +433,9 @@ mod tests {
         variants.push(h);
         let mut h = base.clone();
         h.route.disabled = true;
+        variants.push(h);
+        let mut h = base.clone();
+        h.cluster = Some(b"canary".to_vec());
         variants.push(h);
         for v in &variants {
             assert_ne!(memo_input(v, body), reference, "{v:?}");

@@ -22,6 +22,8 @@ pub struct KeyContext<'a> {
     pub accept: Option<&'a [u8]>,
     /// `accept-encoding` decides whether the origin may compress.
     pub accept_encoding: Option<&'a [u8]>,
+    /// The upstream cluster the route chose.
+    pub cluster: Option<&'a [u8]>,
     /// `(name, value)` for each configured vary header, in configuration order; `None` = absent.
     pub vary: Vec<(&'a str, Option<&'a [u8]>)>,
 }
@@ -90,6 +92,7 @@ pub fn build_key(ctx: &KeyContext, req: &GraphQlRequest, op: &CanonicalOperation
     w.field(2, ctx.method);
     w.field(3, ctx.authority);
     w.field(4, ctx.path);
+    w.optional(14, ctx.cluster);
     w.optional(5, ctx.accept.map(trim));
     let encodings = ctx.accept_encoding.map(normalize_accept_encoding);
     w.optional(6, encodings.as_deref());
@@ -143,6 +146,7 @@ mod tests {
             path: b"/graphql",
             accept: Some(b"application/json"),
             accept_encoding: None,
+            cluster: Some(b"origin"),
             vary: vec![("authorization", Some(b"Bearer a"))],
         }
     }

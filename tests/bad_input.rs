@@ -132,6 +132,17 @@ fn bad_inputs_pass_through_untouched_and_are_counted() {
             false,
         ),
         (
+            "GET with a body",
+            Req {
+                method: "GET".into(),
+                path: "/graphql?query=%7B%20requestCount%20%7D".into(),
+                headers: vec![("content-type".into(), "application/json".into())],
+                body: br#"{"variables":{"a":1}}"#.to_vec(),
+            },
+            "get-with-body",
+            false,
+        ),
+        (
             // graphql-parser would slice this block string mid-character and panic.
             "multi-line block string with wide whitespace",
             Req::post_raw(
@@ -181,7 +192,7 @@ fn bad_inputs_pass_through_untouched_and_are_counted() {
         assert!(envoy.is_alive(), "{name}: Envoy died");
     }
     assert_eq!(envoy.counter("rejected_inputs"), rejected);
-    assert_eq!(envoy.counter("bypasses"), 19);
+    assert_eq!(envoy.counter("bypasses"), 20);
     assert_eq!(envoy.counter("hits") + envoy.counter("misses"), 0);
 
     // The filter still works afterwards, on every worker.

@@ -258,6 +258,11 @@ fn requests_that_may_differ_never_share_a_key() {
             p(gql("{ users { name } p: requestCount }", None, None)).path("/v2/graphql"),
         ),
         (
+            "POST query string",
+            p(gql("{ users { name } q: requestCount }", None, None)),
+            p(gql("{ users { name } q: requestCount }", None, None)).path("/graphql?tenant=b"),
+        ),
+        (
             "accept-encoding",
             p(gql("{ users { name } e: requestCount }", None, None)),
             p(gql("{ users { name } e: requestCount }", None, None))

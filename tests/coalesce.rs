@@ -303,3 +303,42 @@ fn the_shared_fetch_goes_to_the_configured_cluster() {
     envoy.send(Req::query("mutation { bump }"));
     assert_eq!(route_origin.count(), 1);
 }
+
+#[test]
+fn answers_that_may_depend_on_the_caller_are_shared_only_when_the_key_names_the_caller() {
+    // No vary headers, public: followers may be other users with other credentials.
+    let (origin, envoy) = slow_stack(r#"{"ttl_seconds": 0, "vary_headers": []}"#, 300);
+    let forbidden = |_| Req::query(Q).header("x-origin-status", "403");
+    let (responses, _) = burst(&envoy, 6, forbidden);
+    assert!(responses.iter().all(|r| r.status == 403));
+    assert_eq!(count_label(&responses, "COALESCED"), 0);
+    assert_eq!(origin.count(), 6, "a 403 is nobody else's answer");
+    let (responses, _) = burst(&envoy, 6, |_| Req::query("{ fail requestCount }"));
+    assert_eq!(
+        count_label(&responses, "COALESCED"),
+        0,
+        "nor are GraphQL errors"
+    );
+    assert_eq!(origin.count(), 12);
+    let (responses, _) = burst(&envoy, 6, |_| Req::query(Q));
+    assert_eq!(
+        count_label(&responses, "COALESCED"),
+        5,
+        "a clean answer is shared"
+    );
+    assert_eq!(origin.count(), 13);
+
+    // With the credentials in the key, followers are the same caller: errors are shared too.
+    let (origin, envoy) = slow_stack(
+        r#"{"ttl_seconds": 0, "vary_headers": ["authorization"]}"#,
+        300,
+    );
+    let (responses, _) = burst(&envoy, 6, |_| {
+        Req::query(Q)
+            .header("x-origin-status", "403")
+            .header("authorization", "Bearer a")
+    });
+    assert!(responses.iter().all(|r| r.status == 403));
+    assert_eq!(count_label(&responses, "COALESCED"), 5);
+    assert_eq!(origin.count(), 1);
+}

@@ -162,6 +162,7 @@ fn bench_key_path(c: &mut Criterion) {
         path: b"/graphql",
         accept: head.accept.as_deref(),
         accept_encoding: head.accept_encoding.as_deref(),
+        cluster: head.cluster.as_deref(),
         vary: config
             .vary_headers
             .iter()

@@ -114,6 +114,9 @@ impl CacheFilter {
         }
         head.headers = headers;
         head.route = self.read_route_override();
+        head.cluster = hostcalls::get_property(vec!["xds", "cluster_name"])
+            .ok()
+            .flatten();
         head
     }
 
@@ -121,11 +124,16 @@ impl CacheFilter {
     fn read_identity(&self, head: &RequestHead) -> Option<Vec<u8>> {
         match &self.plugin.config.identity {
             None => None,
-            Some(IdentitySource::Header(name)) => head
-                .headers
-                .iter()
-                .find(|(n, _)| n == name)
-                .map(|(_, v)| v.clone()),
+            // Repeated values are joined: every one of them takes part in the scope.
+            Some(IdentitySource::Header(name)) => {
+                let values: Vec<&[u8]> = head
+                    .headers
+                    .iter()
+                    .filter(|(n, _)| n == name)
+                    .map(|(_, v)| v.as_slice())
+                    .collect();
+                (!values.is_empty()).then(|| values.join(&b","[..]))
+            }
             Some(source @ IdentitySource::JwtClaim { .. }) => {
                 let path = source.property_path()?;
                 hostcalls::get_property(path).ok().flatten()
@@ -215,7 +223,11 @@ impl CacheFilter {
         }
         self.plugin.metrics.inc(Counter::Misses);
         if self.plugin.config.coalesce {
-            if let Some(action) = self.coalesce(key, head, body, now) {
+            // With the caller's credentials or identity in the key, followers are the same caller
+            // and may share any answer; otherwise only answers that do not depend on the caller.
+            let per_caller = decided.policy.scope == Scope::Private
+                || !self.plugin.config.vary_headers.is_empty();
+            if let Some(action) = self.coalesce(key, head, body, now, per_caller) {
                 return action;
             }
         }
@@ -235,6 +247,7 @@ impl CacheFilter {
         head: &RequestHead,
         body: Option<Vec<u8>>,
         now: u64,
+        per_caller: bool,
     ) -> Option<Action> {
         let config = &self.plugin.config;
         let joined =
@@ -252,7 +265,11 @@ impl CacheFilter {
         }
         let cluster = match &config.upstream_cluster {
             Some(c) => c.clone(),
-            None => self.route_cluster()?,
+            None => head
+                .cluster
+                .as_deref()
+                .and_then(|c| String::from_utf8(c.to_vec()).ok())
+                .filter(|c| !c.is_empty())?,
         };
         let request = FetchRequest::from_request(cluster, head, body)?;
         let (id, queue) = {
@@ -276,6 +293,7 @@ impl CacheFilter {
                         request,
                         ttl_seconds: self.ttl_seconds,
                         dispatched_ms: 0,
+                        per_caller,
                     });
                 }
                 if !worker::request_dispatch(&self.worker) {
@@ -297,11 +315,6 @@ impl CacheFilter {
         }
         self.state = State::Waiting { key };
         Some(Action::Pause)
-    }
-
-    fn route_cluster(&self) -> Option<String> {
-        let bytes = hostcalls::get_property(vec!["xds", "cluster_name"]).ok()??;
-        String::from_utf8(bytes).ok().filter(|c| !c.is_empty())
     }
 
     /// A fresh entry for `key`: this worker's copy, else shared data (then copied here).
@@ -463,6 +476,10 @@ impl HttpContext for CacheFilter {
         }
         let head = self.read_head();
         if head.method == b"GET" && handles(config, &head.path) {
+            // A GET with a body: the key could not account for the body the origin may read.
+            if !end_of_stream {
+                return self.bypass(Bypass::GetWithBody);
+            }
             let decided = self.decide(&head, b"", || {
                 let full = std::str::from_utf8(&head.path).map_err(|_| Bypass::BadQueryString)?;
                 let (path, query) = split_path(full);

@@ -13,7 +13,7 @@ use super::shared::EnvoySharedData;
 use crate::coalesce::{LocalFlight, Peek, Waiter};
 use crate::fetch::FetchRequest;
 use crate::key::CacheKey;
-use crate::policy::storable_entry;
+use crate::policy::{body_storable, storable_entry};
 use crate::response::Response;
 use proxy_wasm::hostcalls;
 use proxy_wasm::types::{BufferType, MapType};
@@ -50,6 +50,8 @@ pub struct Fetch {
     pub request: FetchRequest,
     pub ttl_seconds: u64,
     pub dispatched_ms: u64,
+    /// The key holds the caller's credentials or identity: followers are the same caller.
+    pub per_caller: bool,
 }
 
 #[derive(Default)]
@@ -276,7 +278,9 @@ fn finish(
 ) {
     let now = now_ms();
     let vary = &plugin.config.vary_headers;
-    let shareable = response.as_ref().ok().filter(|r| r.shareable(vary).is_ok());
+    let for_followers =
+        |r: &Response| r.shareable(vary).is_ok() && (fetch.per_caller || caller_independent(r));
+    let shareable = response.as_ref().ok().filter(|r| for_followers(r));
     let for_watchers =
         shareable.and_then(|r| r.encode_for_flight(&fetch.key, now, plugin.config.max_entry_bytes));
     let id = worker.borrow().id;
@@ -295,13 +299,20 @@ fn finish(
             Ok(r) if waiter.leader => {
                 answer(plugin, worker, &waiter, r, ("MISS", not_stored), &fetch.key)
             }
-            Ok(r) if r.shareable(vary).is_ok() => {
+            Ok(r) if for_followers(r) => {
                 answer(plugin, worker, &waiter, r, ("COALESCED", None), &fetch.key)
             }
             Ok(_) => release(worker, &waiter, "not-shareable"),
             Err(()) => release(worker, &waiter, "not-relayable"),
         }
     }
+}
+
+/// Whether an answer cannot depend on who asked, when the key does not say who asked: a clean
+/// GraphQL result, or a gateway failure (which every waiter must see, as the leader did).
+/// A 401/403 or a GraphQL `errors` answer may be about the leader's credentials only.
+fn caller_independent(r: &Response) -> bool {
+    r.status >= 500 || (r.status == 200 && body_storable(&r.body).is_ok())
 }
 
 fn wake(watchers: &[u32], key: &CacheKey, result: Option<&[u8]>) {

@@ -23,7 +23,7 @@ pub fn envoy_bin() -> PathBuf {
     let p = env_path("ENVOY_BIN", ".tools/bin/envoy");
     assert!(
         p.exists(),
-        "Envoy not found at {} (run `make envoy` or set ENVOY_BIN)",
+        "Envoy not found at {} (run `make tools` or set ENVOY_BIN)",
         p.display()
     );
     p
