@@ -61,6 +61,8 @@ pub struct Config {
     pub key_memo_entries: usize,
     /// Bytes of recently served entries each worker keeps in front of shared data (0: off).
     pub local_cache_bytes: usize,
+    /// Whether the route's upstream cluster is part of the key (one property read per request).
+    pub key_by_cluster: bool,
 }
 
 /// Where the identity that scopes private entries comes from.
@@ -114,6 +116,7 @@ impl Default for Config {
             route_metadata: None,
             key_memo_entries: 1024,
             local_cache_bytes: 4 << 20,
+            key_by_cluster: true,
         }
     }
 }
@@ -173,6 +176,7 @@ struct RawConfig {
     route_metadata: Option<String>,
     key_memo_entries: Option<u64>,
     local_cache_bytes: Option<u64>,
+    key_by_cluster: Option<bool>,
 }
 
 #[derive(Deserialize)]
@@ -461,6 +465,7 @@ impl Config {
             route_metadata,
             key_memo_entries: to_usize(key_memo_entries),
             local_cache_bytes: to_usize(local_cache_bytes),
+            key_by_cluster: raw.key_by_cluster.unwrap_or(d.key_by_cluster),
         })
     }
 

@@ -457,3 +457,37 @@ fn operation_rules_set_ttl_and_turn_caching_off() {
     assert_eq!(never.header("x-cache-reason"), Some("rule-no-cache"));
     assert_eq!(origin.count(), 4);
 }
+
+#[test]
+fn routes_to_different_clusters_never_share_entries() {
+    // A canary route chosen by a header that is not part of the key.
+    let stable = Origin::start();
+    let canary = Origin::start();
+    let opts = EnvoyOptions {
+        extra_routes: r#"              - match: { prefix: "/", headers: [{ name: x-canary, present_match: true }] }
+                route: { cluster: canary }"#
+            .to_string(),
+        extra_clusters: format!(
+            r#"  - name: canary
+    connect_timeout: 1s
+    type: STATIC
+    load_assignment:
+      cluster_name: canary
+      endpoints:
+      - lb_endpoints:
+        - endpoint: {{ address: {{ socket_address: {{ address: 127.0.0.1, port_value: {} }} }} }}"#,
+            canary.port
+        ),
+        ..EnvoyOptions::config(r#"{"vary_headers": []}"#)
+    };
+    let envoy = Envoy::start(&opts, &stable);
+    assert_eq!(envoy.send(Req::query(Q)).cache(), "MISS");
+    assert_eq!(envoy.send(Req::query(Q)).cache(), "HIT");
+    let to_canary = envoy.send(Req::query(Q).header("x-canary", "1"));
+    assert_eq!(to_canary.cache(), "MISS", "the canary's answer is its own");
+    assert_eq!((stable.count(), canary.count()), (1, 1));
+    assert_eq!(
+        envoy.send(Req::query(Q).header("x-canary", "1")).cache(),
+        "HIT"
+    );
+}

@@ -114,9 +114,12 @@ impl CacheFilter {
         }
         head.headers = headers;
         head.route = self.read_route_override();
-        head.cluster = hostcalls::get_property(vec!["xds", "cluster_name"])
-            .ok()
-            .flatten();
+        // The route's choice of cluster may depend on headers outside the key (a canary header).
+        if self.plugin.config.key_by_cluster {
+            head.cluster = hostcalls::get_property(vec!["xds", "cluster_name"])
+                .ok()
+                .flatten();
+        }
         head
     }
 
@@ -265,11 +268,15 @@ impl CacheFilter {
         }
         let cluster = match &config.upstream_cluster {
             Some(c) => c.clone(),
-            None => head
-                .cluster
-                .as_deref()
-                .and_then(|c| String::from_utf8(c.to_vec()).ok())
-                .filter(|c| !c.is_empty())?,
+            None => {
+                let read = || {
+                    hostcalls::get_property(vec!["xds", "cluster_name"])
+                        .ok()
+                        .flatten()
+                };
+                let cluster = head.cluster.clone().or_else(read)?;
+                String::from_utf8(cluster).ok().filter(|c| !c.is_empty())?
+            }
         };
         let request = FetchRequest::from_request(cluster, head, body)?;
         let (id, queue) = {
