@@ -467,17 +467,7 @@ fn routes_to_different_clusters_never_share_entries() {
         extra_routes: r#"              - match: { prefix: "/", headers: [{ name: x-canary, present_match: true }] }
                 route: { cluster: canary }"#
             .to_string(),
-        extra_clusters: format!(
-            r#"  - name: canary
-    connect_timeout: 1s
-    type: STATIC
-    load_assignment:
-      cluster_name: canary
-      endpoints:
-      - lb_endpoints:
-        - endpoint: {{ address: {{ socket_address: {{ address: 127.0.0.1, port_value: {} }} }} }}"#,
-            canary.port
-        ),
+        extra_clusters: cluster_yaml("canary", canary.port),
         ..EnvoyOptions::config(r#"{"vary_headers": []}"#)
     };
     let envoy = Envoy::start(&opts, &stable);

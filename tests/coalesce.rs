@@ -281,17 +281,7 @@ fn the_shared_fetch_goes_to_the_configured_cluster() {
     let route_origin = Origin::start();
     let fetch_origin = Origin::start();
     let opts = EnvoyOptions {
-        extra_clusters: format!(
-            r#"  - name: shared_fetch
-    connect_timeout: 1s
-    type: STATIC
-    load_assignment:
-      cluster_name: shared_fetch
-      endpoints:
-      - lb_endpoints:
-        - endpoint: {{ address: {{ socket_address: {{ address: 127.0.0.1, port_value: {} }} }} }}"#,
-            fetch_origin.port
-        ),
+        extra_clusters: cluster_yaml("shared_fetch", fetch_origin.port),
         ..EnvoyOptions::config(r#"{"ttl_seconds": 0, "upstream_cluster": "shared_fetch"}"#)
     };
     let envoy = Envoy::start(&opts, &route_origin);

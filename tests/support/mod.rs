@@ -208,22 +208,30 @@ static_resources:
             typed_config:
               "@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router
   clusters:
-  - name: origin
-    connect_timeout: 1s
-    type: STATIC
-    load_assignment:
-      cluster_name: origin
-      endpoints:
-      - lb_endpoints:
-        - endpoint: {{ address: {{ socket_address: {{ address: 127.0.0.1, port_value: {origin_port} }} }} }}
+{origin_cluster}
 {extra_clusters}
 "#,
         extra_routes = opts.extra_routes,
         timeout = opts.route_timeout,
         filters_before = opts.filters_before,
         wasm = wasm_path().display(),
+        origin_cluster = cluster_yaml("origin", origin_port),
         extra_clusters = opts.extra_clusters,
         allow_stop = opts.allow_on_headers_stop_iteration,
+    )
+}
+
+/// A static cluster named `name` for `extra_clusters`, pointing at a local port.
+pub fn cluster_yaml(name: &str, port: u16) -> String {
+    format!(
+        r#"  - name: {name}
+    connect_timeout: 1s
+    type: STATIC
+    load_assignment:
+      cluster_name: {name}
+      endpoints:
+      - lb_endpoints:
+        - endpoint: {{ address: {{ socket_address: {{ address: 127.0.0.1, port_value: {port} }} }} }}"#
     )
 }
 
