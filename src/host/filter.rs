@@ -113,6 +113,11 @@ impl CacheFilter {
             slot.extend_from_slice(value);
         }
         head.headers = headers;
+        head
+    }
+
+    /// What the route says: read only for requests that will be keyed (property reads cost).
+    fn read_route(&self, head: &mut RequestHead) {
         head.route = self.read_route_override();
         // The route's choice of cluster may depend on headers outside the key (a canary header).
         if self.plugin.config.key_by_cluster {
@@ -120,7 +125,6 @@ impl CacheFilter {
                 .ok()
                 .flatten();
         }
-        head
     }
 
     /// The caller's identity from the configured source; read only for private operations.
@@ -481,12 +485,13 @@ impl HttpContext for CacheFilter {
                 return Action::Continue;
             }
         }
-        let head = self.read_head();
+        let mut head = self.read_head();
         if head.method == b"GET" && handles(config, &head.path) {
             // A GET with a body: the key could not account for the body the origin may read.
             if !end_of_stream {
                 return self.bypass(Bypass::GetWithBody);
             }
+            self.read_route(&mut head);
             let decided = self.decide(&head, b"", || {
                 let full = std::str::from_utf8(&head.path).map_err(|_| Bypass::BadQueryString)?;
                 let (path, query) = split_path(full);
@@ -506,6 +511,7 @@ impl HttpContext for CacheFilter {
                 }
                 // Held with `allow_on_headers_stop_iteration`: nothing goes upstream until the
                 // body has been read and the request is known to be a miss.
+                self.read_route(&mut head);
                 self.state = State::AwaitingBody(head);
                 let mut w = self.worker.borrow_mut();
                 if !w.body_after_pause_seen {
