@@ -22,7 +22,8 @@ ORIGIN = ROOT / "target/release/graphql-origin"
 RESULTS = ROOT / "bench/results"
 LUA = ROOT / "bench/post.lua"
 
-SECONDS = int(os.environ.get("BENCH_SECONDS", "6"))
+SECONDS = int(os.environ.get("BENCH_SECONDS", "5"))
+ROUNDS = int(os.environ.get("BENCH_ROUNDS", "3"))
 WARMUP = int(os.environ.get("BENCH_WARMUP", "2"))
 CONNECTIONS = int(os.environ.get("BENCH_CONNECTIONS", "100"))
 ENVOY_CPU, LOAD_CPU = "0", "1"
@@ -220,6 +221,23 @@ def ports_free():
                 sys.exit(f"port {port} is in use: stop whatever listens there and run again")
 
 
+def measure(origin_args, yaml_text, env_extra, work, body_file):
+    """One scenario once: fresh origin and Envoy, warm-up, measured run."""
+    origin = envoy = None
+    try:
+        origin = start_origin(origin_args) if origin_args is not None else None
+        envoy = start_envoy(yaml_text, work)
+        wrk(WARMUP, body_file, env_extra)
+        before = origin_count() if origin else 0
+        r = wrk(SECONDS, body_file, env_extra)
+        r["origin_requests"] = (origin_count() - before) if origin else 0
+    finally:
+        stop(envoy)
+        stop(origin)
+    r["rps"] = r["requests"] / (r["duration_us"] / 1e6)
+    return r
+
+
 def run():
     for tool in ("wrk", "taskset"):
         if not shutil.which(tool):
@@ -230,27 +248,23 @@ def run():
     body_file = os.path.join(work, "body.json")
     with open(body_file, "w") as f:
         f.write(json.dumps({"query": QUERY}))
-    results = []
     only = [n for n in os.environ.get("BENCH_ONLY", "").split(",") if n]
-    for name, origin_args, yaml_text, env_extra in scenarios(answer):
-        if only and name not in only:
-            continue
-        origin = envoy = None
-        try:
-            origin = start_origin(origin_args) if origin_args is not None else None
-            envoy = start_envoy(yaml_text, work)
-            wrk(WARMUP, body_file, env_extra)
-            before = origin_count() if origin else 0
-            r = wrk(SECONDS, body_file, env_extra)
-            r["origin_requests"] = (origin_count() - before) if origin else 0
-        finally:
-            stop(envoy)
-            stop(origin)
-        r["name"] = name
-        r["rps"] = r["requests"] / (r["duration_us"] / 1e6)
-        results.append(r)
-        print(f"  {name:14s} {r['rps']:10.0f} req/s  p50 {r['p50_us']/1000:7.2f} ms  p99 {r['p99_us']/1000:7.2f} ms"
-              f"  non-2xx {r['non2xx']}  origin {r['origin_requests']}", flush=True)
+    chosen = [s for s in scenarios(answer) if not only or s[0] in only]
+    runs = {name: [] for name, *_ in chosen}
+    # Rounds interleave the scenarios, so a slow spell of this shared machine hits all of them
+    # alike; each scenario reports its median round.
+    for round_no in range(1, ROUNDS + 1):
+        print(f"round {round_no}/{ROUNDS}", flush=True)
+        for name, origin_args, yaml_text, env_extra in chosen:
+            r = measure(origin_args, yaml_text, env_extra, work, body_file)
+            runs[name].append(r)
+            print(f"  {name:14s} {r['rps']:10.0f} req/s  p50 {r['p50_us']/1000:7.2f} ms  p99 {r['p99_us']/1000:7.2f} ms"
+                  f"  non-2xx {r['non2xx']}  origin {r['origin_requests']}", flush=True)
+    results = []
+    for name, *_ in chosen:
+        ordered = sorted(runs[name], key=lambda r: r["rps"])
+        median = dict(ordered[len(ordered) // 2], name=name, rounds_rps=[round(r["rps"]) for r in runs[name]])
+        results.append(median)
     shutil.rmtree(work, ignore_errors=True)
     return answer, results
 
@@ -288,7 +302,7 @@ def report(answer, results):
         "cpus": os.cpu_count(),
         "cpu_model": next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "?"),
         "envoy": subprocess.run([ENVOY, "--version"], capture_output=True, text=True).stdout.strip().split("version: ")[-1],
-        "connections": CONNECTIONS, "seconds": SECONDS, "warmup_seconds": WARMUP,
+        "connections": CONNECTIONS, "seconds": SECONDS, "warmup_seconds": WARMUP, "rounds": ROUNDS,
         "answer_bytes": len(answer.encode()),
         "pinning": f"envoy --concurrency 1 on CPU {ENVOY_CPU}; wrk -t1 and the origin on CPU {LOAD_CPU}",
     }
@@ -314,7 +328,7 @@ def chart(results):
     colors = ["#888888" if n in ("ceiling", "wasm-ceiling", "proxy", "proxy-slow") else "#2f6db3" for n in names]
     a.bar(names, [r["rps"] for r in results], color=colors)
     a.set_ylabel("requests/s")
-    a.set_title(f"GraphQL cache in Envoy: {CONNECTIONS} connections, 1 Envoy worker (grey: baselines)")
+    a.set_title(f"GraphQL cache in Envoy: {CONNECTIONS} connections, 1 Envoy worker, median of {ROUNDS} rounds (grey: baselines)")
     for i, r in enumerate(results):
         a.text(i, r["rps"], f"{r['rps']/1000:.1f}k", ha="center", va="bottom", fontsize=8)
     b.bar(names, [r["p99_us"] / 1000 for r in results], color=colors)
@@ -327,7 +341,7 @@ def chart(results):
 
 if __name__ == "__main__":
     start = time.time()
-    print(f"{CONNECTIONS} connections, {WARMUP} s warm-up + {SECONDS} s per scenario", flush=True)
+    print(f"{CONNECTIONS} connections, {WARMUP} s warm-up + {SECONDS} s per scenario, {ROUNDS} rounds (median)", flush=True)
     answer, results = run()
     if os.environ.get("BENCH_ONLY"):
         sys.exit(0)
