@@ -22,7 +22,7 @@ ORIGIN = ROOT / "target/release/graphql-origin"
 RESULTS = ROOT / "bench/results"
 LUA = ROOT / "bench/post.lua"
 
-SECONDS = int(os.environ.get("BENCH_SECONDS", "5"))
+SECONDS = int(os.environ.get("BENCH_SECONDS", "4"))
 ROUNDS = int(os.environ.get("BENCH_ROUNDS", "3"))
 WARMUP = int(os.environ.get("BENCH_WARMUP", "2"))
 CONNECTIONS = int(os.environ.get("BENCH_CONNECTIONS", "100"))
