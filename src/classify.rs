@@ -219,7 +219,17 @@ fn identify(
         &operation,
         head.route,
     )?;
-    let ctx = KeyContext {
+    let key = build_key(&key_context(config, head, path), req, &operation);
+    Ok(Classified {
+        key,
+        operation,
+        policy,
+    })
+}
+
+/// The HTTP dimensions of the key for a request to `path` (a POST's query string included).
+pub fn key_context<'a>(config: &'a Config, head: &'a RequestHead, path: &'a str) -> KeyContext<'a> {
+    KeyContext {
         method: &head.method,
         authority: &head.authority,
         path: path.as_bytes(),
@@ -232,13 +242,7 @@ fn identify(
             .zip(head.vary.iter().chain(std::iter::repeat(&None)))
             .map(|(name, value)| (name.as_str(), value.as_deref()))
             .collect(),
-    };
-    let key = build_key(&ctx, req, &operation);
-    Ok(Classified {
-        key,
-        operation,
-        policy,
-    })
+    }
 }
 
 fn parse_length(v: &[u8]) -> Option<u64> {

@@ -11,10 +11,10 @@ use criterion::{
     Throughput,
 };
 use graphql_cache::canonical::canonicalize;
-use graphql_cache::classify::{classify_body, RequestHead};
+use graphql_cache::classify::{classify_body, key_context, RequestHead};
 use graphql_cache::config::Config;
 use graphql_cache::entry::Entry;
-use graphql_cache::key::{build_key, CacheKey, KeyContext};
+use graphql_cache::key::{build_key, CacheKey};
 use graphql_cache::policy::{body_storable, storable_entry};
 use graphql_cache::request::parse_post_body;
 use std::fmt::Write;
@@ -155,21 +155,7 @@ fn request_head() -> RequestHead {
 fn bench_key_path(c: &mut Criterion) {
     let config = Config::default();
     let head = request_head();
-    let vary_values: Vec<Option<&[u8]>> = head.vary.iter().map(|v| v.as_deref()).collect();
-    let ctx = KeyContext {
-        method: &head.method,
-        authority: &head.authority,
-        path: b"/graphql",
-        accept: head.accept.as_deref(),
-        accept_encoding: head.accept_encoding.as_deref(),
-        cluster: head.cluster.as_deref(),
-        vary: config
-            .vary_headers
-            .iter()
-            .map(String::as_str)
-            .zip(vary_values)
-            .collect(),
-    };
+    let ctx = key_context(&config, &head, "/graphql");
 
     let bodies = [
         ("small", small_body()),

@@ -4,7 +4,7 @@
 use super::metrics::Counter;
 use super::root::Plugin;
 use super::shared::EnvoySharedData;
-use super::worker::{self, now_ms as now_ms_host, Fetch, Outcome, SharedWorker};
+use super::worker::{self, now_ms, Fetch, Outcome, SharedWorker};
 use crate::bypass::Bypass;
 use crate::classify::scope_key;
 use crate::classify::{
@@ -25,7 +25,6 @@ use proxy_wasm::hostcalls;
 use proxy_wasm::traits::{Context, HttpContext};
 use proxy_wasm::types::Action;
 use std::rc::Rc;
-use std::time::UNIX_EPOCH;
 
 const CACHE_HEADER: &str = "x-cache";
 const KEY_HEADER: &str = "x-cache-key";
@@ -75,13 +74,6 @@ impl CacheFilter {
             state: State::Ignored,
             ttl_seconds: 0,
         }
-    }
-
-    fn now_ms(&self) -> u64 {
-        self.get_current_time()
-            .duration_since(UNIX_EPOCH)
-            .map(|d| d.as_millis() as u64)
-            .unwrap_or_default()
     }
 
     fn read_head(&self) -> RequestHead {
@@ -220,7 +212,7 @@ impl CacheFilter {
     fn lookup(&mut self, decided: Decided, head: &RequestHead, body: Option<Vec<u8>>) -> Action {
         let key = decided.key;
         self.ttl_seconds = decided.policy.ttl_seconds;
-        let now = self.now_ms();
+        let now = now_ms();
         if let Some(entry) = self.find(&key, now) {
             if self.serve(&entry, &key, now) {
                 self.plugin.metrics.inc(Counter::Hits);
@@ -397,7 +389,7 @@ impl CacheFilter {
     }
 
     fn finish_capture(&self, key: &CacheKey, capture: Capture) {
-        let now = self.now_ms();
+        let now = now_ms();
         let config = &self.plugin.config;
         let metrics = &self.plugin.metrics;
         let entry = storable_entry(
@@ -515,7 +507,7 @@ impl HttpContext for CacheFilter {
                 self.state = State::AwaitingBody(head);
                 let mut w = self.worker.borrow_mut();
                 if !w.body_after_pause_seen {
-                    w.held_for_body.push((self.context_id, now_ms_host()));
+                    w.held_for_body.push((self.context_id, now_ms()));
                 }
                 Action::Pause
             }
