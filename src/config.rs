@@ -3,7 +3,7 @@
 //! Every error names the field it is about, because the only place an operator sees it is one log
 //! line when Envoy refuses to load the plugin.
 
-use crate::rules::{Matcher, Rule, Scope};
+use crate::request::rules::{Matcher, Rule, Scope};
 use serde::Deserialize;
 use std::fmt;
 
@@ -470,8 +470,8 @@ impl Config {
     }
 
     /// The parsing limits for the canonical printer.
-    pub fn limits(&self) -> crate::canonical::Limits {
-        crate::canonical::Limits {
+    pub fn limits(&self) -> crate::request::canonical::Limits {
+        crate::request::canonical::Limits {
             max_depth: self.max_query_depth,
             max_fields: self.max_query_fields,
         }

@@ -12,12 +12,12 @@
 //! these tests): it refuses such documents instead of keying them wrongly.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use graphql_cache::bypass::Bypass;
-use graphql_cache::canonical::{canonicalize, CanonicalError, Limits};
-use graphql_cache::classify::{classify_body, RequestHead};
 use graphql_cache::config::Config;
-use graphql_cache::key::CacheKey;
-use graphql_cache::request::{parse_get_query, parse_post_body};
+use graphql_cache::request::bypass::Bypass;
+use graphql_cache::request::canonical::{canonicalize, CanonicalError, Limits};
+use graphql_cache::request::classify::{classify_body, RequestHead};
+use graphql_cache::request::http::{parse_get_query, parse_post_body};
+use graphql_cache::request::key::CacheKey;
 use proptest::collection::vec;
 use proptest::option;
 use proptest::prelude::*;

@@ -10,13 +10,13 @@ use criterion::{
     black_box, criterion_group, criterion_main, measurement::WallTime, BenchmarkGroup, Criterion,
     Throughput,
 };
-use graphql_cache::canonical::canonicalize;
-use graphql_cache::classify::{classify_body, key_context, RequestHead};
+use graphql_cache::cache::entry::Entry;
+use graphql_cache::cache::storable::{body_storable, storable_entry};
 use graphql_cache::config::Config;
-use graphql_cache::entry::Entry;
-use graphql_cache::key::{build_key, CacheKey};
-use graphql_cache::policy::{body_storable, storable_entry};
-use graphql_cache::request::parse_post_body;
+use graphql_cache::request::canonical::canonicalize;
+use graphql_cache::request::classify::{classify_body, key_context, RequestHead};
+use graphql_cache::request::http::parse_post_body;
+use graphql_cache::request::key::{build_key, CacheKey};
 use std::fmt::Write;
 use std::time::Duration;
 

@@ -1,11 +1,10 @@
-//! The proxy-wasm adapter: the only code that talks to Envoy. Everything it decides, it asks the
-//! pure modules; it moves bytes between them and the host.
+//! The proxy-wasm adapter: the only code that talks to Envoy. It translates SDK callbacks into
+//! calls of `crate::worker` and implements `crate::effects` over host calls; it decides nothing.
 
+mod envoy;
 mod filter;
 mod metrics;
 mod root;
-mod shared;
-mod worker;
 
 proxy_wasm::main! {{
     proxy_wasm::set_log_level(proxy_wasm::types::LogLevel::Info);

@@ -1,85 +1,44 @@
-//! The root context: parses the configuration once, owns this worker's wake-up queue and timer,
-//! and runs the shared fetches (see `worker`).
+//! The root context: one per worker VM. Loads the configuration, owns the worker's state and
+//! hands its callbacks (queue, callout answers, timer) to `crate::worker`.
 
+use super::envoy::{callout_result, dequeue_all, Envoy};
 use super::filter::CacheFilter;
 use super::metrics::Metrics;
-use super::shared::EnvoySharedData;
-use super::worker::{self, SharedWorker, Worker};
-use crate::bypass::Bypass;
-use crate::classify::Decided;
-use crate::coalesce::FlightTable;
-use crate::config::Config;
-use crate::hot::HotCache;
-use crate::memo::Memo;
-use crate::store::SlotTable;
+use crate::worker::configure::configure;
+use crate::worker::followers::on_messages;
+use crate::worker::shared_fetch::on_fetch_response;
+use crate::worker::state::{Plugin, Worker};
+use crate::worker::tick::{on_tick, TICK};
 use proxy_wasm::hostcalls;
 use proxy_wasm::traits::{Context, HttpContext, RootContext};
-use proxy_wasm::types::{ContextType, LogLevel};
+use proxy_wasm::types::ContextType;
 use std::cell::RefCell;
 use std::collections::hash_map::RandomState;
 use std::hash::BuildHasher;
 use std::rc::Rc;
 
-/// Requests larger than this are classified every time rather than memoized, which bounds the
-/// memo at `key_memo_entries` x 8 KiB per worker.
-const MEMO_MAX_INPUT: usize = 8 * 1024;
-
-/// Everything a request needs that is fixed at configuration time.
-pub struct Plugin {
-    pub config: Config,
-    pub table: SlotTable,
-    pub flights: FlightTable,
-    pub metrics: Metrics,
-    /// Raw request bytes to classification, per worker; reset with the configuration it used.
-    pub memo: RefCell<Memo<Result<Decided, Bypass>>>,
-    /// Recently served entries, per worker, in front of shared data.
-    pub hot: RefCell<HotCache>,
-}
-
-impl Plugin {
-    fn new(config: Config, metrics: Metrics) -> Plugin {
-        Plugin {
-            table: SlotTable::new(config.cache_slots),
-            flights: FlightTable::new(config.flight_slots),
-            memo: RefCell::new(Memo::new(config.key_memo_entries, MEMO_MAX_INPUT)),
-            hot: RefCell::new(HotCache::new(config.local_cache_bytes)),
-            config,
-            metrics,
-        }
-    }
-}
-
 pub struct CacheRoot {
     plugin: Rc<Plugin>,
-    worker: SharedWorker,
+    worker: Rc<RefCell<Worker>>,
+    metrics: Rc<Metrics>,
 }
 
 impl CacheRoot {
     pub fn new() -> Self {
         // WASI's random_get seeds RandomState: a per-VM id without a worker-id property.
         let id = RandomState::new().hash_one(0x6771_6c63u64);
+        let plugin = Plugin::default();
+        let worker = Worker::new(id, &plugin.config);
         CacheRoot {
-            plugin: Rc::new(Plugin::new(Config::default(), Metrics::default())),
-            worker: Rc::new(RefCell::new(Worker {
-                id,
-                ..Worker::default()
-            })),
+            plugin: Rc::new(plugin),
+            worker: Rc::new(RefCell::new(worker)),
+            metrics: Rc::new(Metrics::default()),
         }
     }
 
-    fn ensure_queue(&self) {
-        if self.worker.borrow().queue.is_some() {
-            return;
-        }
-        let name = format!("graphql-cache/wake/{:016x}", self.worker.borrow().id);
-        match hostcalls::register_shared_queue(&name) {
-            Ok(token) => self.worker.borrow_mut().queue = Some(token),
-            Err(_) => {
-                let _ = hostcalls::log(
-                    LogLevel::Warn,
-                    "graphql-cache: no wake-up queue; coalescing off",
-                );
-            }
+    fn host(&self) -> Envoy<'_> {
+        Envoy {
+            metrics: &self.metrics,
         }
     }
 }
@@ -92,43 +51,38 @@ impl Context for CacheRoot {
         body_size: usize,
         _num_trailers: usize,
     ) {
-        worker::on_fetch_response(&self.plugin, &self.worker, token_id, num_headers, body_size);
+        let result = callout_result(num_headers, body_size);
+        on_fetch_response(&self.plugin, &self.worker, &self.host(), token_id, result);
     }
 }
 
 impl RootContext for CacheRoot {
     fn on_configure(&mut self, _plugin_configuration_size: usize) -> bool {
         let bytes = self.get_plugin_configuration().unwrap_or_default();
-        let config = match Config::parse(&bytes) {
-            Ok(config) => config,
-            Err(e) => {
-                let _ = hostcalls::log(LogLevel::Error, &format!("graphql-cache: {e}"));
-                return false;
-            }
-        };
-        let coalesce = config.coalesce;
-        self.plugin = Rc::new(Plugin::new(config, Metrics::define()));
-        if coalesce {
-            self.ensure_queue();
-            self.plugin.flights.precreate(&EnvoySharedData);
+        self.metrics = Rc::new(Metrics::define());
+        match configure(&bytes, &self.worker, &self.host()) {
+            Ok(plugin) => self.plugin = Rc::new(plugin),
+            Err(_) => return false,
         }
         // The timer also guards against held requests hanging on a misconfigured plugin.
-        let _ = hostcalls::set_tick_period(worker::TICK);
+        let _ = hostcalls::set_tick_period(TICK);
         true
     }
 
     fn on_queue_ready(&mut self, queue_id: u32) {
-        worker::on_queue_ready(&self.plugin, &self.worker, queue_id);
+        let messages = dequeue_all(queue_id);
+        on_messages(&self.plugin, &self.worker, &self.host(), &messages);
     }
 
     fn on_tick(&mut self) {
-        worker::on_tick(&self.plugin, &self.worker);
+        on_tick(&self.plugin, &self.worker, &self.host());
     }
 
     fn create_http_context(&self, context_id: u32) -> Option<Box<dyn HttpContext>> {
         Some(Box::new(CacheFilter::new(
             Rc::clone(&self.plugin),
             Rc::clone(&self.worker),
+            Rc::clone(&self.metrics),
             context_id,
         )))
     }

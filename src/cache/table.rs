@@ -4,35 +4,9 @@
 //! addressed by the key's hash. Each slot holds the full digest of the key it belongs to, so a
 //! collision is a miss (and an overwrite on store), never a wrong answer.
 
-use crate::entry::{DecodeError, Entry};
-use crate::key::CacheKey;
-
-/// Envoy's shared data as the filter needs it; the host adapter implements it over proxy-wasm and
-/// tests implement it over a map with the same semantics (see `tests::MapStore`).
-pub trait SharedStore {
-    /// The value under `key` (`None` when absent or emptied) and its CAS token (`None` when the
-    /// key was never written).
-    fn get_cas(&self, key: &str) -> (Option<Vec<u8>>, Option<u32>);
-
-    /// Writes `value`; with `cas`, only if the key still has that token. Envoy checks CAS only on
-    /// keys that exist, so a write to a missing key always succeeds.
-    fn set_cas(&self, key: &str, value: &[u8], cas: Option<u32>) -> Result<(), StoreError>;
-
-    fn get(&self, key: &str) -> Option<Vec<u8>> {
-        self.get_cas(key).0.filter(|v| !v.is_empty())
-    }
-
-    fn set(&self, key: &str, value: &[u8]) -> Result<(), StoreError> {
-        self.set_cas(key, value, None)
-    }
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum StoreError {
-    /// Someone else wrote the key since it was read.
-    CasMismatch,
-    Failed,
-}
+use crate::cache::entry::{DecodeError, Entry};
+use crate::effects::store::{SharedStore, StoreError};
+use crate::request::key::CacheKey;
 
 #[derive(Debug, PartialEq, Eq)]
 pub enum Lookup {
@@ -110,55 +84,9 @@ impl SlotTable {
 }
 
 #[cfg(test)]
-pub(crate) mod tests {
+mod tests {
     use super::*;
-    use std::cell::RefCell;
-    use std::collections::HashMap;
-
-    /// Envoy's shared data, as ENVOY-FACTS.md describes it: a CAS token per key that changes on
-    /// every write, CAS checked only for keys that exist, emptied values still present.
-    #[derive(Default)]
-    pub struct MapStore(pub RefCell<HashMap<String, (Vec<u8>, u32)>>);
-
-    impl SharedStore for MapStore {
-        fn get_cas(&self, key: &str) -> (Option<Vec<u8>>, Option<u32>) {
-            match self.0.borrow().get(key) {
-                None => (None, None),
-                Some((v, cas)) if v.is_empty() => (None, Some(*cas)),
-                Some((v, cas)) => (Some(v.clone()), Some(*cas)),
-            }
-        }
-
-        fn set_cas(&self, key: &str, value: &[u8], cas: Option<u32>) -> Result<(), StoreError> {
-            let mut map = self.0.borrow_mut();
-            let next = match map.get(key) {
-                Some((_, current)) => {
-                    if cas.is_some_and(|c| c != *current) {
-                        return Err(StoreError::CasMismatch);
-                    }
-                    current + 1
-                }
-                None => 1,
-            };
-            map.insert(key.to_string(), (value.to_vec(), next));
-            Ok(())
-        }
-    }
-
-    #[test]
-    fn map_store_behaves_like_envoy() {
-        let s = MapStore::default();
-        assert_eq!(s.get_cas("k"), (None, None));
-        s.set_cas("k", b"a", Some(42)).unwrap();
-        let (v, cas) = s.get_cas("k");
-        assert_eq!(v.as_deref(), Some(&b"a"[..]));
-        assert_eq!(
-            s.set_cas("k", b"b", Some(cas.unwrap() + 1)),
-            Err(StoreError::CasMismatch)
-        );
-        s.set_cas("k", b"", cas).unwrap();
-        assert!(matches!(s.get_cas("k"), (None, Some(_))));
-    }
+    use crate::effects::fake::MapStore;
 
     fn key(n: u8) -> CacheKey {
         CacheKey { digest: [n; 32] }

@@ -3,7 +3,7 @@
 //! Anything that is not a single, well-formed GraphQL request is a [`Bypass`]: the filter lets it
 //! through to the origin exactly as it came, so the origin produces whatever error it would have.
 
-use crate::bypass::Bypass;
+use crate::request::bypass::Bypass;
 use serde_json::Value;
 
 /// One GraphQL request with its JSON parts already in canonical text form (object keys sorted

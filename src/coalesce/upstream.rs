@@ -1,24 +1,25 @@
-//! The shared upstream fetch: the HTTP callout a leader makes on behalf of a key.
+//! The request the shared fetch sends upstream on behalf of every waiter of a key.
 
-use crate::classify::RequestHead;
-use crate::response::is_end_to_end;
+use crate::coalesce::relay::is_end_to_end;
+use crate::request::classify::RequestHead;
+use crate::request::key::CacheKey;
 
 /// What the callout sends: the original method, path, authority, end-to-end headers and body.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct FetchRequest {
+pub struct UpstreamRequest {
     pub cluster: String,
     pub headers: Vec<(String, String)>,
     pub body: Option<Vec<u8>>,
 }
 
-impl FetchRequest {
+impl UpstreamRequest {
     /// `None` when a header is not text (the callout API takes text only): such a request is not
     /// coalesced and goes upstream itself.
     pub fn from_request(
         cluster: String,
         head: &RequestHead,
         body: Option<Vec<u8>>,
-    ) -> Option<FetchRequest> {
+    ) -> Option<UpstreamRequest> {
         let text = |v: &[u8]| std::str::from_utf8(v).ok().map(str::to_string);
         let mut headers = vec![
             (":method".to_string(), text(&head.method)?),
@@ -32,12 +33,26 @@ impl FetchRequest {
             }
             headers.push((name.clone(), text(value)?));
         }
-        Some(FetchRequest {
+        Some(UpstreamRequest {
             cluster,
             headers,
             body: body.filter(|b| !b.is_empty()),
         })
     }
+}
+
+/// A fetch a leader's worker makes for a key: queued by the request that claimed the flight,
+/// dispatched by the root context, finished when its answer (or failure) comes back.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SharedFetch {
+    pub key: CacheKey,
+    pub request: UpstreamRequest,
+    /// The leader's TTL (from configuration, rules and route), for storing the answer.
+    pub ttl_seconds: u64,
+    /// When the root sent it (0 until then).
+    pub dispatched_ms: u64,
+    /// See `sharing::key_names_caller`.
+    pub key_names_caller: bool,
 }
 
 #[cfg(test)]
@@ -62,7 +77,8 @@ mod tests {
 
     #[test]
     fn carries_the_request_minus_connection_headers() {
-        let f = FetchRequest::from_request("origin".into(), &head(), Some(b"{}".to_vec())).unwrap();
+        let f =
+            UpstreamRequest::from_request("origin".into(), &head(), Some(b"{}".to_vec())).unwrap();
         let names: Vec<&str> = f.headers.iter().map(|(n, _)| n.as_str()).collect();
         assert_eq!(
             names,
@@ -82,6 +98,9 @@ mod tests {
     fn binary_headers_are_not_fetched_on_anyone_s_behalf() {
         let mut h = head();
         h.headers.push(("x-bin".into(), b"\xff".to_vec()));
-        assert_eq!(FetchRequest::from_request("origin".into(), &h, None), None);
+        assert_eq!(
+            UpstreamRequest::from_request("origin".into(), &h, None),
+            None
+        );
     }
 }

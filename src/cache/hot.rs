@@ -5,7 +5,7 @@
 //! expiry, so a local copy is exactly as fresh as the shared one: it is served until the same
 //! instant, and a shared entry evicted meanwhile only means the copy outlives it, still correct.
 
-use crate::key::CacheKey;
+use crate::request::key::CacheKey;
 use std::collections::{HashMap, VecDeque};
 use std::rc::Rc;
 

@@ -1,8 +1,8 @@
 //! What may be stored, and for how long. When in doubt, the answer is "not stored".
 
+use crate::cache::entry::Entry;
 use crate::config::Config;
-use crate::entry::Entry;
-use crate::key::CacheKey;
+use crate::request::key::CacheKey;
 use serde::de::{Deserializer, IgnoredAny, MapAccess, Visitor};
 use std::fmt;
 

@@ -1,15 +1,15 @@
 //! The request side of the filter, free of host calls: from the request head (and body) to either
 //! a cache key or the reason to pass the request through.
 
-use crate::bypass::Bypass;
-use crate::canonical::{canonicalize, CanonicalError, CanonicalOperation, OperationKind};
 use crate::config::Config;
-use crate::key::{build_key, CacheKey, KeyContext};
-use crate::memo::MemoInput;
-use crate::request::{
+use crate::request::bypass::Bypass;
+use crate::request::canonical::{canonicalize, CanonicalError, CanonicalOperation, OperationKind};
+use crate::request::http::{
     is_json_content_type, parse_get_query, parse_post_body, split_path, GraphQlRequest,
 };
-use crate::rules::{request_policy, Policy, RouteOverride, Scope};
+use crate::request::key::{build_key, CacheKey, KeyContext};
+use crate::request::memo::MemoInput;
+use crate::request::rules::{request_policy, RequestPolicy, RouteOverride, Scope};
 
 /// What the filter read from the request headers. Owned bytes: header values need not be UTF-8.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -39,14 +39,14 @@ pub struct RequestHead {
 pub struct Classified {
     pub key: CacheKey,
     pub operation: CanonicalOperation,
-    pub policy: Policy,
+    pub policy: RequestPolicy,
 }
 
 /// What the filter keeps of a classification: small enough to memoize.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Decided {
     pub key: CacheKey,
-    pub policy: Policy,
+    pub policy: RequestPolicy,
 }
 
 impl From<Classified> for Decided {

@@ -1,9 +1,9 @@
 //! An upstream answer as the filter relays it to waiting requests: from the shared fetch to the
 //! leader and its followers on this worker, or through a flight record to other workers.
 
-use crate::entry::Entry;
-use crate::key::CacheKey;
-use crate::policy::check_vary;
+use crate::cache::entry::Entry;
+use crate::cache::storable::check_vary;
+use crate::request::key::CacheKey;
 
 /// Headers that belong to one connection, not to the message (RFC 9110 7.6.1), plus
 /// `content-length`, which Envoy sets for the body it sends. Never relayed nor replayed.

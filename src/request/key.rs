@@ -3,8 +3,8 @@
 //! Each dimension is written with a tag and a length prefix, so no two different sets of
 //! dimensions can produce the same byte stream (no "ab"+"c" == "a"+"bc" ambiguity).
 
-use crate::canonical::CanonicalOperation;
-use crate::request::GraphQlRequest;
+use crate::request::canonical::CanonicalOperation;
+use crate::request::http::GraphQlRequest;
 use sha2::{Digest, Sha256};
 use std::fmt::Write;
 
@@ -136,8 +136,8 @@ pub fn normalize_accept_encoding(value: &[u8]) -> Vec<u8> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::canonical::canonicalize;
-    use crate::request::parse_post_body;
+    use crate::request::canonical::canonicalize;
+    use crate::request::http::parse_post_body;
 
     fn ctx() -> KeyContext<'static> {
         KeyContext {
@@ -153,7 +153,7 @@ mod tests {
 
     fn key_with(ctx: &KeyContext, body: &str) -> CacheKey {
         let req = parse_post_body(body.as_bytes()).unwrap();
-        let limits = crate::canonical::Limits {
+        let limits = crate::request::canonical::Limits {
             max_depth: 50,
             max_fields: 1000,
         };

@@ -4,8 +4,8 @@
 //! When several rules match, the most restrictive wins: any `cache: false` turns caching off, any
 //! `private` makes the entry private, and the shortest TTL applies.
 
-use crate::bypass::Bypass;
-use crate::canonical::CanonicalOperation;
+use crate::request::bypass::Bypass;
+use crate::request::canonical::CanonicalOperation;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Scope {
@@ -50,7 +50,7 @@ pub struct RouteOverride {
 
 /// The policy for one request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Policy {
+pub struct RequestPolicy {
     pub ttl_seconds: u64,
     pub scope: Scope,
 }
@@ -66,7 +66,7 @@ pub fn request_policy(
     rules: &[Rule],
     op: &CanonicalOperation,
     route: RouteOverride,
-) -> Result<Policy, Bypass> {
+) -> Result<RequestPolicy, Bypass> {
     if route.disabled {
         return Err(Bypass::RouteDisabled);
     }
@@ -104,7 +104,7 @@ pub fn request_policy(
         (None, Some(t)) => t,
         (None, None) => default_ttl,
     };
-    Ok(Policy {
+    Ok(RequestPolicy {
         ttl_seconds,
         scope: if private {
             Scope::Private
@@ -127,7 +127,7 @@ fn combine<'a>(rules: impl Iterator<Item = &'a Rule>) -> Option<Scope> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::canonical::OperationKind;
+    use crate::request::canonical::OperationKind;
 
     fn op(name: Option<&str>, fields: &[&str]) -> CanonicalOperation {
         CanonicalOperation {
@@ -166,7 +166,7 @@ mod tests {
         ]
     }
 
-    fn policy(o: &CanonicalOperation, route: RouteOverride) -> Result<Policy, Bypass> {
+    fn policy(o: &CanonicalOperation, route: RouteOverride) -> Result<RequestPolicy, Bypass> {
         request_policy(30, Scope::Public, &rules(), o, route)
     }
 
@@ -175,7 +175,7 @@ mod tests {
         let p = policy(&op(None, &["users"]), RouteOverride::default()).unwrap();
         assert_eq!(
             p,
-            Policy {
+            RequestPolicy {
                 ttl_seconds: 30,
                 scope: Scope::Public
             }
@@ -207,7 +207,7 @@ mod tests {
         .unwrap();
         assert_eq!(
             p,
-            Policy {
+            RequestPolicy {
                 ttl_seconds: 5,
                 scope: Scope::Private
             }

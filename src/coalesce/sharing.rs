@@ -1,0 +1,81 @@
+//! Who may be given an answer fetched for another request: the one rule, for followers on the
+//! leader's worker and on every other worker alike.
+
+use crate::cache::storable::body_storable;
+use crate::coalesce::relay::Response;
+use crate::request::rules::Scope;
+
+/// Whether the key names the caller, so that every request sharing it is the same caller: a
+/// private entry is scoped to the identity, and `vary_headers` (by default `authorization` and
+/// `cookie`) put the caller's credentials into the key.
+pub fn key_names_caller(scope: Scope, vary_headers: &[String]) -> bool {
+    scope == Scope::Private || !vary_headers.is_empty()
+}
+
+/// Whether `response`, fetched for one request, may answer the others waiting on its key.
+/// Personal or varying answers never may; when the key does not name the caller, only answers
+/// that cannot depend on who asked.
+pub fn followers_may_share(
+    response: &Response,
+    vary_headers: &[String],
+    key_names_caller: bool,
+) -> bool {
+    response.shareable(vary_headers).is_ok() && (key_names_caller || caller_independent(response))
+}
+
+/// A clean GraphQL result, or a gateway failure (which every waiter must see, as the leader did).
+/// A 401/403 or a GraphQL `errors` answer may be about the leader's credentials only.
+fn caller_independent(r: &Response) -> bool {
+    r.status >= 500 || (r.status == 200 && body_storable(&r.body).is_ok())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn answer(status: u16, headers: &[(&str, &str)], body: &str) -> Response {
+        Response {
+            status,
+            headers: headers
+                .iter()
+                .map(|(n, v)| (n.to_string(), v.to_string()))
+                .collect(),
+            body: body.as_bytes().to_vec(),
+        }
+    }
+
+    const JSON: (&str, &str) = ("content-type", "application/json");
+
+    #[test]
+    fn the_key_names_the_caller_when_private_or_keyed_by_credentials() {
+        let vary = vec!["authorization".to_string()];
+        assert!(key_names_caller(Scope::Private, &[]));
+        assert!(key_names_caller(Scope::Public, &vary));
+        assert!(!key_names_caller(Scope::Public, &[]));
+    }
+
+    #[test]
+    fn caller_dependent_answers_are_shared_only_by_the_same_caller() {
+        let denied = answer(401, &[JSON], r#"{"errors":[{"message":"no"}]}"#);
+        let errors = answer(200, &[JSON], r#"{"errors":[{"message":"x"}]}"#);
+        let clean = answer(200, &[JSON], r#"{"data":{"a":1}}"#);
+        let gateway = answer(503, &[], "upstream connect error");
+        for r in [&denied, &errors] {
+            assert!(!followers_may_share(r, &[], false));
+            assert!(followers_may_share(r, &[], true));
+        }
+        for r in [&clean, &gateway] {
+            assert!(followers_may_share(r, &[], false));
+        }
+    }
+
+    #[test]
+    fn personal_or_varying_answers_are_never_shared() {
+        let cookie = answer(200, &[JSON, ("set-cookie", "a=b")], r#"{"data":{}}"#);
+        let varies = answer(200, &[JSON, ("vary", "x-tenant")], r#"{"data":{}}"#);
+        for r in [&cookie, &varies] {
+            assert!(!followers_may_share(r, &[], true));
+            assert!(!followers_may_share(r, &[], false));
+        }
+    }
+}

@@ -1,0 +1,76 @@
+//! The filter's counters, as Envoy's `/stats` shows them (`wasmcustom.graphql_cache.<name>`).
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Counter {
+    Hits,
+    Misses,
+    Bypasses,
+    RejectedInputs,
+    Stores,
+    StoreSkipped,
+    StoreFailures,
+    Evictions,
+    Coalesced,
+    Leaders,
+    WaitTimeouts,
+    FetchFailures,
+    LateWakeups,
+}
+
+impl Counter {
+    /// Every counter, in the order of its index.
+    pub const ALL: [Counter; 13] = [
+        Counter::Hits,
+        Counter::Misses,
+        Counter::Bypasses,
+        Counter::RejectedInputs,
+        Counter::Stores,
+        Counter::StoreSkipped,
+        Counter::StoreFailures,
+        Counter::Evictions,
+        Counter::Coalesced,
+        Counter::Leaders,
+        Counter::WaitTimeouts,
+        Counter::FetchFailures,
+        Counter::LateWakeups,
+    ];
+
+    /// Position in [`Counter::ALL`], for a host that keeps metric ids in an array.
+    pub fn index(self) -> usize {
+        self as usize
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Counter::Hits => "graphql_cache.hits",
+            Counter::Misses => "graphql_cache.misses",
+            Counter::Bypasses => "graphql_cache.bypasses",
+            Counter::RejectedInputs => "graphql_cache.rejected_inputs",
+            Counter::Stores => "graphql_cache.stores",
+            Counter::StoreSkipped => "graphql_cache.store_skipped",
+            Counter::StoreFailures => "graphql_cache.store_failures",
+            Counter::Evictions => "graphql_cache.evictions",
+            Counter::Coalesced => "graphql_cache.coalesced",
+            Counter::Leaders => "graphql_cache.leaders",
+            Counter::WaitTimeouts => "graphql_cache.wait_timeouts",
+            Counter::FetchFailures => "graphql_cache.fetch_failures",
+            Counter::LateWakeups => "graphql_cache.late_wakeups",
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn indexes_match_the_list_and_names_are_unique() {
+        for (i, c) in Counter::ALL.iter().enumerate() {
+            assert_eq!(c.index(), i);
+        }
+        let mut names: Vec<_> = Counter::ALL.iter().map(|c| c.name()).collect();
+        names.sort_unstable();
+        names.dedup();
+        assert_eq!(names.len(), Counter::ALL.len());
+    }
+}

@@ -1,0 +1,71 @@
+//! The host as the core sees it. [`Host`] is what a worker does on its own behalf (the root
+//! context's callbacks use only this); [`RequestHost`] adds the request whose callback is running.
+//!
+//! Rules the core keeps, because Envoy runs another callback of the same VM inside some of these
+//! calls: no `RefCell` borrow of worker state is held across [`Host::answer`] or
+//! [`Host::resume`]; every callout of a root callback is dispatched before its first answer
+//! (answering switches the effective context).
+
+use crate::coalesce::upstream::UpstreamRequest;
+use crate::effects::counters::Counter;
+use crate::effects::store::SharedStore;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogLevel {
+    Warn,
+    Error,
+}
+
+/// Envoy refused a callout at once: unknown cluster, circuit breaker open, no healthy host.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Refused;
+
+pub trait Host: SharedStore {
+    /// Wall-clock milliseconds since the Unix epoch (0 if the host cannot tell).
+    fn now_ms(&self) -> u64;
+
+    /// Counting never fails a request: a host that cannot count ignores it.
+    fn count(&self, counter: Counter);
+
+    fn log(&self, level: LogLevel, message: &str);
+
+    /// Registers this worker's wake-up queue under `name`; its token, or `None` if refused.
+    fn register_queue(&self, name: &str) -> Option<u32>;
+
+    /// Puts `message` on the wake-up queue `queue` (any worker's). `false` if refused.
+    fn enqueue(&self, queue: u32, message: &[u8]) -> bool;
+
+    /// Sends `request` upstream from this worker's root context; the answer arrives as a callout
+    /// response with the returned token.
+    fn dispatch(&self, request: &UpstreamRequest, timeout_ms: u64) -> Result<u32, Refused>;
+
+    /// Answers the paused request `context` of this worker with a local reply. `false` when that
+    /// request is gone (its client left).
+    fn answer(&self, context: u32, status: u16, headers: Vec<(&str, &str)>, body: &[u8]) -> bool;
+
+    /// Lets the paused request `context` of this worker continue upstream. `false` when gone.
+    fn resume(&self, context: u32) -> bool;
+}
+
+/// The request whose callback is running.
+pub trait RequestHost: Host {
+    fn request_header(&self, name: &str) -> Option<Vec<u8>>;
+
+    fn request_headers(&self) -> Vec<(String, Vec<u8>)>;
+
+    /// The buffered request body, `size` bytes from the start.
+    fn request_body(&self, size: usize) -> Option<Vec<u8>>;
+
+    /// An Envoy property (`xds.cluster_name`, route metadata, dynamic metadata), raw.
+    fn property(&self, path: &[&str]) -> Option<Vec<u8>>;
+
+    /// Answers this request with a local reply.
+    fn respond(&self, status: u16, headers: Vec<(&str, &str)>, body: &[u8]);
+
+    fn set_response_header(&self, name: &str, value: &str);
+
+    fn response_headers(&self) -> Vec<(String, Vec<u8>)>;
+
+    /// The response body chunk being delivered, `size` bytes.
+    fn response_body(&self, size: usize) -> Option<Vec<u8>>;
+}

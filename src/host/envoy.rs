@@ -1,0 +1,154 @@
+//! The effects over proxy-wasm host calls. Every call acts on the current (or effective) context,
+//! so one implementation serves the root and the HTTP contexts.
+
+use super::metrics::Metrics;
+use crate::coalesce::upstream::UpstreamRequest;
+use crate::effects::counters::Counter;
+use crate::effects::host::{Host, LogLevel, Refused, RequestHost};
+use crate::effects::store::{SharedStore, StoreError};
+use crate::worker::shared_fetch::FetchResult;
+use proxy_wasm::hostcalls;
+use proxy_wasm::types::{BufferType, MapType, Status};
+use std::time::{Duration, UNIX_EPOCH};
+
+pub struct Envoy<'a> {
+    pub metrics: &'a Metrics,
+}
+
+impl SharedStore for Envoy<'_> {
+    fn get_cas(&self, key: &str) -> (Option<Vec<u8>>, Option<u32>) {
+        hostcalls::get_shared_data(key).unwrap_or((None, None))
+    }
+
+    fn set_cas(&self, key: &str, value: &[u8], cas: Option<u32>) -> Result<(), StoreError> {
+        hostcalls::set_shared_data(key, Some(value), cas).map_err(|status| match status {
+            Status::CasMismatch => StoreError::CasMismatch,
+            _ => StoreError::Failed,
+        })
+    }
+}
+
+impl Host for Envoy<'_> {
+    fn now_ms(&self) -> u64 {
+        hostcalls::get_current_time()
+            .ok()
+            .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
+            .map(|d| d.as_millis() as u64)
+            .unwrap_or_default()
+    }
+
+    fn count(&self, counter: Counter) {
+        self.metrics.inc(counter);
+    }
+
+    fn log(&self, level: LogLevel, message: &str) {
+        let level = match level {
+            LogLevel::Warn => proxy_wasm::types::LogLevel::Warn,
+            LogLevel::Error => proxy_wasm::types::LogLevel::Error,
+        };
+        let _ = hostcalls::log(level, message);
+    }
+
+    fn register_queue(&self, name: &str) -> Option<u32> {
+        hostcalls::register_shared_queue(name).ok()
+    }
+
+    fn enqueue(&self, queue: u32, message: &[u8]) -> bool {
+        hostcalls::enqueue_shared_queue(queue, Some(message)).is_ok()
+    }
+
+    fn dispatch(&self, request: &UpstreamRequest, timeout_ms: u64) -> Result<u32, Refused> {
+        let headers: Vec<(&str, &str)> = request
+            .headers
+            .iter()
+            .map(|(n, v)| (n.as_str(), v.as_str()))
+            .collect();
+        hostcalls::dispatch_http_call(
+            &request.cluster,
+            headers,
+            request.body.as_deref(),
+            vec![],
+            Duration::from_millis(timeout_ms),
+        )
+        .map_err(|_| Refused)
+    }
+
+    fn answer(&self, context: u32, status: u16, headers: Vec<(&str, &str)>, body: &[u8]) -> bool {
+        if hostcalls::set_effective_context(context).is_err() {
+            return false;
+        }
+        let _ = hostcalls::send_http_response(u32::from(status), headers, Some(body));
+        true
+    }
+
+    fn resume(&self, context: u32) -> bool {
+        if hostcalls::set_effective_context(context).is_err() {
+            return false;
+        }
+        let _ = hostcalls::resume_http_request();
+        true
+    }
+}
+
+impl RequestHost for Envoy<'_> {
+    fn request_header(&self, name: &str) -> Option<Vec<u8>> {
+        hostcalls::get_map_value_bytes(MapType::HttpRequestHeaders, name)
+            .ok()
+            .flatten()
+    }
+
+    fn request_headers(&self) -> Vec<(String, Vec<u8>)> {
+        hostcalls::get_map_bytes(MapType::HttpRequestHeaders).unwrap_or_default()
+    }
+
+    fn request_body(&self, size: usize) -> Option<Vec<u8>> {
+        hostcalls::get_buffer(BufferType::HttpRequestBody, 0, size)
+            .ok()
+            .flatten()
+    }
+
+    fn property(&self, path: &[&str]) -> Option<Vec<u8>> {
+        hostcalls::get_property(path.to_vec()).ok().flatten()
+    }
+
+    fn respond(&self, status: u16, headers: Vec<(&str, &str)>, body: &[u8]) {
+        let _ = hostcalls::send_http_response(u32::from(status), headers, Some(body));
+    }
+
+    fn set_response_header(&self, name: &str, value: &str) {
+        let _ = hostcalls::set_map_value(MapType::HttpResponseHeaders, name, Some(value));
+    }
+
+    fn response_headers(&self) -> Vec<(String, Vec<u8>)> {
+        hostcalls::get_map_bytes(MapType::HttpResponseHeaders).unwrap_or_default()
+    }
+
+    fn response_body(&self, size: usize) -> Option<Vec<u8>> {
+        hostcalls::get_buffer(BufferType::HttpResponseBody, 0, size)
+            .ok()
+            .flatten()
+    }
+}
+
+/// The callout's answer, read only when it has headers (reading after a reset traps the VM).
+pub fn callout_result(num_headers: usize, body_size: usize) -> FetchResult {
+    if num_headers == 0 {
+        return FetchResult::Reset;
+    }
+    FetchResult::Answer {
+        headers: hostcalls::get_map_bytes(MapType::HttpCallResponseHeaders).unwrap_or_default(),
+        body: hostcalls::get_buffer(BufferType::HttpCallResponseBody, 0, body_size)
+            .ok()
+            .flatten()
+            .unwrap_or_default(),
+    }
+}
+
+/// Every message waiting on this worker's queue.
+pub fn dequeue_all(queue: u32) -> Vec<Vec<u8>> {
+    let mut messages = Vec::new();
+    while let Ok(Some(message)) = hostcalls::dequeue_shared_queue(queue) {
+        messages.push(message);
+    }
+    messages
+}

@@ -1,0 +1,12 @@
+//! The request and its key, free of host calls: GraphQL over HTTP (`http`), canonical printing
+//! (`canonical`), per-operation policy (`rules`), the key (`key`), the whole decision from request
+//! head and body to key or bypass (`classify`, with its per-worker `memo`), and why a request
+//! passes through (`bypass`).
+
+pub mod bypass;
+pub mod canonical;
+pub mod classify;
+pub mod http;
+pub mod key;
+pub mod memo;
+pub mod rules;

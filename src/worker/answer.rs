@@ -1,0 +1,86 @@
+//! Letting a paused request go, from the root context: answered with a local reply, or resumed to
+//! go upstream on its own. The outcome is recorded first, because Envoy runs the request's own
+//! response callbacks inside the host call, and they read it.
+
+use crate::coalesce::relay::Response;
+use crate::effects::counters::Counter;
+use crate::effects::host::Host;
+use crate::request::key::CacheKey;
+use crate::worker::state::{Outcome, Plugin, Worker};
+use std::cell::RefCell;
+
+pub const CACHE_HEADER: &str = "x-cache";
+pub const KEY_HEADER: &str = "x-cache-key";
+pub const REASON_HEADER: &str = "x-cache-reason";
+
+/// How an answer is labelled: the `x-cache` value, and the debug reason.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Label {
+    pub cache: &'static str,
+    pub reason: Option<&'static str>,
+}
+
+impl Label {
+    pub const COALESCED: Label = Label {
+        cache: "COALESCED",
+        reason: None,
+    };
+
+    pub fn miss(not_stored: Option<&'static str>) -> Label {
+        Label {
+            cache: "MISS",
+            reason: not_stored,
+        }
+    }
+}
+
+/// Answers the paused request `context` with `response`.
+pub fn answer(
+    plugin: &Plugin,
+    worker: &RefCell<Worker>,
+    host: &impl Host,
+    context: u32,
+    response: &Response,
+    label: Label,
+    key: &CacheKey,
+) {
+    worker
+        .borrow_mut()
+        .outcomes
+        .insert(context, Outcome::Answered);
+    let hex;
+    let mut headers: Vec<(&str, &str)> = Vec::with_capacity(response.headers.len() + 3);
+    headers.extend(
+        response
+            .headers
+            .iter()
+            .map(|(n, v)| (n.as_str(), v.as_str())),
+    );
+    headers.push((CACHE_HEADER, label.cache));
+    if plugin.config.debug_headers {
+        hex = key.hex();
+        headers.push((KEY_HEADER, &hex));
+        if let Some(r) = label.reason {
+            headers.push((REASON_HEADER, r));
+        }
+    }
+    if host.answer(context, response.status, headers, &response.body) {
+        if label == Label::COALESCED {
+            host.count(Counter::Coalesced);
+        }
+    } else {
+        // The client went away while waiting.
+        worker.borrow_mut().outcomes.remove(&context);
+    }
+}
+
+/// Lets the paused request `context` go upstream on its own; `reason` shows in the debug header.
+pub fn release(worker: &RefCell<Worker>, host: &impl Host, context: u32, reason: &'static str) {
+    worker
+        .borrow_mut()
+        .outcomes
+        .insert(context, Outcome::Released(reason));
+    if !host.resume(context) {
+        worker.borrow_mut().outcomes.remove(&context);
+    }
+}

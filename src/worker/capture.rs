@@ -1,0 +1,77 @@
+//! A plain miss (the request went upstream itself) copied for the cache as it streams to its
+//! client: decided at the response headers, bounded by `max_entry_bytes`, stored at the end.
+
+use crate::cache::storable::{response_ttl, NotStored};
+use crate::effects::counters::Counter;
+use crate::effects::host::RequestHost;
+use crate::request::key::CacheKey;
+use crate::worker::state::Plugin;
+use crate::worker::store::{store_answer, upstream_status, Answer};
+
+#[derive(Debug)]
+pub struct Capture {
+    status: u16,
+    headers: Vec<(String, Vec<u8>)>,
+    body: Vec<u8>,
+}
+
+/// What a body chunk did to a capture.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Chunk {
+    /// Keep copying.
+    More,
+    /// Over `max_entry_bytes`: the capture is dropped (counted).
+    TooLarge,
+}
+
+impl Capture {
+    /// Decides from the response headers whether the answer may be stored, and starts copying.
+    pub fn start(
+        plugin: &Plugin,
+        host: &impl RequestHost,
+        ttl_seconds: u64,
+        end_of_stream: bool,
+    ) -> Result<Capture, NotStored> {
+        let headers = host.response_headers();
+        // No readable status: nothing to store.
+        let status = upstream_status(&headers).unwrap_or(0);
+        response_ttl(
+            u32::from(status),
+            headers.iter().map(|(n, v)| (n.as_str(), v.as_slice())),
+            &plugin.config.vary_headers,
+            ttl_seconds,
+        )?;
+        if end_of_stream {
+            return Err(NotStored::NotJson);
+        }
+        Ok(Capture {
+            status,
+            headers,
+            body: Vec::new(),
+        })
+    }
+
+    /// Copies a chunk of `size` bytes, unless that would exceed `max_entry_bytes`.
+    pub fn chunk(&mut self, plugin: &Plugin, host: &impl RequestHost, size: usize) -> Chunk {
+        if self.body.len().saturating_add(size) > plugin.config.max_entry_bytes {
+            host.count(Counter::StoreSkipped);
+            return Chunk::TooLarge;
+        }
+        if size > 0 {
+            if let Some(bytes) = host.response_body(size) {
+                self.body.extend_from_slice(&bytes);
+            }
+        }
+        Chunk::More
+    }
+
+    /// The answer is complete: store it if it may be.
+    pub fn finish(self, plugin: &Plugin, host: &impl RequestHost, key: &CacheKey, ttl: u64) {
+        let answer = Answer {
+            status: self.status,
+            headers: &self.headers,
+            body: &self.body,
+        };
+        store_answer(plugin, host, key, answer, ttl);
+    }
+}

@@ -1,0 +1,370 @@
+//! One request's way through the filter, callback by callback: classify it (headers, then body),
+//! serve a hit, join or lead the shared fetch for a miss, label what goes back, and capture a
+//! plain miss for the cache. The host adapter calls one method per Envoy callback.
+
+use crate::coalesce::sharing::key_names_caller;
+use crate::effects::counters::Counter;
+use crate::effects::host::RequestHost;
+use crate::request::bypass::Bypass;
+use crate::request::classify::{
+    classify_body, classify_get, classify_headers, handles, memo_input, scope_key, Classified,
+    Decided, HeadersVerdict, RequestHead,
+};
+use crate::request::http::split_path;
+use crate::request::key::CacheKey;
+use crate::request::rules::Scope;
+use crate::worker::answer::{CACHE_HEADER, KEY_HEADER, REASON_HEADER};
+use crate::worker::capture::{Capture, Chunk};
+use crate::worker::join::{join, Joined, Miss};
+use crate::worker::lookup::{find, serve};
+use crate::worker::read::{read_head, read_identity, read_route};
+use crate::worker::state::{Outcome, Plugin, Worker};
+use crate::worker::watchdog::BodyArrival;
+use std::cell::RefCell;
+
+/// What the callback tells Envoy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Flow {
+    Continue,
+    Pause,
+}
+
+#[derive(Debug)]
+enum State {
+    /// Not a request this filter handles: no header, no counting.
+    Ignored,
+    Bypassed(Bypass),
+    AwaitingBody(RequestHead),
+    /// Paused, waiting for a shared fetch (its own or another request's).
+    Waiting {
+        key: CacheKey,
+    },
+    /// Sent upstream; the answer is stored if it qualifies.
+    Missed {
+        key: CacheKey,
+        capture: Option<Capture>,
+        reason: Option<&'static str>,
+    },
+    /// Answered by the filter; the response callbacks must leave it alone.
+    Served,
+}
+
+/// One request (an HTTP context).
+#[derive(Debug)]
+pub struct Exchange {
+    context: u32,
+    state: State,
+    /// This request's TTL, from the configuration, its rules and its route.
+    ttl_seconds: u64,
+}
+
+/// The pieces of the worker every callback needs.
+pub struct Ctx<'a, H> {
+    pub plugin: &'a Plugin,
+    pub worker: &'a RefCell<Worker>,
+    pub host: &'a H,
+}
+
+impl Exchange {
+    pub fn new(context: u32) -> Exchange {
+        Exchange {
+            context,
+            state: State::Ignored,
+            ttl_seconds: 0,
+        }
+    }
+
+    pub fn on_request_headers<H: RequestHost>(&mut self, cx: &Ctx<H>, end_of_stream: bool) -> Flow {
+        let config = &cx.plugin.config;
+        // Paths the filter does not handle cost one header read, nothing more.
+        if !config.paths.is_empty() {
+            let path = cx.host.request_header(":path").unwrap_or_default();
+            if !handles(config, &path) {
+                return Flow::Continue;
+            }
+        }
+        let mut head = read_head(config, cx.host);
+        if head.method == b"GET" && handles(config, &head.path) {
+            // A GET with a body: the key could not account for the body the origin may read.
+            if !end_of_stream {
+                return self.bypass(cx, Bypass::GetWithBody);
+            }
+            read_route(config, cx.host, &mut head);
+            let decided = decide(cx, &head, b"", || {
+                let full = std::str::from_utf8(&head.path).map_err(|_| Bypass::BadQueryString)?;
+                let (path, query) = split_path(full);
+                classify_get(config, &head, path, query)
+            });
+            return self.lookup_scoped(cx, decided, &head, None);
+        }
+        match classify_headers(config, &head, end_of_stream) {
+            HeadersVerdict::NotHandled => Flow::Continue,
+            HeadersVerdict::Bypass(reason) => self.bypass(cx, reason),
+            HeadersVerdict::Ready(classified) => {
+                self.lookup_scoped(cx, Ok(classified.into()), &head, None)
+            }
+            HeadersVerdict::NeedBody => {
+                if !cx.worker.borrow().watchdog.may_hold() {
+                    return self.bypass(cx, Bypass::BodyNotDelivered);
+                }
+                // Held with `allow_on_headers_stop_iteration`: nothing goes upstream until the
+                // body has been read and the request is known to be a miss.
+                read_route(config, cx.host, &mut head);
+                self.state = State::AwaitingBody(head);
+                let now = cx.host.now_ms();
+                cx.worker.borrow_mut().watchdog.hold(self.context, now);
+                Flow::Pause
+            }
+        }
+    }
+
+    pub fn on_request_body<H: RequestHost>(
+        &mut self,
+        cx: &Ctx<H>,
+        body_size: usize,
+        end_of_stream: bool,
+    ) -> Flow {
+        match self.state {
+            State::AwaitingBody(_) => {
+                let arrival = {
+                    let mut w = cx.worker.borrow_mut();
+                    let released =
+                        w.watchdog.watching() && w.outcomes.remove(&self.context).is_some();
+                    w.watchdog.body_arrived(released)
+                };
+                if arrival == BodyArrival::AlreadyReleased {
+                    return self.bypass(cx, Bypass::BodyNotDelivered);
+                }
+            }
+            // Decided at the headers (a GET with a body): it stays held until answered or released.
+            State::Waiting { .. } | State::Served => return Flow::Pause,
+            _ => return Flow::Continue,
+        }
+        if body_size > cx.plugin.config.max_body_bytes {
+            return self.bypass(cx, Bypass::BodyTooLarge);
+        }
+        if !end_of_stream {
+            return Flow::Pause;
+        }
+        let State::AwaitingBody(head) = std::mem::replace(&mut self.state, State::Ignored) else {
+            return Flow::Continue;
+        };
+        let body = cx.host.request_body(body_size).unwrap_or_default();
+        let config = &cx.plugin.config;
+        let decided = decide(cx, &head, &body, || classify_body(config, &head, &body));
+        self.lookup_scoped(cx, decided, &head, Some(body))
+    }
+
+    pub fn on_request_trailers<H: RequestHost>(&mut self, cx: &Ctx<H>) -> Flow {
+        // A body that ends in trailers never showed end_of_stream: let it through uninspected.
+        if matches!(self.state, State::AwaitingBody(_)) {
+            return self.bypass(cx, Bypass::EmptyBody);
+        }
+        Flow::Continue
+    }
+
+    pub fn on_response_headers<H: RequestHost>(
+        &mut self,
+        cx: &Ctx<H>,
+        end_of_stream: bool,
+    ) -> Flow {
+        if let State::Waiting { key } = self.state {
+            let outcome = cx
+                .worker
+                .try_borrow_mut()
+                .ok()
+                .and_then(|mut w| w.outcomes.remove(&self.context));
+            let reason = match outcome {
+                Some(Outcome::Answered) => {
+                    self.state = State::Served;
+                    return Flow::Continue;
+                }
+                Some(Outcome::Released(reason)) => reason,
+                // A response while still waiting comes from Envoy itself (e.g. a timeout).
+                None => {
+                    if let Ok(mut w) = cx.worker.try_borrow_mut() {
+                        w.waiters.remove_waiter(self.context);
+                    }
+                    "envoy-reply"
+                }
+            };
+            self.state = State::Missed {
+                key,
+                capture: None,
+                reason: Some(reason),
+            };
+        }
+        match &self.state {
+            State::Bypassed(reason) => {
+                let reason = *reason;
+                cx.host.set_response_header(CACHE_HEADER, "BYPASS");
+                if cx.plugin.config.debug_headers {
+                    cx.host.set_response_header(REASON_HEADER, reason.as_str());
+                }
+            }
+            State::Missed { .. } => self.label_miss(cx, end_of_stream),
+            _ => {}
+        }
+        Flow::Continue
+    }
+
+    pub fn on_response_body<H: RequestHost>(
+        &mut self,
+        cx: &Ctx<H>,
+        body_size: usize,
+        end_of_stream: bool,
+    ) -> Flow {
+        let State::Missed { key, capture, .. } = &mut self.state else {
+            return Flow::Continue;
+        };
+        let Some(c) = capture else {
+            return Flow::Continue;
+        };
+        if c.chunk(cx.plugin, cx.host, body_size) == Chunk::TooLarge {
+            *capture = None;
+            return Flow::Continue;
+        }
+        if end_of_stream {
+            if let Some(c) = capture.take() {
+                c.finish(cx.plugin, cx.host, key, self.ttl_seconds);
+            }
+        }
+        Flow::Continue
+    }
+
+    pub fn on_response_trailers<H: RequestHost>(&mut self, cx: &Ctx<H>) -> Flow {
+        if let State::Missed { capture, .. } = &mut self.state {
+            if capture.take().is_some() {
+                cx.host.count(Counter::StoreSkipped);
+            }
+        }
+        Flow::Continue
+    }
+
+    /// The request ended. A client that left while waiting must not be answered later.
+    pub fn on_done(&self, worker: &RefCell<Worker>) {
+        if let Ok(mut w) = worker.try_borrow_mut() {
+            if matches!(self.state, State::Waiting { .. }) {
+                w.waiters.remove_waiter(self.context);
+            }
+            w.outcomes.remove(&self.context);
+            w.watchdog.forget(self.context);
+        }
+    }
+
+    fn bypass<H: RequestHost>(&mut self, cx: &Ctx<H>, reason: Bypass) -> Flow {
+        cx.host.count(Counter::Bypasses);
+        if reason.is_rejected_input() {
+            cx.host.count(Counter::RejectedInputs);
+        }
+        self.state = State::Bypassed(reason);
+        Flow::Continue
+    }
+
+    /// Looks up a classified request, after scoping private ones to the caller.
+    fn lookup_scoped<H: RequestHost>(
+        &mut self,
+        cx: &Ctx<H>,
+        decided: Result<Decided, Bypass>,
+        head: &RequestHead,
+        body: Option<Vec<u8>>,
+    ) -> Flow {
+        let config = &cx.plugin.config;
+        let scoped = decided.and_then(|d| match d.policy.scope {
+            Scope::Public => Ok(d),
+            Scope::Private => scope_key(d, read_identity(config, cx.host, head).as_deref()),
+        });
+        match scoped {
+            Ok(d) => self.lookup(cx, d, head, body),
+            Err(reason) => self.bypass(cx, reason),
+        }
+    }
+
+    /// Serves the key from the cache, or handles the miss.
+    fn lookup<H: RequestHost>(
+        &mut self,
+        cx: &Ctx<H>,
+        decided: Decided,
+        head: &RequestHead,
+        body: Option<Vec<u8>>,
+    ) -> Flow {
+        let key = decided.key;
+        self.ttl_seconds = decided.policy.ttl_seconds;
+        let now = cx.host.now_ms();
+        if let Some(entry) = find(cx.plugin, cx.worker, cx.host, &key, now) {
+            if serve(cx.plugin, cx.host, &entry, &key, now) {
+                cx.host.count(Counter::Hits);
+                self.state = State::Served;
+                return Flow::Pause;
+            }
+        }
+        cx.host.count(Counter::Misses);
+        let config = &cx.plugin.config;
+        if config.coalesce {
+            let miss = Miss {
+                context: self.context,
+                key,
+                head,
+                body,
+                ttl_seconds: self.ttl_seconds,
+                key_names_caller: key_names_caller(decided.policy.scope, &config.vary_headers),
+                now,
+            };
+            if join(cx.plugin, cx.worker, cx.host, miss) == Joined::Waiting {
+                self.state = State::Waiting { key };
+                return Flow::Pause;
+            }
+        }
+        self.state = State::Missed {
+            key,
+            capture: None,
+            reason: None,
+        };
+        Flow::Continue
+    }
+
+    fn label_miss<H: RequestHost>(&mut self, cx: &Ctx<H>, end_of_stream: bool) {
+        let debug = cx.plugin.config.debug_headers;
+        let State::Missed { key, reason, .. } = &self.state else {
+            return;
+        };
+        let (key, reason) = (*key, *reason);
+        cx.host.set_response_header(CACHE_HEADER, "MISS");
+        if debug {
+            cx.host.set_response_header(KEY_HEADER, &key.hex());
+        }
+        let not_stored = match Capture::start(cx.plugin, cx.host, self.ttl_seconds, end_of_stream) {
+            Ok(capture) => {
+                self.state = State::Missed {
+                    key,
+                    capture: Some(capture),
+                    reason,
+                };
+                reason
+            }
+            Err(why) => {
+                cx.host.count(Counter::StoreSkipped);
+                Some(reason.unwrap_or(why.as_str()))
+            }
+        };
+        if let (true, Some(r)) = (debug, not_stored) {
+            cx.host.set_response_header(REASON_HEADER, r);
+        }
+    }
+}
+
+/// Classifies through the per-worker memo: an identical recent request is not parsed again.
+fn decide<H: RequestHost>(
+    cx: &Ctx<H>,
+    head: &RequestHead,
+    body: &[u8],
+    classify: impl FnOnce() -> Result<Classified, Bypass>,
+) -> Result<Decided, Bypass> {
+    let input = memo_input(head, body);
+    if let Some(known) = cx.worker.borrow().memo.get(&input) {
+        return known;
+    }
+    let decided = classify().map(Decided::from);
+    cx.worker.borrow_mut().memo.insert(input, decided);
+    decided
+}

@@ -1,0 +1,204 @@
+//! What a request's callbacks read from the host: the head (headers the decision and the key
+//! use), what the route says, and the caller's identity. Property reads cost a host call each,
+//! so each is made only for requests that need it.
+
+use crate::config::{Config, IdentitySource};
+use crate::effects::host::RequestHost;
+use crate::request::classify::RequestHead;
+use crate::request::rules::RouteOverride;
+
+const CLUSTER: [&str; 2] = ["xds", "cluster_name"];
+
+/// The request head, from one read of every header. Repeated headers are joined, so every value
+/// takes part in the decision and the key.
+pub fn read_head(config: &Config, host: &impl RequestHost) -> RequestHead {
+    let vary_names = &config.vary_headers;
+    let headers = host.request_headers();
+    let mut head = RequestHead {
+        vary: vec![None; vary_names.len()],
+        ..RequestHead::default()
+    };
+    for (name, value) in &headers {
+        let slot = match name.as_str() {
+            ":method" => &mut head.method,
+            ":path" => &mut head.path,
+            ":authority" => &mut head.authority,
+            "content-type" => head.content_type.get_or_insert_with(Vec::new),
+            "content-encoding" => head.content_encoding.get_or_insert_with(Vec::new),
+            "content-length" => head.content_length.get_or_insert_with(Vec::new),
+            "accept" => head.accept.get_or_insert_with(Vec::new),
+            "accept-encoding" => head.accept_encoding.get_or_insert_with(Vec::new),
+            other => match vary_names.iter().position(|v| v == other) {
+                Some(i) => head.vary[i].get_or_insert_with(Vec::new),
+                None => continue,
+            },
+        };
+        if !slot.is_empty() {
+            slot.push(b',');
+        }
+        slot.extend_from_slice(value);
+    }
+    head.headers = headers;
+    head
+}
+
+/// What the route says, for a request that will be keyed.
+pub fn read_route(config: &Config, host: &impl RequestHost, head: &mut RequestHead) {
+    head.route = read_route_override(config, host);
+    // The route's choice of cluster may depend on headers outside the key (a canary header).
+    if config.key_by_cluster {
+        head.cluster = host.property(&CLUSTER);
+    }
+}
+
+/// The cluster the shared fetch goes to: the configured one, else the route's (read now unless
+/// the key already needed it).
+pub fn fetch_cluster(
+    config: &Config,
+    host: &impl RequestHost,
+    head: &RequestHead,
+) -> Option<String> {
+    if let Some(c) = &config.upstream_cluster {
+        return Some(c.clone());
+    }
+    let cluster = match &head.cluster {
+        Some(c) => c.clone(),
+        None => host.property(&CLUSTER)?,
+    };
+    String::from_utf8(cluster).ok().filter(|c| !c.is_empty())
+}
+
+/// The caller's identity from the configured source; read only for private operations.
+pub fn read_identity(
+    config: &Config,
+    host: &impl RequestHost,
+    head: &RequestHead,
+) -> Option<Vec<u8>> {
+    match &config.identity {
+        None => None,
+        // Repeated values are joined: every one of them takes part in the scope.
+        Some(IdentitySource::Header(name)) => {
+            let values: Vec<&[u8]> = head
+                .headers
+                .iter()
+                .filter(|(n, _)| n == name)
+                .map(|(_, v)| v.as_slice())
+                .collect();
+            (!values.is_empty()).then(|| values.join(&b","[..]))
+        }
+        Some(source @ IdentitySource::JwtClaim { .. }) => host.property(&source.property_path()?),
+    }
+}
+
+/// Per-route overrides from `filter_metadata.<namespace>` on the matched route.
+fn read_route_override(config: &Config, host: &impl RequestHost) -> RouteOverride {
+    let Some(ns) = &config.route_metadata else {
+        return RouteOverride::default();
+    };
+    let read =
+        |field: &str| host.property(&["xds", "route_metadata", "filter_metadata", ns, field]);
+    route_override(read("ttl_seconds"), read("disabled"))
+}
+
+/// Envoy hands metadata numbers over as 8-byte little-endian doubles, booleans as one byte.
+pub fn route_override(ttl: Option<Vec<u8>>, disabled: Option<Vec<u8>>) -> RouteOverride {
+    let ttl_seconds = ttl.and_then(|b| {
+        let v = f64::from_le_bytes(b.as_slice().try_into().ok()?);
+        (v.is_finite() && v >= 0.0).then_some(v as u64)
+    });
+    let disabled = disabled.is_some_and(|b| match b.as_slice() {
+        [flag] => *flag != 0,
+        other => other == b"true",
+    });
+    RouteOverride {
+        ttl_seconds,
+        disabled,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::effects::fake::FakeHost;
+
+    fn host(headers: &[(&str, &str)]) -> FakeHost {
+        let h = FakeHost::new();
+        *h.request_headers.borrow_mut() = headers
+            .iter()
+            .map(|(n, v)| (n.to_string(), v.as_bytes().to_vec()))
+            .collect();
+        h
+    }
+
+    #[test]
+    fn the_head_joins_repeated_headers_and_keeps_them_all() {
+        let config = Config::default();
+        let h = host(&[
+            (":method", "POST"),
+            (":path", "/graphql"),
+            ("accept", "a"),
+            ("accept", "b"),
+            ("cookie", "x=1"),
+            ("x-other", "o"),
+        ]);
+        let head = read_head(&config, &h);
+        assert_eq!(head.method, b"POST");
+        assert_eq!(head.accept.as_deref(), Some(&b"a,b"[..]));
+        assert_eq!(head.vary, vec![None, Some(b"x=1".to_vec())]);
+        assert_eq!(head.headers.len(), 6);
+        assert_eq!(h.property_reads.get(), 0, "headers only");
+    }
+
+    #[test]
+    fn route_and_cluster_are_read_only_when_configured() {
+        let h = host(&[]);
+        h.properties
+            .borrow_mut()
+            .insert("xds.cluster_name".into(), b"origin".to_vec());
+        let mut head = RequestHead::default();
+        let lean = Config::parse(br#"{"key_by_cluster":false}"#).unwrap();
+        read_route(&lean, &h, &mut head);
+        assert_eq!((head.cluster.clone(), h.property_reads.get()), (None, 0));
+        assert_eq!(fetch_cluster(&lean, &h, &head).as_deref(), Some("origin"));
+        let keyed = Config::default();
+        read_route(&keyed, &h, &mut head);
+        assert_eq!(head.cluster.as_deref(), Some(&b"origin"[..]));
+        let reads = h.property_reads.get();
+        assert_eq!(fetch_cluster(&keyed, &h, &head).as_deref(), Some("origin"));
+        assert_eq!(h.property_reads.get(), reads, "read once per request");
+        let pinned = Config::parse(br#"{"upstream_cluster":"fixed"}"#).unwrap();
+        assert_eq!(fetch_cluster(&pinned, &h, &head).as_deref(), Some("fixed"));
+    }
+
+    #[test]
+    fn route_metadata_values() {
+        let ttl = |v: f64| Some(v.to_le_bytes().to_vec());
+        assert_eq!(route_override(ttl(5.0), None).ttl_seconds, Some(5));
+        assert_eq!(route_override(ttl(-1.0), None).ttl_seconds, None);
+        assert_eq!(route_override(ttl(f64::NAN), None).ttl_seconds, None);
+        assert_eq!(route_override(Some(b"5".to_vec()), None).ttl_seconds, None);
+        assert!(route_override(None, Some(vec![1])).disabled);
+        assert!(!route_override(None, Some(vec![0])).disabled);
+        assert!(route_override(None, Some(b"true".to_vec())).disabled);
+        assert!(!route_override(None, None).disabled);
+    }
+
+    #[test]
+    fn identity_from_a_header_or_a_jwt_claim() {
+        let by_header =
+            Config::parse(br#"{"identity":{"source":"header","header":"x-user"}}"#).unwrap();
+        let h = host(&[("x-user", "a"), ("x-user", "b")]);
+        let head = read_head(&by_header, &h);
+        assert_eq!(read_identity(&by_header, &h, &head), Some(b"a,b".to_vec()));
+        let by_jwt = Config::parse(br#"{"identity":{"source":"jwt","claim":"sub"}}"#).unwrap();
+        let path = by_jwt
+            .identity
+            .as_ref()
+            .and_then(|s| s.property_path())
+            .unwrap()
+            .join(".");
+        h.properties.borrow_mut().insert(path, b"alice".to_vec());
+        assert_eq!(read_identity(&by_jwt, &h, &head), Some(b"alice".to_vec()));
+        assert_eq!(read_identity(&Config::default(), &h, &head), None);
+    }
+}

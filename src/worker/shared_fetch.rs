@@ -1,0 +1,174 @@
+//! The shared fetch, from the leader's side: the root context dispatches what requests claimed,
+//! and when the answer (or a failure) comes back it stores it if it may, tells watching workers,
+//! and answers or releases this worker's waiters.
+
+use crate::coalesce::relay::Response;
+use crate::coalesce::sharing::followers_may_share;
+use crate::coalesce::upstream::SharedFetch;
+use crate::coalesce::wakeup::Message;
+use crate::effects::counters::Counter;
+use crate::effects::host::Host;
+use crate::request::key::CacheKey;
+use crate::worker::answer::{answer, release, Label};
+use crate::worker::state::{Plugin, Worker};
+use crate::worker::store::{store_answer, upstream_status, Answer};
+use std::cell::RefCell;
+
+/// What came back for a callout.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FetchResult {
+    /// No headers: the connection was reset (reading headers now would trap the VM).
+    Reset,
+    Answer {
+        headers: Vec<(String, Vec<u8>)>,
+        body: Vec<u8>,
+    },
+}
+
+/// Envoy's words for the failures the filter reports itself, so clients see what Envoy says.
+const RESET_MESSAGE: &str =
+    "upstream connect error or disconnect/reset before headers. reset reason: connection termination";
+const REFUSED_MESSAGE: &str = "upstream connect error: the shared fetch could not be sent";
+
+/// Asks the root to dispatch what this worker's requests claimed (a callout made by a request
+/// dies with that request).
+pub fn request_dispatch(worker: &RefCell<Worker>, host: &impl Host) -> bool {
+    let queue = worker.borrow().queue;
+    queue.is_some_and(|q| host.enqueue(q, &Message::Dispatch.encode()))
+}
+
+/// Ends a flight that will never be fetched: its watchers go upstream on their own.
+pub fn abandon(plugin: &Plugin, worker: &RefCell<Worker>, host: &impl Host, key: &CacheKey) {
+    let id = worker.borrow().id;
+    let watchers = plugin.flights.complete(host, key, id, None, host.now_ms());
+    wake(host, &watchers, key, None);
+}
+
+/// Root: sends every pending fetch, then (only then) answers those Envoy refused.
+pub fn dispatch_pending(plugin: &Plugin, worker: &RefCell<Worker>, host: &impl Host) {
+    let pending = std::mem::take(&mut worker.borrow_mut().pending);
+    let mut refused = Vec::new();
+    for mut fetch in pending {
+        match host.dispatch(&fetch.request, plugin.config.fetch_timeout_ms) {
+            Ok(token) => {
+                fetch.dispatched_ms = host.now_ms();
+                worker.borrow_mut().fetches.insert(token, fetch);
+            }
+            Err(_) => refused.push(fetch),
+        }
+    }
+    for fetch in refused {
+        host.count(Counter::FetchFailures);
+        let failure = Response::failure(503, REFUSED_MESSAGE);
+        finish(
+            plugin,
+            worker,
+            host,
+            &fetch,
+            Ok(failure),
+            Some("fetch-failed"),
+        );
+    }
+}
+
+/// Root: the callout `token` came back.
+pub fn on_fetch_response(
+    plugin: &Plugin,
+    worker: &RefCell<Worker>,
+    host: &impl Host,
+    token: u32,
+    result: FetchResult,
+) {
+    let Some(fetch) = worker.borrow_mut().fetches.remove(&token) else {
+        return;
+    };
+    let (headers, body) = match result {
+        FetchResult::Reset => {
+            host.count(Counter::FetchFailures);
+            let failure = Response::failure(503, RESET_MESSAGE);
+            finish(
+                plugin,
+                worker,
+                host,
+                &fetch,
+                Ok(failure),
+                Some("fetch-failed"),
+            );
+            return;
+        }
+        FetchResult::Answer { headers, body } => (headers, body),
+    };
+    // An answer without a readable status is a bad gateway, as Envoy would call it.
+    let status = upstream_status(&headers).unwrap_or(502);
+    if status >= 500 {
+        host.count(Counter::FetchFailures);
+    }
+    let answer_in = Answer {
+        status,
+        headers: &headers,
+        body: &body,
+    };
+    let not_stored = store_answer(plugin, host, &fetch.key, answer_in, fetch.ttl_seconds);
+    let response = Response::from_upstream(status, headers, body).map_err(|_| ());
+    finish(plugin, worker, host, &fetch, response, not_stored);
+}
+
+/// Ends a flight: tells watching workers, then answers (or releases) this worker's waiters.
+/// `response` is `Err` when the answer cannot be relayed; everyone then goes upstream.
+/// `not_stored` is shown to the leader in the debug header.
+fn finish(
+    plugin: &Plugin,
+    worker: &RefCell<Worker>,
+    host: &impl Host,
+    fetch: &SharedFetch,
+    response: Result<Response, ()>,
+    not_stored: Option<&'static str>,
+) {
+    let now = host.now_ms();
+    let config = &plugin.config;
+    let for_followers =
+        |r: &Response| followers_may_share(r, &config.vary_headers, fetch.key_names_caller);
+    let shareable = response.as_ref().ok().filter(|r| for_followers(r));
+    let for_watchers =
+        shareable.and_then(|r| r.encode_for_flight(&fetch.key, now, config.max_entry_bytes));
+    let id = worker.borrow().id;
+    let watchers = plugin
+        .flights
+        .complete(host, &fetch.key, id, for_watchers.clone(), now);
+    if !watchers.is_empty() {
+        worker.borrow_mut().published.push((fetch.key, now));
+        wake(host, &watchers, &fetch.key, for_watchers.as_deref());
+    }
+    let flight = worker.borrow_mut().waiters.take(&fetch.key);
+    let Some(flight) = flight else { return };
+    for waiter in flight.waiters {
+        let ctx = waiter.context_id;
+        match &response {
+            Ok(r) if waiter.leader => answer(
+                plugin,
+                worker,
+                host,
+                ctx,
+                r,
+                Label::miss(not_stored),
+                &fetch.key,
+            ),
+            Ok(r) if for_followers(r) => {
+                answer(plugin, worker, host, ctx, r, Label::COALESCED, &fetch.key)
+            }
+            Ok(_) => release(worker, host, ctx, "not-shareable"),
+            Err(()) => release(worker, host, ctx, "not-relayable"),
+        }
+    }
+}
+
+/// Wakes the workers watching `key`, with the shareable answer when there is one.
+fn wake(host: &impl Host, watchers: &[u32], key: &CacheKey, answer: Option<&[u8]>) {
+    if watchers.is_empty() {
+        return;
+    }
+    let message = Message::Wake { key: *key, answer }.encode();
+    for &queue in watchers {
+        host.enqueue(queue, &message);
+    }
+}

@@ -1,0 +1,107 @@
+//! The two kinds of state a worker has: [`Plugin`], fixed when the configuration is loaded and
+//! shared read-only by every context of the VM, and [`Worker`], everything that changes while
+//! requests run, in one place (shared by the root and HTTP contexts through a `RefCell`).
+
+use crate::cache::hot::HotCache;
+use crate::cache::table::SlotTable;
+use crate::coalesce::flights::FlightTable;
+use crate::coalesce::upstream::SharedFetch;
+use crate::coalesce::waiters::LocalFlights;
+use crate::config::Config;
+use crate::request::bypass::Bypass;
+use crate::request::classify::Decided;
+use crate::request::key::CacheKey;
+use crate::request::memo::Memo;
+use crate::worker::watchdog::BodyWatchdog;
+use std::collections::HashMap;
+
+/// Requests larger than this are classified every time rather than memoized, which bounds the
+/// memo at `key_memo_entries` x 8 KiB per worker.
+const MEMO_MAX_INPUT: usize = 8 * 1024;
+/// A flight's lease outlives its fetch timeout by this much before it counts as lost.
+pub const LEASE_GRACE_MS: u64 = 2000;
+
+/// Everything fixed at configuration time.
+#[derive(Debug)]
+pub struct Plugin {
+    pub config: Config,
+    pub table: SlotTable,
+    pub flights: FlightTable,
+}
+
+impl Plugin {
+    pub fn new(config: Config) -> Plugin {
+        Plugin {
+            table: SlotTable::new(config.cache_slots),
+            flights: FlightTable::new(config.flight_slots),
+            config,
+        }
+    }
+
+    /// How long a flight's leader may take before another worker may take over.
+    pub fn lease_ms(&self) -> u64 {
+        self.config.fetch_timeout_ms.saturating_add(LEASE_GRACE_MS)
+    }
+}
+
+impl Default for Plugin {
+    fn default() -> Self {
+        Plugin::new(Config::default())
+    }
+}
+
+/// How a paused request was let go, so its own callbacks know what happened.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// Answered with a local reply (`MISS` for the leader, `COALESCED` for followers).
+    Answered,
+    /// Resumed to go upstream on its own; the reason shows in the debug header.
+    Released(&'static str),
+}
+
+/// One worker's mutable state.
+#[derive(Debug)]
+pub struct Worker {
+    /// Random per VM: owner id in flight records.
+    pub id: u64,
+    /// This worker's wake-up queue token (`None`: no queue, so no coalescing).
+    pub queue: Option<u32>,
+    /// This worker's paused requests, per key.
+    pub waiters: LocalFlights,
+    /// Claimed by a request, waiting for the root to dispatch.
+    pub pending: Vec<SharedFetch>,
+    /// Dispatched: callout token to fetch.
+    pub fetches: HashMap<u32, SharedFetch>,
+    /// Finished records this worker published for watchers, to empty after a grace period.
+    pub published: Vec<(CacheKey, u64)>,
+    /// Set by the root when it lets a paused request go; read by that request's callbacks.
+    pub outcomes: HashMap<u32, Outcome>,
+    pub watchdog: BodyWatchdog,
+    /// Raw request bytes to classification.
+    pub memo: Memo<Result<Decided, Bypass>>,
+    /// Recently served entries, in front of shared data.
+    pub hot: HotCache,
+}
+
+impl Worker {
+    pub fn new(id: u64, config: &Config) -> Worker {
+        Worker {
+            id,
+            queue: None,
+            waiters: LocalFlights::default(),
+            pending: Vec::new(),
+            fetches: HashMap::new(),
+            published: Vec::new(),
+            outcomes: HashMap::new(),
+            watchdog: BodyWatchdog::default(),
+            memo: Memo::new(config.key_memo_entries, MEMO_MAX_INPUT),
+            hot: HotCache::new(config.local_cache_bytes),
+        }
+    }
+
+    /// A new configuration: what was derived from the old one goes (keys may differ now).
+    pub fn reconfigure(&mut self, config: &Config) {
+        self.memo = Memo::new(config.key_memo_entries, MEMO_MAX_INPUT);
+        self.hot = HotCache::new(config.local_cache_bytes);
+    }
+}

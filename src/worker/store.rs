@@ -1,0 +1,136 @@
+//! Storing an upstream answer in the cache: the one place, for the shared fetch and for a plain
+//! miss captured as it streamed to its client.
+
+use crate::cache::storable::storable_entry;
+use crate::effects::counters::Counter;
+use crate::effects::host::Host;
+use crate::request::key::CacheKey;
+use crate::worker::state::Plugin;
+
+/// An upstream answer, complete.
+pub struct Answer<'a> {
+    pub status: u16,
+    pub headers: &'a [(String, Vec<u8>)],
+    pub body: &'a [u8],
+}
+
+/// The `:status` of an upstream answer's headers (`None` when missing or not a number).
+pub fn upstream_status(headers: &[(String, Vec<u8>)]) -> Option<u16> {
+    headers
+        .iter()
+        .find(|(n, _)| n == ":status")
+        .and_then(|(_, v)| std::str::from_utf8(v).ok()?.parse().ok())
+}
+
+/// Stores the answer under `key` if policy allows, counting what happened; otherwise says why
+/// not (the debug reason).
+pub fn store_answer(
+    plugin: &Plugin,
+    host: &impl Host,
+    key: &CacheKey,
+    answer: Answer<'_>,
+    ttl_seconds: u64,
+) -> Option<&'static str> {
+    let now = host.now_ms();
+    let entry = storable_entry(
+        key,
+        answer.status,
+        answer.headers,
+        answer.body,
+        &plugin.config,
+        ttl_seconds,
+        now,
+    );
+    let bytes = match entry {
+        Ok(bytes) => bytes,
+        Err(why) => {
+            host.count(Counter::StoreSkipped);
+            return Some(why.as_str());
+        }
+    };
+    match plugin.table.insert(host, key, &bytes, now) {
+        Ok(stored) => {
+            host.count(Counter::Stores);
+            if stored.evicted {
+                host.count(Counter::Evictions);
+            }
+            None
+        }
+        Err(_) => {
+            host.count(Counter::StoreFailures);
+            Some("store-failed")
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cache::table::Lookup;
+    use crate::effects::fake::FakeHost;
+
+    fn json() -> Vec<(String, Vec<u8>)> {
+        vec![
+            (":status".into(), b"200".to_vec()),
+            ("content-type".into(), b"application/json".to_vec()),
+        ]
+    }
+
+    #[test]
+    fn status_is_read_once_and_strictly() {
+        assert_eq!(upstream_status(&json()), Some(200));
+        assert_eq!(upstream_status(&[(":status".into(), b"2x".to_vec())]), None);
+        assert_eq!(upstream_status(&[]), None);
+    }
+
+    #[test]
+    fn stores_counts_and_explains() {
+        let host = FakeHost::new();
+        let plugin = Plugin::default();
+        let key = CacheKey { digest: [1; 32] };
+        let headers = json();
+        let ok = Answer {
+            status: 200,
+            headers: &headers,
+            body: br#"{"data":{}}"#,
+        };
+        assert_eq!(store_answer(&plugin, &host, &key, ok, 60), None);
+        assert_eq!(host.counted(Counter::Stores), 1);
+        let now = host.now_ms();
+        assert!(matches!(
+            plugin.table.lookup(&host, &key, now),
+            Lookup::Hit(_)
+        ));
+        let errors = Answer {
+            status: 200,
+            headers: &headers,
+            body: br#"{"errors":[]}"#,
+        };
+        assert_eq!(
+            store_answer(&plugin, &host, &key, errors, 60),
+            Some("graphql-errors")
+        );
+        assert_eq!(host.counted(Counter::StoreSkipped), 1);
+    }
+
+    #[test]
+    fn a_failed_write_is_counted_not_fatal() {
+        let host = FakeHost::new();
+        host.fail_writes.set(true);
+        let headers = json();
+        let answer = Answer {
+            status: 200,
+            headers: &headers,
+            body: br#"{"data":{}}"#,
+        };
+        let why = store_answer(
+            &Plugin::default(),
+            &host,
+            &CacheKey { digest: [2; 32] },
+            answer,
+            60,
+        );
+        assert_eq!(why, Some("store-failed"));
+        assert_eq!(host.counted(Counter::StoreFailures), 1);
+    }
+}

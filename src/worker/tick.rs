@@ -1,0 +1,103 @@
+//! The root's fallback timer: lets go requests held for a body that never came, waiters past
+//! `max_wait_ms` and waiters of fetches that were lost; checks followed flights nobody woke this
+//! worker for; empties finished records once their watchers had time to read them.
+
+use crate::coalesce::waiters::LocalFlight;
+use crate::effects::counters::Counter;
+use crate::effects::host::{Host, LogLevel};
+use crate::request::key::CacheKey;
+use crate::worker::answer::release;
+use crate::worker::followers::check;
+use crate::worker::shared_fetch::abandon;
+use crate::worker::state::{Plugin, Worker};
+use crate::worker::watchdog::OPTION_OFF_LOG;
+use std::cell::RefCell;
+use std::time::Duration;
+
+/// The timer's period.
+pub const TICK: Duration = Duration::from_millis(100);
+/// How long a finished flight record stays for other workers' timers before it is emptied.
+pub const DONE_GRACE_MS: u64 = 1000;
+/// A follower that heard nothing for this long checks its flight itself (lost wake-up).
+pub const LOST_WAKEUP_MS: u64 = 500;
+
+pub fn on_tick(plugin: &Plugin, worker: &RefCell<Worker>, host: &impl Host) {
+    let now = host.now_ms();
+    release_hung_bodies(worker, host, now);
+    release_expired(plugin, worker, host, now);
+    check_unwoken(plugin, worker, host, now);
+    clear_published(plugin, worker, host, now);
+}
+
+fn release_hung_bodies(worker: &RefCell<Worker>, host: &impl Host, now: u64) {
+    let hung = worker.borrow_mut().watchdog.take_hung(now);
+    if hung.concluded {
+        host.log(LogLevel::Error, OPTION_OFF_LOG);
+    }
+    for context in hung.contexts {
+        release(worker, host, context, "body-not-delivered");
+    }
+}
+
+fn release_expired(plugin: &Plugin, worker: &RefCell<Worker>, host: &impl Host, now: u64) {
+    let lease = plugin.lease_ms();
+    let (expired, abandoned, lost_fetches) = {
+        let mut w = worker.borrow_mut();
+        let expired = w.waiters.expire(now, plugin.config.max_wait_ms);
+        let abandoned: Vec<(CacheKey, LocalFlight)> = w.waiters.take_abandoned(now, lease);
+        // A callout that never answered (it should time out at fetch_timeout_ms): forget it.
+        let before = w.fetches.len();
+        w.fetches
+            .retain(|_, f| now.saturating_sub(f.dispatched_ms) < lease.saturating_mul(2));
+        (expired, abandoned, before - w.fetches.len())
+    };
+    for _ in 0..lost_fetches {
+        host.count(Counter::FetchFailures);
+    }
+    for waiter in expired {
+        host.count(Counter::WaitTimeouts);
+        release(worker, host, waiter.context_id, "wait-timeout");
+    }
+    for (key, flight) in abandoned {
+        abandon(plugin, worker, host, &key);
+        for waiter in flight.waiters {
+            release(worker, host, waiter.context_id, "fetch-lost");
+        }
+    }
+}
+
+fn check_unwoken(plugin: &Plugin, worker: &RefCell<Worker>, host: &impl Host, now: u64) {
+    let unwoken: Vec<CacheKey> = {
+        let w = worker.borrow();
+        w.waiters
+            .followed_keys()
+            .into_iter()
+            .filter(|k| {
+                w.waiters
+                    .oldest_wait(k)
+                    .is_some_and(|since| now.saturating_sub(since) >= LOST_WAKEUP_MS)
+            })
+            .collect()
+    };
+    for key in unwoken {
+        // Resolved by the timer rather than a wake-up: a lost or late wake-up, worth counting.
+        if check(plugin, worker, host, &key) {
+            host.count(Counter::LateWakeups);
+        }
+    }
+}
+
+fn clear_published(plugin: &Plugin, worker: &RefCell<Worker>, host: &impl Host, now: u64) {
+    let (id, due) = {
+        let mut w = worker.borrow_mut();
+        let (due, keep): (Vec<_>, Vec<_>) = w
+            .published
+            .drain(..)
+            .partition(|(_, finished)| now.saturating_sub(*finished) >= DONE_GRACE_MS);
+        w.published = keep;
+        (w.id, due)
+    };
+    for (key, finished) in due {
+        plugin.flights.clear_done(host, &key, id, finished);
+    }
+}

@@ -1,0 +1,277 @@
+//! Starts a real Envoy with the built `.wasm`, on a rendered or a shipped configuration.
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::path::PathBuf;
+use std::process::{Child, Command};
+use std::time::{Duration, Instant};
+
+use super::client::{http, try_http, Req, Resp};
+use super::origin::Origin;
+use super::{envoy_bin, repo_root, scratch_dir, wasm_path};
+
+#[derive(Clone)]
+pub struct EnvoyOptions {
+    /// The filter's JSON configuration.
+    pub plugin_config: String,
+    pub concurrency: u32,
+    /// Extra HTTP filters (YAML list items, indented for the `http_filters` list) before the cache.
+    pub filters_before: String,
+    /// Route entries (YAML list items) placed before the catch-all route.
+    pub extra_routes: String,
+    /// Extra clusters (YAML list items).
+    pub extra_clusters: String,
+    /// Route timeout for the catch-all route.
+    pub route_timeout: String,
+    /// The plugin option the README requires; off only to test the filter's safety net.
+    pub allow_on_headers_stop_iteration: bool,
+}
+
+impl Default for EnvoyOptions {
+    fn default() -> Self {
+        EnvoyOptions {
+            plugin_config: "{}".into(),
+            concurrency: 2,
+            filters_before: String::new(),
+            extra_routes: String::new(),
+            extra_clusters: String::new(),
+            route_timeout: "15s".into(),
+            allow_on_headers_stop_iteration: true,
+        }
+    }
+}
+
+impl EnvoyOptions {
+    pub fn config(json: &str) -> Self {
+        EnvoyOptions {
+            plugin_config: json.into(),
+            ..Default::default()
+        }
+    }
+}
+
+pub struct Envoy {
+    child: Child,
+    pub port: u16,
+    pub admin_port: u16,
+    pub dir: PathBuf,
+}
+
+/// Renders a complete bootstrap: one listener, the filter chain, the origin cluster.
+pub fn render_envoy_yaml(opts: &EnvoyOptions, origin_port: u16) -> String {
+    let config_literal = serde_json::to_string(&opts.plugin_config).unwrap();
+    format!(
+        r#"admin:
+  address: {{ socket_address: {{ address: 127.0.0.1, port_value: 0 }} }}
+static_resources:
+  listeners:
+  - name: main
+    address: {{ socket_address: {{ address: 127.0.0.1, port_value: 0 }} }}
+    # Spread connections evenly over the workers, so concurrent tests exercise both.
+    connection_balance_config: {{ exact_balance: {{}} }}
+    filter_chains:
+    - filters:
+      - name: envoy.filters.network.http_connection_manager
+        typed_config:
+          "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
+          stat_prefix: ingress
+          route_config:
+            virtual_hosts:
+            - name: all
+              domains: ["*"]
+              routes:
+{extra_routes}
+              - match: {{ prefix: "/" }}
+                route: {{ cluster: origin, timeout: {timeout} }}
+          http_filters:
+{filters_before}
+          - name: envoy.filters.http.wasm
+            typed_config:
+              "@type": type.googleapis.com/envoy.extensions.filters.http.wasm.v3.Wasm
+              config:
+                name: graphql_cache
+                root_id: graphql_cache
+                allow_on_headers_stop_iteration: {allow_stop}
+                vm_config:
+                  vm_id: graphql_cache
+                  runtime: envoy.wasm.runtime.v8
+                  code: {{ local: {{ filename: {wasm} }} }}
+                configuration:
+                  "@type": type.googleapis.com/google.protobuf.StringValue
+                  value: {config_literal}
+          - name: envoy.filters.http.router
+            typed_config:
+              "@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router
+  clusters:
+{origin_cluster}
+{extra_clusters}
+"#,
+        extra_routes = opts.extra_routes,
+        timeout = opts.route_timeout,
+        filters_before = opts.filters_before,
+        wasm = wasm_path().display(),
+        origin_cluster = cluster_yaml("origin", origin_port),
+        extra_clusters = opts.extra_clusters,
+        allow_stop = opts.allow_on_headers_stop_iteration,
+    )
+}
+
+/// A static cluster named `name` for `extra_clusters`, pointing at a local port.
+pub fn cluster_yaml(name: &str, port: u16) -> String {
+    format!(
+        r#"  - name: {name}
+    connect_timeout: 1s
+    type: STATIC
+    load_assignment:
+      cluster_name: {name}
+      endpoints:
+      - lb_endpoints:
+        - endpoint: {{ address: {{ socket_address: {{ address: 127.0.0.1, port_value: {port} }} }} }}"#
+    )
+}
+
+/// One of the shipped configurations under `envoy/`, with only what must differ for a test run
+/// substituted: ephemeral ports, the origin's port and the absolute path of the built filter.
+pub fn shipped_config(file: &str, origin_port: u16) -> String {
+    let text = std::fs::read_to_string(repo_root().join("envoy").join(file)).unwrap();
+    let substitutions = [
+        ("port_value: 8080", "port_value: 0".to_string()),
+        ("port_value: 9901", "port_value: 0".to_string()),
+        ("port_value: 8081", format!("port_value: {origin_port}")),
+        (
+            "filename: graphql_cache.wasm",
+            format!("filename: {}", wasm_path().display()),
+        ),
+    ];
+    substitutions.iter().fold(text, |t, (from, to)| {
+        assert!(t.contains(from), "{file} no longer contains {from:?}");
+        t.replace(from, to)
+    })
+}
+
+impl Envoy {
+    /// Starts Envoy on a shipped configuration (see [`shipped_config`]).
+    pub fn start_shipped(file: &str, origin: &Origin) -> Envoy {
+        Envoy::start_yaml(&shipped_config(file, origin.port), 2)
+            .unwrap_or_else(|log| panic!("Envoy failed to start:\n{log}"))
+    }
+
+    pub fn start(opts: &EnvoyOptions, origin: &Origin) -> Envoy {
+        Envoy::try_start(opts, origin.port)
+            .unwrap_or_else(|log| panic!("Envoy failed to start:\n{log}"))
+    }
+
+    /// Starts Envoy and waits for its listener; on failure returns Envoy's log.
+    pub fn try_start(opts: &EnvoyOptions, origin_port: u16) -> Result<Envoy, String> {
+        Envoy::start_yaml(&render_envoy_yaml(opts, origin_port), opts.concurrency)
+    }
+
+    fn start_yaml(config: &str, concurrency: u32) -> Result<Envoy, String> {
+        let dir = scratch_dir("envoy");
+        let yaml = dir.join("envoy.yaml");
+        std::fs::write(&yaml, config).unwrap();
+        let admin_file = dir.join("admin.txt");
+        let log_file = dir.join("envoy.log");
+        let log = std::fs::File::create(&log_file).unwrap();
+        let mut child = Command::new(envoy_bin())
+            .arg("-c")
+            .arg(&yaml)
+            .args(["--concurrency", &concurrency.to_string()])
+            .arg("--use-dynamic-base-id")
+            .arg("--admin-address-path")
+            .arg(&admin_file)
+            .args(["-l", "info", "--component-log-level", "wasm:info"])
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .expect("start envoy");
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                let log = std::fs::read_to_string(&log_file).unwrap_or_default();
+                return Err(format!("exited with {status}\n{log}"));
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                let log = std::fs::read_to_string(&log_file).unwrap_or_default();
+                return Err(format!("not ready after 30s\n{log}"));
+            }
+            if let Some(ports) = Envoy::ready_ports(&admin_file) {
+                return Ok(Envoy {
+                    child,
+                    port: ports.1,
+                    admin_port: ports.0,
+                    dir,
+                });
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    fn ready_ports(admin_file: &PathBuf) -> Option<(u16, u16)> {
+        let admin = std::fs::read_to_string(admin_file).ok()?;
+        let admin_port: u16 = admin.trim().rsplit(':').next()?.parse().ok()?;
+        let ready = try_http(admin_port, Req::get("/ready")).ok()?;
+        if ready.status != 200 {
+            return None;
+        }
+        let listeners = try_http(admin_port, Req::get("/listeners?format=json")).ok()?;
+        let v: serde_json::Value = serde_json::from_slice(&listeners.body).ok()?;
+        let port =
+            v["listener_statuses"][0]["local_address"]["socket_address"]["port_value"].as_u64()?;
+        Some((admin_port, port as u16))
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.join("envoy.log")).unwrap_or_default()
+    }
+
+    /// A counter from `/stats` (0 when absent).
+    pub fn stat(&self, name: &str) -> u64 {
+        let r = http(
+            self.admin_port,
+            Req::get(&format!("/stats?filter=^{name}$")),
+        );
+        let text = String::from_utf8_lossy(&r.body).to_string();
+        text.lines()
+            .find_map(|l| l.strip_prefix(&format!("{name}: ")))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(0)
+    }
+
+    /// Downstream connections each worker accepted on the main listener.
+    pub fn worker_connections(&self) -> Vec<u64> {
+        let r = http(
+            self.admin_port,
+            Req::get("/stats?filter=^listener\\..*worker_.*downstream_cx_total$"),
+        );
+        let text = String::from_utf8_lossy(&r.body).to_string();
+        text.lines()
+            .filter(|l| !l.contains("admin"))
+            .filter_map(|l| l.rsplit(": ").next()?.trim().parse().ok())
+            .collect()
+    }
+
+    /// A filter counter, `wasmcustom.graphql_cache.<name>`.
+    pub fn counter(&self, name: &str) -> u64 {
+        self.stat(&format!("wasmcustom.graphql_cache.{name}"))
+    }
+
+    pub fn is_alive(&mut self) -> bool {
+        self.child.try_wait().unwrap().is_none()
+            && try_http(self.admin_port, Req::get("/ready")).is_ok_and(|r| r.status == 200)
+    }
+
+    pub fn send(&self, req: Req) -> Resp {
+        http(self.port, req)
+    }
+}
+
+impl Drop for Envoy {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        if !std::thread::panicking() {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+}
