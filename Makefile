@@ -63,11 +63,16 @@ validate: $(ENVOY) build
 	  echo "validate envoy/docker-compose.yml"; docker-compose -f envoy/docker-compose.yml config -q; \
 	else echo "docker-compose not installed: envoy/docker-compose.yml not validated (apt-get install docker-compose)"; fi
 
+# Native: the core's unit tests (the worker through the fake host included) and the key's
+# property tests; no Envoy needed.
 unit:
 	$(CARGO) test --workspace --lib --bins
+	$(CARGO) test -p graphql-cache --test key_properties
 
+# Against a real Envoy and origin (key_properties already ran under `unit`).
+INTEGRATION_TESTS := $(filter-out key_properties,$(basename $(notdir $(wildcard tests/*.rs))))
 integration: tools build
-	$(CARGO) test -p graphql-cache --test '*' -- --test-threads=2
+	$(CARGO) test -p graphql-cache $(addprefix --test ,$(INTEGRATION_TESTS)) -- --test-threads=2
 
 # The demo's own walkthrough asserts MISS -> HIT with age and an unchanged origin count.
 demo-check: tools build

@@ -4,6 +4,9 @@
 Envoy runs with one worker pinned to CPU 0; wrk (and the origin) are pinned to CPU 1. Each
 scenario gets a fresh origin and Envoy, a warm-up run, then a measured run. Results go to
 bench/results/latest.json and bench/results/latest.png, and a table to stdout.
+
+BENCH_ONLY=a,b runs some scenarios; BENCH_COMPARE=<other .wasm> runs each filter scenario a second
+time with that build in the same rounds (the A/B method) and prints both, with their ratios.
 """
 import json
 import os
@@ -250,6 +253,12 @@ def run():
         f.write(json.dumps({"query": QUERY}))
     only = [n for n in os.environ.get("BENCH_ONLY", "").split(",") if n]
     chosen = [s for s in scenarios(answer) if not only or s[0] in only]
+    compare = os.environ.get("BENCH_COMPARE")
+    if compare:
+        # The A/B method: every scenario that loads the filter runs again with another build,
+        # interleaved in the same rounds, so both see the same machine.
+        chosen += [(f"{name}@cmp", o, y.replace(str(WASM), compare), e)
+                   for name, o, y, e in chosen if str(WASM) in y]
     runs = {name: [] for name, *_ in chosen}
     # Rounds interleave the scenarios, so a slow spell of this shared machine hits all of them
     # alike; each scenario reports its median round.
@@ -267,6 +276,22 @@ def run():
         results.append(median)
     shutil.rmtree(work, ignore_errors=True)
     return answer, results
+
+
+def compare_report(results):
+    """BENCH_WASM against BENCH_COMPARE, scenario by scenario, and each one's ratios."""
+    by = {r["name"]: r for r in results}
+    lines = [f"{'scenario':14s} {'BENCH_WASM':>11s} {'COMPARE':>11s} {'ratio':>7s}"]
+    for r in results:
+        twin = by.get(f"{r['name']}@cmp")
+        if twin:
+            lines.append(f"{r['name']:14s} {r['rps']:11.0f} {twin['rps']:11.0f} {r['rps'] / twin['rps']:7.2f}")
+    for top, bottom in [("ttl10", "wasm-ceiling"), ("bypass", "proxy")]:
+        if top in by and bottom in by:
+            cmp_bottom = by.get(f"{bottom}@cmp", by[bottom])
+            lines.append(f"{top}/{bottom}: BENCH_WASM {by[top]['rps'] / by[bottom]['rps']:.2f}"
+                         f", COMPARE {by[top + '@cmp']['rps'] / cmp_bottom['rps']:.2f}")
+    return "\n".join(lines)
 
 
 def report(answer, results):
@@ -343,6 +368,9 @@ if __name__ == "__main__":
     start = time.time()
     print(f"{CONNECTIONS} connections, {WARMUP} s warm-up + {SECONDS} s per scenario, {ROUNDS} rounds (median)", flush=True)
     answer, results = run()
+    if os.environ.get("BENCH_COMPARE"):
+        print()
+        print(compare_report(results))
     if os.environ.get("BENCH_ONLY"):
         sys.exit(0)
     print()

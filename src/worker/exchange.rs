@@ -111,8 +111,11 @@ impl Exchange {
                 // body has been read and the request is known to be a miss.
                 read_route(config, cx.host, &mut head);
                 self.state = State::AwaitingBody(head);
-                let now = cx.host.now_ms();
-                cx.worker.borrow_mut().watchdog.hold(self.context, now);
+                // The clock is read only while the watchdog still watches (a host call).
+                if cx.worker.borrow().watchdog.watching() {
+                    let now = cx.host.now_ms();
+                    cx.worker.borrow_mut().watchdog.hold(self.context, now);
+                }
                 Flow::Pause
             }
         }

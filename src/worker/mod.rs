@@ -20,3 +20,6 @@ pub mod state;
 pub mod store;
 pub mod tick;
 pub mod watchdog;
+
+#[cfg(test)]
+mod scenarios;

@@ -1,0 +1,599 @@
+//! Whole requests through one or two workers of one Envoy, natively: every callback the host
+//! adapter would make, against fake hosts that share shared data, queues and a clock. The races
+//! Envoy can produce (lost wake-ups, resets, refused callouts, leaders that vanish, leftovers of a
+//! reloaded VM, clients that leave) are played here step by step.
+
+use crate::coalesce::flights::FlightRecord;
+use crate::effects::counters::Counter;
+use crate::effects::fake::{FakeHost, Reply};
+use crate::effects::host::LogLevel;
+use crate::effects::store::SharedStore;
+use crate::worker::configure::configure;
+use crate::worker::exchange::{Ctx, Exchange, Flow};
+use crate::worker::followers::on_messages;
+use crate::worker::shared_fetch::{on_fetch_response, FetchResult};
+use crate::worker::state::{Plugin, Worker};
+use crate::worker::tick::{on_tick, LOST_WAKEUP_MS};
+use std::cell::RefCell;
+use std::rc::Rc;
+
+const QUERY: &str = r#"{"query":"{ users { id } }"}"#;
+const ANSWER: &str = r#"{"data":{"users":[{"id":"1"}]}}"#;
+
+/// One worker: its state, as the root and HTTP contexts share it, and its host.
+struct Node {
+    plugin: Plugin,
+    worker: Rc<RefCell<Worker>>,
+    host: FakeHost,
+}
+
+impl Node {
+    fn new(id: u64, config: &str, host: FakeHost) -> Node {
+        let worker = Rc::new(RefCell::new(Worker::new(id, &Plugin::default().config)));
+        let plugin = configure(config.as_bytes(), &worker, &host).unwrap();
+        let probe = Rc::clone(&worker);
+        *host.reentry_check.borrow_mut() = Some(Box::new(move || probe.try_borrow_mut().is_ok()));
+        host.properties
+            .borrow_mut()
+            .insert("xds.cluster_name".into(), b"origin".to_vec());
+        Node {
+            plugin,
+            worker,
+            host,
+        }
+    }
+
+    fn cx(&self) -> Ctx<'_, FakeHost> {
+        Ctx {
+            plugin: &self.plugin,
+            worker: &self.worker,
+            host: &self.host,
+        }
+    }
+
+    /// A POST of `body` as request `context`, through its header and body callbacks.
+    fn post(&self, context: u32, body: &str, extra: &[(&str, &str)]) -> (Exchange, Flow) {
+        self.host.context.set(context);
+        let mut headers = vec![
+            (":method", "POST"),
+            (":path", "/graphql"),
+            (":authority", "api.test"),
+            ("content-type", "application/json"),
+        ];
+        headers.extend_from_slice(extra);
+        *self.host.request_headers.borrow_mut() = headers
+            .iter()
+            .map(|(n, v)| (n.to_string(), v.as_bytes().to_vec()))
+            .collect();
+        *self.host.request_body.borrow_mut() = body.as_bytes().to_vec();
+        let mut x = Exchange::new(context);
+        assert_eq!(x.on_request_headers(&self.cx(), false), Flow::Pause);
+        let flow = x.on_request_body(&self.cx(), body.len(), true);
+        (x, flow)
+    }
+
+    /// The root's `on_queue_ready`: everything on this worker's queue.
+    fn deliver_queue(&self) {
+        let queue = self.worker.borrow().queue.unwrap();
+        let messages = self.host.queues.drain(queue);
+        self.host.begin_callback();
+        on_messages(&self.plugin, &self.worker, &self.host, &messages);
+    }
+
+    fn drop_queue(&self) {
+        let queue = self.worker.borrow().queue.unwrap();
+        self.host.queues.drain(queue);
+    }
+
+    fn callout_answers(&self, token: u32, result: FetchResult) {
+        self.host.begin_callback();
+        on_fetch_response(&self.plugin, &self.worker, &self.host, token, result);
+    }
+
+    fn tick(&self) {
+        self.host.begin_callback();
+        on_tick(&self.plugin, &self.worker, &self.host);
+    }
+
+    fn tokens(&self) -> Vec<u32> {
+        self.host
+            .dispatched
+            .borrow()
+            .iter()
+            .map(|(t, _)| *t)
+            .collect()
+    }
+
+    fn reply(&self, context: u32) -> Reply {
+        self.host
+            .reply_to(context)
+            .unwrap_or_else(|| panic!("request {context} was not answered"))
+    }
+
+    /// The host rules (see `effects::host`) held for everything this worker did.
+    fn assert_host_rules_kept(&self) {
+        assert_eq!(
+            self.host.reentry_violations.get(),
+            0,
+            "borrow held across a host call"
+        );
+        assert!(
+            !self.host.answered_before_dispatch.get(),
+            "a callout was dispatched after an answer in the same callback"
+        );
+    }
+}
+
+/// Two workers of one Envoy.
+fn envoy(config: &str) -> (Node, Node) {
+    let a = FakeHost::new();
+    let b = FakeHost::sibling(&a);
+    (Node::new(1, config, a), Node::new(2, config, b))
+}
+
+fn ok(body: &str) -> FetchResult {
+    answer(200, &[("content-type", "application/json")], body)
+}
+
+fn answer(status: u16, headers: &[(&str, &str)], body: &str) -> FetchResult {
+    let status = status.to_string();
+    let mut all = vec![(":status".to_string(), status.into_bytes())];
+    all.extend(
+        headers
+            .iter()
+            .map(|(n, v)| (n.to_string(), v.as_bytes().to_vec())),
+    );
+    FetchResult::Answer {
+        headers: all,
+        body: body.as_bytes().to_vec(),
+    }
+}
+
+/// Worker A leads request 1 with followers 2 and 3; worker B follows with 11 and 12.
+fn one_flight_on_two_workers(a: &Node, b: &Node) -> u32 {
+    assert_eq!(a.post(1, QUERY, &[]).1, Flow::Pause);
+    assert_eq!(a.post(2, QUERY, &[]).1, Flow::Pause);
+    assert_eq!(b.post(11, QUERY, &[]).1, Flow::Pause);
+    assert_eq!(a.post(3, QUERY, &[]).1, Flow::Pause);
+    assert_eq!(b.post(12, QUERY, &[]).1, Flow::Pause);
+    a.deliver_queue();
+    let tokens = a.tokens();
+    assert_eq!(tokens.len(), 1, "one fetch for the whole Envoy");
+    assert!(b.tokens().is_empty());
+    tokens[0]
+}
+
+#[test]
+fn one_fetch_answers_every_waiter_on_both_workers_then_hits() {
+    let (a, b) = envoy(r#"{"debug_headers":true}"#);
+    let token = one_flight_on_two_workers(&a, &b);
+    assert_eq!(a.host.counted(Counter::Leaders), 1);
+    a.callout_answers(token, ok(ANSWER));
+    assert_eq!(a.reply(1).header("x-cache"), Some("MISS"));
+    for ctx in [2, 3] {
+        assert_eq!(a.reply(ctx).header("x-cache"), Some("COALESCED"));
+        assert_eq!(a.reply(ctx).body, ANSWER.as_bytes());
+    }
+    assert!(
+        b.host.answered.borrow().is_empty(),
+        "B hears of it by queue"
+    );
+    b.deliver_queue();
+    for ctx in [11, 12] {
+        assert_eq!(b.reply(ctx).header("x-cache"), Some("COALESCED"));
+        assert_eq!(b.reply(ctx).body, ANSWER.as_bytes());
+    }
+    assert_eq!(b.host.counted(Counter::LateWakeups), 0);
+    assert_eq!(a.host.counted(Counter::Stores), 1);
+    // The next identical request, on the other worker, is a hit from shared data.
+    let (_, flow) = b.post(13, QUERY, &[]);
+    assert_eq!(flow, Flow::Pause);
+    assert_eq!(b.reply(13).header("x-cache"), Some("HIT"));
+    assert_eq!(b.reply(13).header("age"), Some("0"));
+    assert_eq!(b.host.counted(Counter::Hits), 1);
+    a.assert_host_rules_kept();
+    b.assert_host_rules_kept();
+}
+
+#[test]
+fn answered_waiters_keep_their_local_reply_and_released_ones_are_labelled() {
+    let (a, _b) = envoy(r#"{"debug_headers":true}"#);
+    let (mut leader, _) = a.post(1, QUERY, &[]);
+    let (mut follower, _) = a.post(2, QUERY, &[]);
+    a.deliver_queue();
+    let token = a.tokens()[0];
+    a.callout_answers(token, answer(200, &[("content-type", "text/html")], "<p>"));
+    // Envoy now runs each answered request's response callbacks.
+    a.host.headers_set.borrow_mut().clear();
+    assert_eq!(leader.on_response_headers(&a.cx(), false), Flow::Continue);
+    assert_eq!(follower.on_response_headers(&a.cx(), false), Flow::Continue);
+    assert!(
+        a.host.headers_set.borrow().is_empty(),
+        "a local reply is not labelled twice"
+    );
+    assert_eq!(
+        a.reply(1).header("x-cache-reason"),
+        Some("content-type"),
+        "the leader is told why nothing was stored"
+    );
+}
+
+#[test]
+fn a_lost_wake_up_is_caught_by_the_timer() {
+    let (a, b) = envoy("{}");
+    let token = one_flight_on_two_workers(&a, &b);
+    a.callout_answers(token, ok(ANSWER));
+    b.drop_queue();
+    b.tick();
+    assert!(
+        b.host.answered.borrow().is_empty(),
+        "too early to suspect a loss"
+    );
+    b.host.advance(LOST_WAKEUP_MS);
+    b.tick();
+    assert_eq!(b.reply(11).header("x-cache"), Some("COALESCED"));
+    assert_eq!(b.reply(12).body, ANSWER.as_bytes());
+    assert_eq!(b.host.counted(Counter::LateWakeups), 1);
+    // After the grace period the leader empties the record: nothing is kept as a cache.
+    a.host.advance(1000);
+    a.tick();
+    let slot = a.plugin.flights.slot_name_at(0);
+    assert_eq!(a.host.store.get(&slot), None);
+    b.assert_host_rules_kept();
+}
+
+#[test]
+fn a_reset_answers_every_waiter_as_envoy_would_and_stores_nothing() {
+    let (a, b) = envoy(r#"{"debug_headers":true}"#);
+    let token = one_flight_on_two_workers(&a, &b);
+    a.callout_answers(token, FetchResult::Reset);
+    let leader = a.reply(1);
+    assert_eq!(
+        (leader.status, leader.header("x-cache")),
+        (503, Some("MISS"))
+    );
+    assert_eq!(leader.header("x-cache-reason"), Some("fetch-failed"));
+    assert_eq!(
+        a.reply(2).status,
+        503,
+        "a gateway failure reaches every waiter"
+    );
+    b.deliver_queue();
+    assert_eq!(b.reply(11).status, 503);
+    assert_eq!(a.host.counted(Counter::FetchFailures), 1);
+    assert_eq!(a.host.counted(Counter::Stores), 0);
+    // The next request fetches again.
+    a.post(4, QUERY, &[]);
+    a.deliver_queue();
+    assert_eq!(a.tokens().len(), 2);
+    a.assert_host_rules_kept();
+}
+
+#[test]
+fn a_refused_callout_is_a_failed_fetch_answered_after_every_dispatch() {
+    let (a, _b) = envoy("{}");
+    a.host.refuse_dispatch.set(true);
+    a.post(1, QUERY, &[]);
+    a.post(2, QUERY, &[]);
+    a.deliver_queue();
+    assert_eq!(a.reply(1).status, 503);
+    assert_eq!(a.reply(2).status, 503);
+    assert_eq!(a.host.counted(Counter::FetchFailures), 1);
+    a.assert_host_rules_kept();
+}
+
+#[test]
+fn no_answer_without_a_readable_status_is_a_bad_gateway() {
+    let (a, _b) = envoy("{}");
+    a.post(1, QUERY, &[]);
+    a.deliver_queue();
+    let token = a.tokens()[0];
+    a.callout_answers(
+        token,
+        FetchResult::Answer {
+            headers: vec![(":status".into(), b"2xx".to_vec())],
+            body: vec![],
+        },
+    );
+    assert_eq!(a.reply(1).status, 502);
+    assert_eq!(a.host.counted(Counter::FetchFailures), 1);
+}
+
+#[test]
+fn followers_of_a_leader_that_vanished_go_upstream() {
+    let (a, b) = envoy(r#"{"fetch_timeout_ms":1000}"#);
+    a.post(1, QUERY, &[]);
+    b.post(11, QUERY, &[]);
+    // A's VM dies with the fetch: no answer, no wake-up ever comes.
+    b.host.advance(LOST_WAKEUP_MS);
+    b.tick();
+    assert!(
+        b.host.resumed.borrow().is_empty(),
+        "the leader's lease still runs"
+    );
+    b.host.advance(a.plugin.lease_ms());
+    b.tick();
+    assert_eq!(*b.host.resumed.borrow(), vec![11]);
+    // The next request on B leads a new flight.
+    b.post(12, QUERY, &[]);
+    b.deliver_queue();
+    assert_eq!(b.tokens().len(), 1);
+    b.assert_host_rules_kept();
+}
+
+#[test]
+fn a_fetch_whose_answer_never_comes_lets_everyone_go() {
+    let (a, b) = envoy(r#"{"fetch_timeout_ms":1000}"#);
+    let _ = one_flight_on_two_workers(&a, &b);
+    a.host.advance(a.plugin.lease_ms());
+    a.tick();
+    let mut resumed = a.host.resumed.borrow().clone();
+    resumed.sort_unstable();
+    assert_eq!(resumed, vec![1, 2, 3]);
+    assert_eq!(a.worker.borrow().outcomes.len(), 3, "each knows why");
+    b.deliver_queue();
+    let mut resumed = b.host.resumed.borrow().clone();
+    resumed.sort_unstable();
+    assert_eq!(
+        resumed,
+        vec![11, 12],
+        "watchers are told, not left to time out"
+    );
+    // The callout the root forgot about is counted once it is given up.
+    a.host.advance(a.plugin.lease_ms() * 2);
+    a.tick();
+    assert_eq!(a.host.counted(Counter::FetchFailures), 1);
+}
+
+#[test]
+fn leftovers_of_a_reloaded_vm_are_never_served() {
+    let config = r#"{"flight_slots":1,"cache_slots":1}"#;
+    let (a, _b) = envoy(config);
+    // A dead VM left a finished flight with an answer, and a cache entry of another format.
+    let mut digest = [0u8; 32];
+    a.post(1, QUERY, &[]);
+    if let Some(f) = a.worker.borrow().pending.first() {
+        digest = f.key.digest;
+    }
+    let slot = a.plugin.flights.slot_name_at(0);
+    let left = FlightRecord::Done {
+        digest,
+        owner: 99,
+        finished_ms: a.host.clock.get(),
+        result: Some(b"old answer".to_vec()),
+    };
+    // The new VM starts over: the old record's answer is not a cache.
+    let (c, _) = envoy(config);
+    c.host.store.set(&slot, &left.encode()).unwrap();
+    c.host
+        .store
+        .set("graphql-cache/v1/slot/0", b"GQLC\x00 an entry of format 0")
+        .unwrap();
+    c.post(1, QUERY, &[]);
+    assert!(
+        c.host.answered.borrow().is_empty(),
+        "no hit from a foreign entry"
+    );
+    c.deliver_queue();
+    assert_eq!(c.tokens().len(), 1, "it leads a fresh fetch");
+    // A flight record of another format version is a free slot too.
+    let (d, _) = envoy(config);
+    d.host.store.set(&slot, b"GQLF\x09future").unwrap();
+    d.post(1, QUERY, &[]);
+    d.deliver_queue();
+    assert_eq!(d.tokens().len(), 1);
+}
+
+#[test]
+fn a_client_that_left_is_not_answered_and_the_fetch_still_completes() {
+    let (a, b) = envoy("{}");
+    a.post(1, QUERY, &[]);
+    let (left, _) = a.post(2, QUERY, &[]);
+    a.post(3, QUERY, &[]);
+    b.post(11, QUERY, &[]);
+    a.deliver_queue();
+    let token = a.tokens()[0];
+    // Request 2 ends (its client left) before the answer; request 3's client is gone too, but
+    // Envoy has not told the filter yet.
+    left.on_done(&a.worker);
+    a.host.gone.borrow_mut().insert(3);
+    a.callout_answers(token, ok(ANSWER));
+    assert!(a.host.reply_to(2).is_none());
+    assert!(a.host.reply_to(3).is_none());
+    assert!(
+        !a.worker.borrow().outcomes.contains_key(&3),
+        "no outcome kept for a request that is gone"
+    );
+    assert_eq!(
+        a.host.counted(Counter::Coalesced),
+        0,
+        "only real answers count"
+    );
+    b.deliver_queue();
+    assert_eq!(b.reply(11).header("x-cache"), Some("COALESCED"));
+}
+
+#[test]
+fn the_leader_s_client_leaving_does_not_cancel_the_shared_fetch() {
+    let (a, _b) = envoy("{}");
+    let (leader, _) = a.post(1, QUERY, &[]);
+    a.post(2, QUERY, &[]);
+    leader.on_done(&a.worker);
+    a.deliver_queue();
+    let token = a.tokens()[0];
+    a.callout_answers(token, ok(ANSWER));
+    assert_eq!(a.reply(2).header("x-cache"), Some("COALESCED"));
+}
+
+#[test]
+fn waiters_past_max_wait_go_upstream_on_their_own() {
+    let (a, _b) = envoy(r#"{"max_wait_ms":200,"fetch_timeout_ms":100}"#);
+    a.post(1, QUERY, &[]);
+    a.post(2, QUERY, &[]);
+    a.deliver_queue();
+    a.host.advance(199);
+    a.tick();
+    assert!(a.host.resumed.borrow().is_empty());
+    a.host.advance(1);
+    a.tick();
+    assert_eq!(a.host.resumed.borrow().len(), 2);
+    assert_eq!(a.host.counted(Counter::WaitTimeouts), 2);
+}
+
+#[test]
+fn answers_that_may_be_about_the_caller_reach_only_the_caller_unless_keyed_by_it() {
+    let denied = answer(
+        401,
+        &[("content-type", "application/json")],
+        r#"{"errors":[]}"#,
+    );
+    // No credentials in the key: the followers go upstream themselves.
+    let (a, b) = envoy(r#"{"vary_headers":[]}"#);
+    let token = one_flight_on_two_workers(&a, &b);
+    a.callout_answers(token, denied.clone());
+    assert_eq!(a.reply(1).status, 401);
+    assert_eq!(*a.host.resumed.borrow(), vec![2, 3]);
+    b.deliver_queue();
+    assert_eq!(*b.host.resumed.borrow(), vec![11, 12]);
+    assert_eq!(
+        b.worker.borrow().outcomes.get(&11),
+        Some(&crate::worker::state::Outcome::Released("not-shareable"))
+    );
+    // With the credentials in the key (the default), followers are the same caller.
+    let (a, _b) = envoy("{}");
+    a.post(1, QUERY, &[("authorization", "Bearer x")]);
+    a.post(2, QUERY, &[("authorization", "Bearer x")]);
+    a.deliver_queue();
+    let token = a.tokens()[0];
+    a.callout_answers(token, denied);
+    assert_eq!(a.reply(2).status, 401);
+}
+
+#[test]
+fn held_bodies_that_never_come_are_let_go_and_posts_stop_being_held() {
+    let (a, _b) = envoy("{}");
+    for ctx in 1..=3 {
+        a.host.context.set(ctx);
+        *a.host.request_headers.borrow_mut() = vec![
+            (":method".into(), b"POST".to_vec()),
+            (":path".into(), b"/graphql".to_vec()),
+            ("content-type".into(), b"application/json".to_vec()),
+        ];
+        let mut x = Exchange::new(ctx);
+        assert_eq!(x.on_request_headers(&a.cx(), false), Flow::Pause);
+        std::mem::forget(x);
+    }
+    a.host.advance(1000);
+    a.tick();
+    assert_eq!(*a.host.resumed.borrow(), vec![1, 2, 3]);
+    let errors: Vec<_> = a
+        .host
+        .logs
+        .borrow()
+        .iter()
+        .filter(|(l, m)| *l == LogLevel::Error && m.contains("allow_on_headers_stop_iteration"))
+        .cloned()
+        .collect();
+    assert_eq!(errors.len(), 1, "said once, loudly");
+    a.host.context.set(4);
+    let mut x = Exchange::new(4);
+    assert_eq!(x.on_request_headers(&a.cx(), false), Flow::Continue);
+    assert_eq!(a.host.counted(Counter::Bypasses), 1);
+}
+
+#[test]
+fn a_late_body_of_a_released_request_passes_through() {
+    let (a, _b) = envoy("{}");
+    a.host.context.set(1);
+    *a.host.request_headers.borrow_mut() = vec![
+        (":method".into(), b"POST".to_vec()),
+        (":path".into(), b"/graphql".to_vec()),
+        ("content-type".into(), b"application/json".to_vec()),
+    ];
+    *a.host.request_body.borrow_mut() = QUERY.as_bytes().to_vec();
+    let mut x = Exchange::new(1);
+    x.on_request_headers(&a.cx(), false);
+    a.host.advance(1000);
+    a.tick();
+    assert_eq!(
+        x.on_request_body(&a.cx(), QUERY.len(), true),
+        Flow::Continue
+    );
+    assert_eq!(a.host.counted(Counter::Bypasses), 1);
+    // A body that arrives in time proves the option is on: later holds are not watched.
+    let (_, flow) = a.post(2, QUERY, &[]);
+    assert_eq!(flow, Flow::Pause);
+    assert!(!a.worker.borrow().watchdog.watching());
+}
+
+#[test]
+fn a_plain_miss_is_captured_as_it_streams_and_bounded() {
+    let (a, _b) = envoy(r#"{"coalesce":false,"max_entry_bytes":1024}"#);
+    let (mut x, flow) = a.post(1, QUERY, &[]);
+    assert_eq!(flow, Flow::Continue, "goes upstream itself");
+    *a.host.response_headers.borrow_mut() = vec![
+        (":status".into(), b"200".to_vec()),
+        ("content-type".into(), b"application/json".to_vec()),
+    ];
+    x.on_response_headers(&a.cx(), false);
+    assert_eq!(a.host.header_set("x-cache").as_deref(), Some("MISS"));
+    let (first, rest) = ANSWER.split_at(10);
+    for (chunk, end) in [(first, false), (rest, true)] {
+        *a.host.response_chunk.borrow_mut() = chunk.as_bytes().to_vec();
+        x.on_response_body(&a.cx(), chunk.len(), end);
+    }
+    assert_eq!(a.host.counted(Counter::Stores), 1);
+    let (_, flow) = a.post(2, QUERY, &[]);
+    assert_eq!(flow, Flow::Pause);
+    assert_eq!(a.reply(2).body, ANSWER.as_bytes());
+    // Over max_entry_bytes, the copy is dropped at once and nothing is stored.
+    let (mut y, _) = a.post(3, r#"{"query":"{ posts { id } }"}"#, &[]);
+    y.on_response_headers(&a.cx(), false);
+    let big = "x".repeat(1500);
+    *a.host.response_chunk.borrow_mut() = big.clone().into_bytes();
+    y.on_response_body(&a.cx(), big.len(), true);
+    assert_eq!(a.host.counted(Counter::Stores), 1);
+    assert_eq!(a.host.counted(Counter::StoreSkipped), 1);
+}
+
+#[test]
+fn a_reply_from_envoy_while_waiting_is_labelled_and_the_waiter_forgotten() {
+    let (a, _b) = envoy(r#"{"debug_headers":true}"#);
+    a.post(1, QUERY, &[]);
+    let (mut follower, _) = a.post(2, QUERY, &[]);
+    // Envoy answers request 2 itself (a stream timeout, say) while it waits.
+    follower.on_response_headers(&a.cx(), false);
+    assert_eq!(
+        a.host.header_set("x-cache-reason").as_deref(),
+        Some("envoy-reply")
+    );
+    a.deliver_queue();
+    let token = a.tokens()[0];
+    a.callout_answers(token, ok(ANSWER));
+    assert!(a.host.reply_to(2).is_none());
+}
+
+#[test]
+fn without_a_wake_up_queue_nothing_coalesces() {
+    let host = FakeHost::new();
+    host.refuse_queue.set(true);
+    let a = Node::new(1, "{}", host);
+    assert!(a
+        .host
+        .logs
+        .borrow()
+        .iter()
+        .any(|(l, _)| *l == LogLevel::Warn));
+    let (_, flow) = a.post(1, QUERY, &[]);
+    assert_eq!(flow, Flow::Continue, "goes upstream alone");
+}
+
+#[test]
+fn a_bad_configuration_is_refused_with_the_field_named() {
+    let host = FakeHost::new();
+    let worker = RefCell::new(Worker::new(1, &Plugin::default().config));
+    let err = configure(br#"{"ttl_seconds":"x"}"#, &worker, &host).unwrap_err();
+    assert_eq!(err.field, "ttl_seconds");
+    let logs = host.logs.borrow();
+    assert!(logs[0].1.contains("ttl_seconds"), "{logs:?}");
+}
