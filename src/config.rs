@@ -3,8 +3,10 @@
 //! Every error names the field it is about, because the only place an operator sees it is one log
 //! line when Envoy refuses to load the plugin.
 
+use crate::invalidate::tags::KeyFields;
 use crate::request::rules::{Matcher, Rule, Scope};
 use serde::Deserialize;
+use std::collections::HashMap;
 use std::fmt;
 
 /// Hard ceilings that keep a typo from turning into an unbounded allocation in Envoy's heap.
@@ -63,7 +65,34 @@ pub struct Config {
     pub local_cache_bytes: usize,
     /// Whether the route's upstream cluster is part of the key (one property read per request).
     pub key_by_cluster: bool,
+    /// Which fields identify an object of each type, for `Type:<id>` tags.
+    pub key_fields: KeyFields,
+    /// The purge API's path and bearer token; `None`: no purge API.
+    pub purge: Option<PurgeApi>,
+    /// What a successful mutation purges.
+    pub mutation_invalidation: MutationInvalidation,
+    /// Slots of purge marks in shared data (bounds invalidation memory whatever the tags).
+    pub tag_slots: u32,
 }
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PurgeApi {
+    pub path: String,
+    pub token: String,
+}
+
+/// What a mutation answered `200` with `data` and no `errors` purges.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MutationInvalidation {
+    /// The `Type:<id>` tags of the objects in its answer.
+    Entity,
+    /// Every type seen in its answer.
+    Type,
+    Off,
+}
+
+/// The shortest purge token accepted: a guessable token would let anyone empty the cache.
+pub const MIN_PURGE_TOKEN: usize = 16;
 
 /// Where the identity that scopes private entries comes from.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -117,6 +146,10 @@ impl Default for Config {
             key_memo_entries: 1024,
             local_cache_bytes: 4 << 20,
             key_by_cluster: true,
+            key_fields: KeyFields::default(),
+            purge: None,
+            mutation_invalidation: MutationInvalidation::Entity,
+            tag_slots: 4096,
         }
     }
 }
@@ -177,6 +210,11 @@ struct RawConfig {
     key_memo_entries: Option<u64>,
     local_cache_bytes: Option<u64>,
     key_by_cluster: Option<bool>,
+    key_fields: Option<HashMap<String, Vec<String>>>,
+    purge_path: Option<String>,
+    purge_token: Option<String>,
+    mutation_invalidation: Option<String>,
+    tag_slots: Option<u64>,
 }
 
 #[derive(Deserialize)]
@@ -290,6 +328,53 @@ fn parse_rules(raw: Vec<RawRule>) -> Result<Vec<Rule>, ConfigError> {
             })
         })
         .collect()
+}
+
+fn parse_key_fields(raw: Option<HashMap<String, Vec<String>>>) -> Result<KeyFields, ConfigError> {
+    let mut key_fields = KeyFields::default();
+    for (typename, fields) in raw.unwrap_or_default() {
+        let at = format!("key_fields.{typename}");
+        if typename.is_empty() {
+            return Err(field_error("key_fields", "a type name must not be empty"));
+        }
+        if fields.is_empty() || fields.iter().any(|f| f.is_empty()) {
+            return Err(field_error(
+                &at,
+                "must list one or more non-empty field names",
+            ));
+        }
+        key_fields.by_type.insert(typename, fields);
+    }
+    Ok(key_fields)
+}
+
+fn parse_purge(
+    path: Option<String>,
+    token: Option<String>,
+) -> Result<Option<PurgeApi>, ConfigError> {
+    match (path, token) {
+        (None, None) => Ok(None),
+        (None, Some(_)) => Err(field_error("purge_token", "only applies with purge_path")),
+        (Some(_), None) => Err(field_error(
+            "purge_token",
+            "is required with purge_path (a bearer token of at least 16 characters)",
+        )),
+        (Some(path), Some(token)) => {
+            if !path.starts_with('/') || path.contains('?') || path.contains('#') {
+                return Err(field_error(
+                    "purge_path",
+                    format!("{path:?} must start with '/' and contain no '?' or '#'"),
+                ));
+            }
+            if token.chars().count() < MIN_PURGE_TOKEN || token.chars().any(char::is_whitespace) {
+                return Err(field_error(
+                    "purge_token",
+                    "must be at least 16 characters, without white space",
+                ));
+            }
+            Ok(Some(PurgeApi { path, token }))
+        }
+    }
 }
 
 impl Config {
@@ -443,6 +528,26 @@ impl Config {
             0,
             256 << 20,
         )?;
+        let key_fields = parse_key_fields(raw.key_fields)?;
+        let purge = parse_purge(raw.purge_path, raw.purge_token)?;
+        let mutation_invalidation = match raw.mutation_invalidation.as_deref() {
+            None | Some("entity") => MutationInvalidation::Entity,
+            Some("type") => MutationInvalidation::Type,
+            Some("off") => MutationInvalidation::Off,
+            Some(other) => {
+                return Err(field_error(
+                    "mutation_invalidation",
+                    format!("{other:?} is not \"entity\", \"type\" or \"off\""),
+                ))
+            }
+        };
+        let tag_slots = bounded(
+            "tag_slots",
+            raw.tag_slots,
+            u64::from(d.tag_slots),
+            1,
+            65_536,
+        )?;
         Ok(Config {
             ttl_seconds,
             paths,
@@ -466,7 +571,16 @@ impl Config {
             key_memo_entries: to_usize(key_memo_entries),
             local_cache_bytes: to_usize(local_cache_bytes),
             key_by_cluster: raw.key_by_cluster.unwrap_or(d.key_by_cluster),
+            key_fields,
+            purge,
+            mutation_invalidation,
+            tag_slots: u32::try_from(tag_slots).unwrap_or(u32::MAX),
         })
+    }
+
+    /// Whether anything can purge: then every lookup checks the purge epoch.
+    pub fn invalidation_on(&self) -> bool {
+        self.purge.is_some() || self.mutation_invalidation != MutationInvalidation::Off
     }
 
     /// The parsing limits for the canonical printer.
@@ -583,6 +697,55 @@ mod tests {
 
     fn err(json: &str) -> ConfigError {
         Config::parse(json.as_bytes()).unwrap_err()
+    }
+
+    #[test]
+    fn invalidation_fields() {
+        let c = Config::parse(
+            br#"{"purge_path":"/graphql-cache/purge","purge_token":"0123456789abcdef",
+                "mutation_invalidation":"type","tag_slots":128,"key_fields":{"Post":["slug"]}}"#,
+        )
+        .unwrap();
+        assert_eq!(
+            c.purge,
+            Some(PurgeApi {
+                path: "/graphql-cache/purge".into(),
+                token: "0123456789abcdef".into()
+            })
+        );
+        assert_eq!(c.mutation_invalidation, MutationInvalidation::Type);
+        assert_eq!(c.tag_slots, 128);
+        assert_eq!(c.key_fields.by_type["Post"], vec!["slug"]);
+        assert_eq!(c.key_fields.default, vec!["id"]);
+        assert!(c.invalidation_on());
+        let off = Config::parse(br#"{"mutation_invalidation":"off"}"#).unwrap();
+        assert!(!off.invalidation_on());
+        assert!(
+            Config::default().invalidation_on(),
+            "mutations purge by default"
+        );
+        assert_eq!(err(r#"{"purge_path":"/p"}"#).field, "purge_token");
+        assert_eq!(
+            err(r#"{"purge_path":"/p","purge_token":"short"}"#).field,
+            "purge_token"
+        );
+        assert_eq!(
+            err(r#"{"purge_path":"p","purge_token":"0123456789abcdef"}"#).field,
+            "purge_path"
+        );
+        assert_eq!(
+            err(r#"{"purge_token":"0123456789abcdef"}"#).field,
+            "purge_token"
+        );
+        assert_eq!(
+            err(r#"{"mutation_invalidation":"all"}"#).field,
+            "mutation_invalidation"
+        );
+        assert_eq!(err(r#"{"tag_slots":0}"#).field, "tag_slots");
+        assert_eq!(
+            err(r#"{"key_fields":{"User":[]}}"#).field,
+            "key_fields.User"
+        );
     }
 
     #[test]

@@ -11,6 +11,7 @@ pub mod cache;
 pub mod coalesce;
 pub mod config;
 pub mod effects;
+pub mod invalidate;
 pub mod request;
 pub mod worker;
 

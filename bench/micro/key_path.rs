@@ -11,8 +11,9 @@ use criterion::{
     Throughput,
 };
 use graphql_cache::cache::entry::Entry;
-use graphql_cache::cache::storable::{body_storable, storable_entry};
+use graphql_cache::cache::storable::{body_storable, storable_entry, Answer, Stamp};
 use graphql_cache::config::Config;
+use graphql_cache::invalidate::tags::OperationTags;
 use graphql_cache::request::canonical::canonicalize;
 use graphql_cache::request::classify::{classify_body, key_context, RequestHead};
 use graphql_cache::request::http::parse_post_body;
@@ -267,23 +268,29 @@ fn bench_entry(c: &mut Criterion) {
             digest: key.digest,
             stored_at_ms: 1_700_000_000_000,
             expires_at_ms: 1_700_000_030_000,
+            born_ms: 1_700_000_000_000,
             status: 200,
             headers: stored_headers.to_vec(),
+            tag_hashes: vec![],
+            tags: "",
             body,
         };
         let encoded = entry.encode();
         assert_eq!(Entry::decode(&encoded).expect("entry decodes"), entry);
         body_storable(body).expect("body is storable");
-        let stored = storable_entry(
-            &key,
-            200,
-            &response_headers,
+        let operation = OperationTags::default();
+        let stamp = Stamp {
+            born_ms: 1_700_000_000_000,
+            now_ms: 1_700_000_000_000,
+            operation: &operation,
+        };
+        let answer = Answer {
+            status: 200,
+            headers: &response_headers,
             body,
-            &config,
-            config.ttl_seconds,
-            1_700_000_000_000,
-        )
-        .expect("response is storable");
+        };
+        let stored = storable_entry(&key, &answer, &config, config.ttl_seconds, &stamp)
+            .expect("response is storable");
         assert_eq!(stored, encoded, "{size}: benchmark entry differs");
 
         let mut group = c.benchmark_group(format!("entry/{size}"));
@@ -302,12 +309,10 @@ fn bench_entry(c: &mut Criterion) {
             b.iter(|| {
                 storable_entry(
                     black_box(&key),
-                    200,
-                    black_box(&response_headers),
-                    black_box(body),
+                    black_box(&answer),
                     &config,
                     config.ttl_seconds,
-                    1_700_000_000_000,
+                    &stamp,
                 )
             })
         });

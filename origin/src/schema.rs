@@ -72,7 +72,7 @@ pub struct PostRow {
 
 /// In-memory data. Posts are kept in creation order (oldest first).
 pub struct Db {
-    users: Vec<UserRow>,
+    users: RwLock<Vec<UserRow>>,
     posts: RwLock<Vec<PostRow>>,
     bumps: AtomicU64,
 }
@@ -91,7 +91,11 @@ impl Db {
             author_id: author.to_string(),
         };
         Db {
-            users: vec![user("1", "Alice"), user("2", "Bob"), user("3", "Carol")],
+            users: RwLock::new(vec![
+                user("1", "Alice"),
+                user("2", "Bob"),
+                user("3", "Carol"),
+            ]),
             posts: RwLock::new(vec![
                 post(
                     "1",
@@ -144,15 +148,40 @@ impl Db {
         self.posts.write().unwrap_or_else(|e| e.into_inner())
     }
 
-    fn user(&self, id: &str) -> Option<&UserRow> {
-        self.users.iter().find(|u| u.id == id)
+    fn read_users(&self) -> RwLockReadGuard<'_, Vec<UserRow>> {
+        // Same reasoning as `read_posts`: a writer only ever replaces a
+        // user's name in place, so the data stays consistent.
+        self.users.read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn write_users(&self) -> RwLockWriteGuard<'_, Vec<UserRow>> {
+        self.users.write().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// All users, in id order.
+    fn users(&self) -> Vec<UserRow> {
+        self.read_users().clone()
+    }
+
+    fn user(&self, id: &str) -> Option<UserRow> {
+        self.read_users().iter().find(|u| u.id == id).cloned()
     }
 
     /// Finds a user by id or (case-insensitively) by name.
-    pub fn user_by_subject(&self, subject: &str) -> Option<&UserRow> {
-        self.users
+    pub fn user_by_subject(&self, subject: &str) -> Option<UserRow> {
+        self.read_users()
             .iter()
             .find(|u| u.id == subject || u.name.eq_ignore_ascii_case(subject))
+            .cloned()
+    }
+
+    /// Sets a user's name and returns the updated row, or `None` for an
+    /// unknown id.
+    fn rename_user(&self, id: &str, name: String) -> Option<UserRow> {
+        let mut users = self.write_users();
+        let row = users.iter_mut().find(|u| u.id == id)?;
+        row.name = name;
+        Some(row.clone())
     }
 }
 
@@ -231,7 +260,6 @@ impl Post {
         charge(ctx, 1)?;
         db(ctx)?
             .user(&self.0.author_id)
-            .cloned()
             .map(User)
             .ok_or_else(|| Error::new("author not found"))
     }
@@ -313,14 +341,14 @@ pub struct Query;
 #[Object]
 impl Query {
     async fn users(&self, ctx: &Context<'_>) -> Result<Vec<User>> {
-        let users = &db(ctx)?.users;
+        let users = db(ctx)?.users();
         charge(ctx, users.len())?;
-        Ok(users.iter().cloned().map(User).collect())
+        Ok(users.into_iter().map(User).collect())
     }
 
     async fn user(&self, ctx: &Context<'_>, id: ID) -> Result<Option<User>> {
         charge(ctx, 1)?;
-        Ok(db(ctx)?.user(&id).cloned().map(User))
+        Ok(db(ctx)?.user(&id).map(User))
     }
 
     async fn posts(
@@ -376,7 +404,7 @@ impl Query {
             .and_then(|v| v.to_str().ok())
             .and_then(bearer_subject);
         Ok(subject
-            .and_then(|s| db(ctx).ok()?.user_by_subject(&s).cloned())
+            .and_then(|s| db(ctx).ok()?.user_by_subject(&s))
             .map(User))
     }
 
@@ -468,6 +496,13 @@ impl Mutation {
         Ok(Post(row))
     }
 
+    /// Sets the name of user `id` (the email is unchanged) and returns the
+    /// updated user, or null when no user has that id.
+    async fn update_user(&self, ctx: &Context<'_>, id: ID, name: String) -> Result<Option<User>> {
+        charge(ctx, 1)?;
+        Ok(db(ctx)?.rename_user(&id, name).map(User))
+    }
+
     /// Increments a counter (separate from the request counter) and returns it.
     async fn bump(&self, ctx: &Context<'_>) -> Result<i32> {
         let n = db(ctx)?.bumps.fetch_add(1, Ordering::Relaxed) + 1;
@@ -546,6 +581,58 @@ mod tests {
             r["data"]["old"],
             serde_json::json!([{"id":"1","author":{"name":"Alice"}},{"id":"3","author":{"name":"Alice"}}])
         );
+    }
+
+    /// Runs `queries` in order against one schema (so mutations are seen by
+    /// later queries) and returns each response.
+    fn exec_seq(queries: &[&str]) -> Vec<serde_json::Value> {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .unwrap();
+        let schema = build_schema();
+        queries
+            .iter()
+            .map(|q| serde_json::to_value(rt.block_on(schema.execute(*q))).unwrap())
+            .collect()
+    }
+
+    #[test]
+    fn update_user_is_seen_by_later_queries() {
+        let r = exec_seq(&[
+            r#"mutation { updateUser(id: "2", name: "Robert") { __typename id name } }"#,
+            r#"{ user(id: "2") { id name email } users { id name } post(id: "2") { author { id name } } }"#,
+        ]);
+        assert!(r[0].get("errors").is_none(), "{}", r[0]);
+        assert_eq!(
+            r[0]["data"]["updateUser"],
+            serde_json::json!({"__typename":"User","id":"2","name":"Robert"})
+        );
+        assert!(r[1].get("errors").is_none(), "{}", r[1]);
+        assert_eq!(
+            r[1]["data"]["user"],
+            serde_json::json!({"id":"2","name":"Robert","email":"bob@example.com"})
+        );
+        assert_eq!(
+            r[1]["data"]["users"],
+            serde_json::json!([
+                {"id":"1","name":"Alice"},
+                {"id":"2","name":"Robert"},
+                {"id":"3","name":"Carol"}
+            ])
+        );
+        assert_eq!(
+            r[1]["data"]["post"]["author"],
+            serde_json::json!({"id":"2","name":"Robert"})
+        );
+    }
+
+    #[test]
+    fn update_user_unknown_id_is_null() {
+        let r =
+            exec(r#"mutation { updateUser(id: "999", name: "Nobody") { __typename id name } }"#);
+        assert!(r.get("errors").is_none(), "{r}");
+        assert_eq!(r["data"]["updateUser"], serde_json::Value::Null);
     }
 
     #[test]

@@ -4,9 +4,9 @@
 //! every record starts with a magic and a format version: anything else decodes as a miss.
 
 /// Bumped whenever the layout changes.
-pub const FORMAT_VERSION: u8 = 1;
+pub const FORMAT_VERSION: u8 = 2;
 const MAGIC: &[u8; 4] = b"GQLC";
-const FIXED_HEADER: usize = 4 + 1 + 32 + 8 + 8 + 2 + 2;
+const FIXED_HEADER: usize = 4 + 1 + 32 + 8 + 8 + 8 + 2 + 2;
 
 /// A response as the filter stores it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -14,8 +14,14 @@ pub struct Entry<'a> {
     pub digest: [u8; 32],
     pub stored_at_ms: u64,
     pub expires_at_ms: u64,
+    /// When the answer was asked for (the fetch's start): purges at or after it reach the entry.
+    pub born_ms: u64,
     pub status: u16,
     pub headers: Vec<(&'a str, &'a str)>,
+    /// Hashes of the entry's tags (`invalidate::marks::tag_hash`).
+    pub tag_hashes: Vec<u64>,
+    /// The tags themselves, comma-separated, for the debug header (empty unless debugging).
+    pub tags: &'a str,
     pub body: &'a [u8],
 }
 
@@ -38,6 +44,10 @@ impl<'a> Entry<'a> {
                 .iter()
                 .map(|(n, v)| 2 + n.len() + 4 + v.len())
                 .sum::<usize>()
+            + 2
+            + 8 * self.tag_hashes.len()
+            + 2
+            + self.tags.len()
             + 4
             + self.body.len()
     }
@@ -49,6 +59,7 @@ impl<'a> Entry<'a> {
         out.extend_from_slice(&self.digest);
         out.extend_from_slice(&self.stored_at_ms.to_le_bytes());
         out.extend_from_slice(&self.expires_at_ms.to_le_bytes());
+        out.extend_from_slice(&self.born_ms.to_le_bytes());
         out.extend_from_slice(&self.status.to_le_bytes());
         out.extend_from_slice(&(self.headers.len().min(u16::MAX as usize) as u16).to_le_bytes());
         for (name, value) in self.headers.iter().take(u16::MAX as usize) {
@@ -57,6 +68,18 @@ impl<'a> Entry<'a> {
             out.extend_from_slice(&(value.len() as u32).to_le_bytes());
             out.extend_from_slice(value.as_bytes());
         }
+        let hashes = &self.tag_hashes[..self.tag_hashes.len().min(u16::MAX as usize)];
+        out.extend_from_slice(&(hashes.len() as u16).to_le_bytes());
+        for h in hashes {
+            out.extend_from_slice(&h.to_le_bytes());
+        }
+        // Debug text only: cut at a character boundary rather than written past what u16 holds.
+        let mut tags_len = self.tags.len().min(u16::MAX as usize);
+        while !self.tags.is_char_boundary(tags_len) {
+            tags_len -= 1;
+        }
+        out.extend_from_slice(&(tags_len as u16).to_le_bytes());
+        out.extend_from_slice(&self.tags.as_bytes()[..tags_len]);
         out.extend_from_slice(&(self.body.len() as u32).to_le_bytes());
         out.extend_from_slice(self.body);
         out
@@ -75,6 +98,7 @@ impl<'a> Entry<'a> {
         digest.copy_from_slice(r.take(32)?);
         let stored_at_ms = r.u64()?;
         let expires_at_ms = r.u64()?;
+        let born_ms = r.u64()?;
         let status = r.u16()?;
         let count = r.u16()? as usize;
         let mut headers = Vec::with_capacity(count.min(64));
@@ -85,6 +109,13 @@ impl<'a> Entry<'a> {
             let value = std::str::from_utf8(r.take(v)?).map_err(|_| DecodeError::Corrupt)?;
             headers.push((name, value));
         }
+        let hash_count = r.u16()? as usize;
+        let mut tag_hashes = Vec::with_capacity(hash_count.min(64));
+        for _ in 0..hash_count {
+            tag_hashes.push(r.u64()?);
+        }
+        let tags_len = r.u16()? as usize;
+        let tags = std::str::from_utf8(r.take(tags_len)?).map_err(|_| DecodeError::Corrupt)?;
         let body_len = r.u32()? as usize;
         let body = r.take(body_len)?;
         if r.pos != bytes.len() {
@@ -94,8 +125,11 @@ impl<'a> Entry<'a> {
             digest,
             stored_at_ms,
             expires_at_ms,
+            born_ms,
             status,
             headers,
+            tag_hashes,
+            tags,
             body,
         })
     }
@@ -157,8 +191,11 @@ mod tests {
             digest: [7; 32],
             stored_at_ms: 1_000,
             expires_at_ms: 61_000,
+            born_ms: 990,
             status: 200,
             headers: vec![("content-type", "application/json"), ("etag", "\"x\"")],
+            tag_hashes: vec![1, u64::MAX],
+            tags: "type:User,entity:User:1",
             body: br#"{"data":{"a":1}}"#,
         }
     }
@@ -176,6 +213,8 @@ mod tests {
     fn empty_body_and_no_headers() {
         let e = Entry {
             headers: vec![],
+            tag_hashes: vec![],
+            tags: "",
             body: b"",
             ..sample()
         };

@@ -66,6 +66,13 @@ impl HotCache {
         }
     }
 
+    /// Drops every copy (the purge marks moved: copies are only kept while known fresh).
+    pub fn clear(&mut self) {
+        self.map.clear();
+        self.order.clear();
+        self.bytes = 0;
+    }
+
     pub fn bytes(&self) -> usize {
         self.bytes
     }

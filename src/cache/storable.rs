@@ -2,9 +2,12 @@
 
 use crate::cache::entry::Entry;
 use crate::config::Config;
+use crate::invalidate::marks::tag_hash;
+use crate::invalidate::tags::{entry_tags, find_in_answer, OperationTags};
 use crate::request::key::CacheKey;
 use serde::de::{Deserializer, IgnoredAny, MapAccess, Visitor};
 use std::fmt;
+use std::rc::Rc;
 
 /// Why a response was not stored.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -182,38 +185,82 @@ fn parse_seconds(arg: Option<&[u8]>) -> u64 {
         .unwrap_or(u64::MAX)
 }
 
-/// The whole decision for a complete upstream answer: the encoded entry to store under `key`, or
-/// why it may not be stored. `ttl_seconds` is the configured TTL for this request.
+/// An upstream answer, complete.
+#[derive(Debug, Clone, Copy)]
+pub struct Answer<'a> {
+    pub status: u16,
+    pub headers: &'a [(String, Vec<u8>)],
+    pub body: &'a [u8],
+}
+
+/// What the request that caused an answer said, for storing it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Asked {
+    /// From the configuration, the operation's rules and the route.
+    pub ttl_seconds: u64,
+    /// When the request looked the key up (see `Entry::born_ms`).
+    pub born_ms: u64,
+    pub operation: Rc<OperationTags>,
+}
+
+/// What an entry records beside the answer.
+#[derive(Debug, Clone, Copy)]
+pub struct Stamp<'a> {
+    /// When the answer was asked for (see `Entry::born_ms`).
+    pub born_ms: u64,
+    pub now_ms: u64,
+    pub operation: &'a OperationTags,
+}
+
+/// The whole decision for a complete upstream answer: the encoded entry to store under `key`, with
+/// its tags, or why it may not be stored. `ttl_seconds` is the configured TTL for this request.
 pub fn storable_entry(
     key: &CacheKey,
-    status: u16,
-    headers: &[(String, Vec<u8>)],
-    body: &[u8],
+    answer: &Answer<'_>,
     config: &Config,
     ttl_seconds: u64,
-    now_ms: u64,
+    stamp: &Stamp<'_>,
 ) -> Result<Vec<u8>, NotStored> {
     let ttl = response_ttl(
-        u32::from(status),
-        headers.iter().map(|(n, v)| (n.as_str(), v.as_slice())),
+        u32::from(answer.status),
+        answer
+            .headers
+            .iter()
+            .map(|(n, v)| (n.as_str(), v.as_slice())),
         &config.vary_headers,
         ttl_seconds,
     )?;
-    body_storable(body)?;
+    body_storable(answer.body)?;
     let mut stored = Vec::new();
-    for (name, value) in headers {
+    for (name, value) in answer.headers {
         if STORED_HEADERS.contains(&name.as_str()) {
             let value = std::str::from_utf8(value).map_err(|_| NotStored::NonUtf8Header)?;
             stored.push((name.as_str(), value));
         }
     }
+    let tags = if config.invalidation_on() || config.debug_headers {
+        let found = find_in_answer(answer.body, &config.key_fields).unwrap_or_default();
+        let op = stamp.operation;
+        entry_tags(op.name.as_deref(), &op.root_fields, &found)
+    } else {
+        Vec::new()
+    };
+    let text = if config.debug_headers {
+        tags.join(",")
+    } else {
+        String::new()
+    };
+    let now = stamp.now_ms;
     let entry = Entry {
         digest: key.digest,
-        stored_at_ms: now_ms,
-        expires_at_ms: now_ms.saturating_add(ttl.saturating_mul(1000)),
-        status,
+        stored_at_ms: now,
+        expires_at_ms: now.saturating_add(ttl.saturating_mul(1000)),
+        born_ms: stamp.born_ms,
+        status: answer.status,
         headers: stored,
-        body,
+        tag_hashes: tags.iter().map(|t| tag_hash(t)).collect(),
+        tags: &text,
+        body: answer.body,
     };
     if entry.encoded_len() > config.max_entry_bytes {
         return Err(NotStored::TooLarge);
@@ -378,9 +425,20 @@ mod tests {
             ("x-trace".into(), b"t".to_vec()),
             ("cache-control".into(), b"max-age=5".to_vec()),
         ];
-        let bytes =
-            storable_entry(&key, 200, &headers, br#"{"data":{}}"#, &config, 60, 1000).unwrap();
+        let op = OperationTags::default();
+        let stamp = Stamp {
+            born_ms: 900,
+            now_ms: 1000,
+            operation: &op,
+        };
+        let answer = |body: &'static [u8]| Answer {
+            status: 200,
+            headers: &headers,
+            body,
+        };
+        let bytes = storable_entry(&key, &answer(br#"{"data":{}}"#), &config, 60, &stamp).unwrap();
         let e = Entry::decode(&bytes).unwrap();
+        assert_eq!(e.born_ms, 900);
         assert_eq!(
             e.headers,
             vec![
@@ -390,14 +448,55 @@ mod tests {
         );
         assert_eq!(e.expires_at_ms, 6000);
         assert_eq!(
-            storable_entry(&key, 200, &headers, br#"{"errors":[]}"#, &config, 60, 0),
+            storable_entry(&key, &answer(br#"{"errors":[]}"#), &config, 60, &stamp),
             Err(NotStored::GraphqlErrors)
         );
         let big = format!(r#"{{"data":"{}"}}"#, "x".repeat(config.max_entry_bytes));
+        let big = Answer {
+            status: 200,
+            headers: &headers,
+            body: big.as_bytes(),
+        };
         assert_eq!(
-            storable_entry(&key, 200, &headers, big.as_bytes(), &config, 60, 0),
+            storable_entry(&key, &big, &config, 60, &stamp),
             Err(NotStored::TooLarge)
         );
+    }
+
+    #[test]
+    fn entries_carry_their_tags() {
+        let key = CacheKey { digest: [1; 32] };
+        let config = Config::parse(br#"{"debug_headers":true}"#).unwrap();
+        let headers: Vec<(String, Vec<u8>)> =
+            vec![("content-type".into(), b"application/json".to_vec())];
+        let op = OperationTags {
+            name: Some("GetUser".into()),
+            root_fields: vec!["user".into()],
+        };
+        let stamp = Stamp {
+            born_ms: 1,
+            now_ms: 2,
+            operation: &op,
+        };
+        let body = br#"{"data":{"user":{"__typename":"User","id":1}}}"#;
+        let answer = Answer {
+            status: 200,
+            headers: &headers,
+            body,
+        };
+        let bytes = storable_entry(&key, &answer, &config, 60, &stamp).unwrap();
+        let e = Entry::decode(&bytes).unwrap();
+        assert_eq!(
+            e.tags,
+            "operation:GetUser,field:user,type:User,entity:User:1"
+        );
+        assert_eq!(e.tag_hashes.len(), 4);
+        assert_eq!(e.tag_hashes[3], tag_hash("entity:User:1"));
+        // Without debugging, the hashes are kept and the text is not.
+        let lean = Config::default();
+        let bytes = storable_entry(&key, &answer, &lean, 60, &stamp).unwrap();
+        let e = Entry::decode(&bytes).unwrap();
+        assert_eq!((e.tags, e.tag_hashes.len()), ("", 4));
     }
 
     #[test]

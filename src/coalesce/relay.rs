@@ -105,12 +105,15 @@ impl Response {
             digest: key.digest,
             stored_at_ms: now_ms,
             expires_at_ms: now_ms,
+            born_ms: now_ms,
             status: self.status,
             headers: self
                 .headers
                 .iter()
                 .map(|(n, v)| (n.as_str(), v.as_str()))
                 .collect(),
+            tag_hashes: Vec::new(),
+            tags: "",
             body: &self.body,
         };
         (entry.encoded_len() <= max_bytes).then(|| entry.encode())

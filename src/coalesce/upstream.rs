@@ -1,44 +1,37 @@
 //! The request the shared fetch sends upstream on behalf of every waiter of a key.
 
+use crate::cache::storable::Asked;
 use crate::coalesce::relay::is_end_to_end;
+use crate::effects::host::Callout;
 use crate::request::classify::RequestHead;
 use crate::request::key::CacheKey;
 
-/// What the callout sends: the original method, path, authority, end-to-end headers and body.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct UpstreamRequest {
-    pub cluster: String,
-    pub headers: Vec<(String, String)>,
-    pub body: Option<Vec<u8>>,
-}
-
-impl UpstreamRequest {
-    /// `None` when a header is not text (the callout API takes text only): such a request is not
-    /// coalesced and goes upstream itself.
-    pub fn from_request(
-        cluster: String,
-        head: &RequestHead,
-        body: Option<Vec<u8>>,
-    ) -> Option<UpstreamRequest> {
-        let text = |v: &[u8]| std::str::from_utf8(v).ok().map(str::to_string);
-        let mut headers = vec![
-            (":method".to_string(), text(&head.method)?),
-            (":path".to_string(), text(&head.path)?),
-            (":authority".to_string(), text(&head.authority)?),
-        ];
-        for (name, value) in &head.headers {
-            // `expect: 100-continue` is about the client's upload, which is already complete.
-            if !is_end_to_end(name) || name == "expect" {
-                continue;
-            }
-            headers.push((name.clone(), text(value)?));
+/// The callout for a request: the original method, path, authority, end-to-end headers and
+/// body. `None` when a header is not text (the callout API takes text only): such a request is
+/// not coalesced and goes upstream itself.
+pub fn upstream_request(
+    cluster: String,
+    head: &RequestHead,
+    body: Option<Vec<u8>>,
+) -> Option<Callout> {
+    let text = |v: &[u8]| std::str::from_utf8(v).ok().map(str::to_string);
+    let mut headers = vec![
+        (":method".to_string(), text(&head.method)?),
+        (":path".to_string(), text(&head.path)?),
+        (":authority".to_string(), text(&head.authority)?),
+    ];
+    for (name, value) in &head.headers {
+        // `expect: 100-continue` is about the client's upload, which is already complete.
+        if !is_end_to_end(name) || name == "expect" {
+            continue;
         }
-        Some(UpstreamRequest {
-            cluster,
-            headers,
-            body: body.filter(|b| !b.is_empty()),
-        })
+        headers.push((name.clone(), text(value)?));
     }
+    Some(Callout {
+        cluster,
+        headers,
+        body: body.filter(|b| !b.is_empty()),
+    })
 }
 
 /// A fetch a leader's worker makes for a key: queued by the request that claimed the flight,
@@ -46,9 +39,9 @@ impl UpstreamRequest {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SharedFetch {
     pub key: CacheKey,
-    pub request: UpstreamRequest,
-    /// The leader's TTL (from configuration, rules and route), for storing the answer.
-    pub ttl_seconds: u64,
+    pub request: Callout,
+    /// What the leader asked, for storing the answer.
+    pub asked: Asked,
     /// When the root sent it (0 until then).
     pub dispatched_ms: u64,
     /// See `sharing::key_names_caller`.
@@ -77,8 +70,7 @@ mod tests {
 
     #[test]
     fn carries_the_request_minus_connection_headers() {
-        let f =
-            UpstreamRequest::from_request("origin".into(), &head(), Some(b"{}".to_vec())).unwrap();
+        let f = upstream_request("origin".into(), &head(), Some(b"{}".to_vec())).unwrap();
         let names: Vec<&str> = f.headers.iter().map(|(n, _)| n.as_str()).collect();
         assert_eq!(
             names,
@@ -98,9 +90,6 @@ mod tests {
     fn binary_headers_are_not_fetched_on_anyone_s_behalf() {
         let mut h = head();
         h.headers.push(("x-bin".into(), b"\xff".to_vec()));
-        assert_eq!(
-            UpstreamRequest::from_request("origin".into(), &h, None),
-            None
-        );
+        assert_eq!(upstream_request("origin".into(), &h, None), None);
     }
 }

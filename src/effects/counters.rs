@@ -15,11 +15,16 @@ pub enum Counter {
     WaitTimeouts,
     FetchFailures,
     LateWakeups,
+    Purges,
+    PurgeRejected,
+    MutationPurges,
+    PurgedMisses,
+    StaleMisses,
 }
 
 impl Counter {
     /// Every counter, in the order of its index.
-    pub const ALL: [Counter; 13] = [
+    pub const ALL: [Counter; 18] = [
         Counter::Hits,
         Counter::Misses,
         Counter::Bypasses,
@@ -33,6 +38,11 @@ impl Counter {
         Counter::WaitTimeouts,
         Counter::FetchFailures,
         Counter::LateWakeups,
+        Counter::Purges,
+        Counter::PurgeRejected,
+        Counter::MutationPurges,
+        Counter::PurgedMisses,
+        Counter::StaleMisses,
     ];
 
     /// Position in [`Counter::ALL`], for a host that keeps metric ids in an array.
@@ -55,6 +65,11 @@ impl Counter {
             Counter::WaitTimeouts => "graphql_cache.wait_timeouts",
             Counter::FetchFailures => "graphql_cache.fetch_failures",
             Counter::LateWakeups => "graphql_cache.late_wakeups",
+            Counter::Purges => "graphql_cache.purges",
+            Counter::PurgeRejected => "graphql_cache.purge_rejected",
+            Counter::MutationPurges => "graphql_cache.mutation_purges",
+            Counter::PurgedMisses => "graphql_cache.purged_misses",
+            Counter::StaleMisses => "graphql_cache.stale_misses",
         }
     }
 }

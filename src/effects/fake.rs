@@ -2,9 +2,8 @@
 //! describes it; [`FakeHost`] records every other effect so tests can assert on it. Several
 //! `FakeHost`s sharing one `MapStore` and one [`Queues`] are several workers of one Envoy.
 
-use crate::coalesce::upstream::UpstreamRequest;
 use crate::effects::counters::Counter;
-use crate::effects::host::{Host, LogLevel, Refused, RequestHost};
+use crate::effects::host::{Callout, Host, LogLevel, Refused, RequestHost};
 use crate::effects::store::{SharedStore, StoreError};
 use std::cell::{Cell, RefCell};
 use std::collections::{HashMap, HashSet};
@@ -77,7 +76,7 @@ pub struct FakeHost {
     pub fail_writes: Cell<bool>,
     pub counters: RefCell<HashMap<Counter, u64>>,
     pub logs: RefCell<Vec<(LogLevel, String)>>,
-    pub dispatched: RefCell<Vec<(u32, UpstreamRequest)>>,
+    pub dispatched: RefCell<Vec<(u32, Callout)>>,
     next_token: Cell<u32>,
     /// Envoy refuses to register a wake-up queue.
     pub refuse_queue: Cell<bool>,
@@ -252,7 +251,7 @@ impl Host for FakeHost {
         true
     }
 
-    fn dispatch(&self, request: &UpstreamRequest, _timeout_ms: u64) -> Result<u32, Refused> {
+    fn dispatch(&self, request: &Callout, _timeout_ms: u64) -> Result<u32, Refused> {
         if self.in_callback.get() > 0 {
             self.answered_before_dispatch.set(true);
         }

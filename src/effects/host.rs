@@ -6,9 +6,16 @@
 //! [`Host::resume`]; every callout of a root callback is dispatched before its first answer
 //! (answering switches the effective context).
 
-use crate::coalesce::upstream::UpstreamRequest;
 use crate::effects::counters::Counter;
 use crate::effects::store::SharedStore;
+
+/// An HTTP request the root context sends upstream (`:method`, `:path`, `:authority` first).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Callout {
+    pub cluster: String,
+    pub headers: Vec<(String, String)>,
+    pub body: Option<Vec<u8>>,
+}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum LogLevel {
@@ -37,7 +44,7 @@ pub trait Host: SharedStore {
 
     /// Sends `request` upstream from this worker's root context; the answer arrives as a callout
     /// response with the returned token.
-    fn dispatch(&self, request: &UpstreamRequest, timeout_ms: u64) -> Result<u32, Refused>;
+    fn dispatch(&self, request: &Callout, timeout_ms: u64) -> Result<u32, Refused>;
 
     /// Answers the paused request `context` of this worker with a local reply. `false` when that
     /// request is gone (its client left).

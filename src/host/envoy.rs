@@ -2,9 +2,8 @@
 //! so one implementation serves the root and the HTTP contexts.
 
 use super::metrics::Metrics;
-use crate::coalesce::upstream::UpstreamRequest;
 use crate::effects::counters::Counter;
-use crate::effects::host::{Host, LogLevel, Refused, RequestHost};
+use crate::effects::host::{Callout, Host, LogLevel, Refused, RequestHost};
 use crate::effects::store::{SharedStore, StoreError};
 use crate::worker::shared_fetch::FetchResult;
 use proxy_wasm::hostcalls;
@@ -57,7 +56,7 @@ impl Host for Envoy<'_> {
         hostcalls::enqueue_shared_queue(queue, Some(message)).is_ok()
     }
 
-    fn dispatch(&self, request: &UpstreamRequest, timeout_ms: u64) -> Result<u32, Refused> {
+    fn dispatch(&self, request: &Callout, timeout_ms: u64) -> Result<u32, Refused> {
         let headers: Vec<(&str, &str)> = request
             .headers
             .iter()

@@ -2,6 +2,7 @@
 //! a cache key or the reason to pass the request through.
 
 use crate::config::Config;
+use crate::invalidate::tags::OperationTags;
 use crate::request::bypass::Bypass;
 use crate::request::canonical::{canonicalize, CanonicalError, CanonicalOperation, OperationKind};
 use crate::request::http::{
@@ -10,6 +11,7 @@ use crate::request::http::{
 use crate::request::key::{build_key, CacheKey, KeyContext};
 use crate::request::memo::MemoInput;
 use crate::request::rules::{request_policy, RequestPolicy, RouteOverride, Scope};
+use std::rc::Rc;
 
 /// What the filter read from the request headers. Owned bytes: header values need not be UTF-8.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -43,10 +45,12 @@ pub struct Classified {
 }
 
 /// What the filter keeps of a classification: small enough to memoize.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Decided {
     pub key: CacheKey,
     pub policy: RequestPolicy,
+    /// What the operation contributes to its entry's tags.
+    pub operation: Rc<OperationTags>,
 }
 
 impl From<Classified> for Decided {
@@ -54,6 +58,10 @@ impl From<Classified> for Decided {
         Decided {
             key: c.key,
             policy: c.policy,
+            operation: Rc::new(OperationTags {
+                name: c.operation.name,
+                root_fields: c.operation.root_fields,
+            }),
         }
     }
 }

@@ -7,29 +7,34 @@ use crate::effects::counters::Counter;
 use crate::effects::host::Host;
 use crate::request::key::CacheKey;
 use crate::worker::state::{Outcome, Plugin, Worker};
+use crate::worker::store::Stored;
 use std::cell::RefCell;
 
 pub const CACHE_HEADER: &str = "x-cache";
 pub const KEY_HEADER: &str = "x-cache-key";
 pub const REASON_HEADER: &str = "x-cache-reason";
+pub const TAGS_HEADER: &str = "x-cache-tags";
 
-/// How an answer is labelled: the `x-cache` value, and the debug reason.
+/// How an answer is labelled: the `x-cache` value, and for debugging the reason and the tags.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Label {
+pub struct Label<'a> {
     pub cache: &'static str,
     pub reason: Option<&'static str>,
+    pub tags: &'a str,
 }
 
-impl Label {
-    pub const COALESCED: Label = Label {
+impl Label<'_> {
+    pub const COALESCED: Label<'static> = Label {
         cache: "COALESCED",
         reason: None,
+        tags: "",
     };
 
-    pub fn miss(not_stored: Option<&'static str>) -> Label {
+    pub fn miss(stored: &Stored) -> Label<'_> {
         Label {
             cache: "MISS",
-            reason: not_stored,
+            reason: stored.not_stored,
+            tags: &stored.tags,
         }
     }
 }
@@ -41,7 +46,7 @@ pub fn answer(
     host: &impl Host,
     context: u32,
     response: &Response,
-    label: Label,
+    label: Label<'_>,
     key: &CacheKey,
 ) {
     worker
@@ -49,7 +54,7 @@ pub fn answer(
         .outcomes
         .insert(context, Outcome::Answered);
     let hex;
-    let mut headers: Vec<(&str, &str)> = Vec::with_capacity(response.headers.len() + 3);
+    let mut headers: Vec<(&str, &str)> = Vec::with_capacity(response.headers.len() + 4);
     headers.extend(
         response
             .headers
@@ -63,9 +68,12 @@ pub fn answer(
         if let Some(r) = label.reason {
             headers.push((REASON_HEADER, r));
         }
+        if !label.tags.is_empty() {
+            headers.push((TAGS_HEADER, label.tags));
+        }
     }
     if host.answer(context, response.status, headers, &response.body) {
-        if label == Label::COALESCED {
+        if label.cache == Label::COALESCED.cache {
             host.count(Counter::Coalesced);
         }
     } else {

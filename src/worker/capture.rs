@@ -2,11 +2,12 @@
 //! client: decided at the response headers, bounded by `max_entry_bytes`, stored at the end.
 
 use crate::cache::storable::{response_ttl, NotStored};
+use crate::cache::storable::{Answer, Asked};
 use crate::effects::counters::Counter;
 use crate::effects::host::RequestHost;
 use crate::request::key::CacheKey;
 use crate::worker::state::Plugin;
-use crate::worker::store::{store_answer, upstream_status, Answer};
+use crate::worker::store::{store_answer, upstream_status};
 
 #[derive(Debug)]
 pub struct Capture {
@@ -66,12 +67,12 @@ impl Capture {
     }
 
     /// The answer is complete: store it if it may be.
-    pub fn finish(self, plugin: &Plugin, host: &impl RequestHost, key: &CacheKey, ttl: u64) {
+    pub fn finish(self, plugin: &Plugin, host: &impl RequestHost, key: &CacheKey, asked: &Asked) {
         let answer = Answer {
             status: self.status,
             headers: &self.headers,
             body: &self.body,
         };
-        store_answer(plugin, host, key, answer, ttl);
+        store_answer(plugin, host, key, answer, asked);
     }
 }

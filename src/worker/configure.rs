@@ -27,6 +27,9 @@ pub fn configure(
         ensure_queue(worker, host);
         plugin.flights.precreate(host);
     }
+    if plugin.config.invalidation_on() {
+        plugin.purges.precreate(host);
+    }
     Ok(plugin)
 }
 

@@ -2,9 +2,12 @@
 //! serve a hit, join or lead the shared fetch for a miss, label what goes back, and capture a
 //! plain miss for the cache. The host adapter calls one method per Envoy callback.
 
+use crate::cache::storable::Asked;
 use crate::coalesce::sharing::key_names_caller;
+use crate::config::{MutationInvalidation, PurgeApi};
 use crate::effects::counters::Counter;
 use crate::effects::host::RequestHost;
+use crate::invalidate::purge::Refusal;
 use crate::request::bypass::Bypass;
 use crate::request::classify::{
     classify_body, classify_get, classify_headers, handles, memo_input, scope_key, Classified,
@@ -17,8 +20,10 @@ use crate::worker::answer::{CACHE_HEADER, KEY_HEADER, REASON_HEADER};
 use crate::worker::capture::{Capture, Chunk};
 use crate::worker::join::{join, Joined, Miss};
 use crate::worker::lookup::{find, serve};
+use crate::worker::purge::{self, purge_api, AtHeaders};
 use crate::worker::read::{read_head, read_identity, read_route};
 use crate::worker::state::{Outcome, Plugin, Worker};
+use crate::worker::store::upstream_status;
 use crate::worker::watchdog::BodyArrival;
 use std::cell::RefCell;
 
@@ -47,6 +52,14 @@ enum State {
     },
     /// Answered by the filter; the response callbacks must leave it alone.
     Served,
+    /// An authorized purge request, reading its selectors.
+    PurgeBody,
+    /// A mutation going upstream: its answer is read (up to `max_entry_bytes`) for what it
+    /// changed, and purged before its last byte reaches the client.
+    Mutation {
+        body: Option<Vec<u8>>,
+        status: u16,
+    },
 }
 
 /// One request (an HTTP context).
@@ -54,8 +67,8 @@ enum State {
 pub struct Exchange {
     context: u32,
     state: State,
-    /// This request's TTL, from the configuration, its rules and its route.
-    ttl_seconds: u64,
+    /// What this request asked, once it is keyed: its TTL, when it looked up, its operation.
+    asked: Option<Asked>,
 }
 
 /// The pieces of the worker every callback needs.
@@ -70,16 +83,19 @@ impl Exchange {
         Exchange {
             context,
             state: State::Ignored,
-            ttl_seconds: 0,
+            asked: None,
         }
     }
 
     pub fn on_request_headers<H: RequestHost>(&mut self, cx: &Ctx<H>, end_of_stream: bool) -> Flow {
         let config = &cx.plugin.config;
         // Paths the filter does not handle cost one header read, nothing more.
-        if !config.paths.is_empty() {
+        if !config.paths.is_empty() || config.purge.is_some() {
             let path = cx.host.request_header(":path").unwrap_or_default();
-            if !handles(config, &path) {
+            if let Some(api) = purge_api(config, &path) {
+                return self.purge_headers(cx, api, end_of_stream);
+            }
+            if !config.paths.is_empty() && !handles(config, &path) {
                 return Flow::Continue;
             }
         }
@@ -128,7 +144,7 @@ impl Exchange {
         end_of_stream: bool,
     ) -> Flow {
         match self.state {
-            State::AwaitingBody(_) => {
+            State::AwaitingBody(_) | State::PurgeBody => {
                 let arrival = {
                     let mut w = cx.worker.borrow_mut();
                     let released =
@@ -142,6 +158,9 @@ impl Exchange {
             // Decided at the headers (a GET with a body): it stays held until answered or released.
             State::Waiting { .. } | State::Served => return Flow::Pause,
             _ => return Flow::Continue,
+        }
+        if matches!(self.state, State::PurgeBody) {
+            return self.purge_body(cx, body_size, end_of_stream);
         }
         if body_size > cx.plugin.config.max_body_bytes {
             return self.bypass(cx, Bypass::BodyTooLarge);
@@ -162,6 +181,12 @@ impl Exchange {
         // A body that ends in trailers never showed end_of_stream: let it through uninspected.
         if matches!(self.state, State::AwaitingBody(_)) {
             return self.bypass(cx, Bypass::EmptyBody);
+        }
+        if matches!(self.state, State::PurgeBody) {
+            // Never upstream: a purge request is answered here, whatever its shape.
+            self.state = State::Served;
+            purge::refuse(cx.host, &trailers_refused());
+            return Flow::Pause;
         }
         Flow::Continue
     }
@@ -204,6 +229,9 @@ impl Exchange {
                 if cx.plugin.config.debug_headers {
                     cx.host.set_response_header(REASON_HEADER, reason.as_str());
                 }
+                if reason == Bypass::Mutation && !end_of_stream {
+                    self.watch_mutation(cx);
+                }
             }
             State::Missed { .. } => self.label_miss(cx, end_of_stream),
             _ => {}
@@ -217,6 +245,10 @@ impl Exchange {
         body_size: usize,
         end_of_stream: bool,
     ) -> Flow {
+        if let State::Mutation { .. } = self.state {
+            self.mutation_body(cx, body_size, end_of_stream);
+            return Flow::Continue;
+        }
         let State::Missed { key, capture, .. } = &mut self.state else {
             return Flow::Continue;
         };
@@ -228,8 +260,8 @@ impl Exchange {
             return Flow::Continue;
         }
         if end_of_stream {
-            if let Some(c) = capture.take() {
-                c.finish(cx.plugin, cx.host, key, self.ttl_seconds);
+            if let (Some(c), Some(asked)) = (capture.take(), &self.asked) {
+                c.finish(cx.plugin, cx.host, key, asked);
             }
         }
         Flow::Continue
@@ -247,6 +279,7 @@ impl Exchange {
     /// The request ended. A client that left while waiting must not be answered later.
     pub fn on_done(&self, worker: &RefCell<Worker>) {
         if let Ok(mut w) = worker.try_borrow_mut() {
+            w.held_purges.remove(&self.context);
             if matches!(self.state, State::Waiting { .. }) {
                 w.waiters.remove_waiter(self.context);
             }
@@ -292,8 +325,13 @@ impl Exchange {
         body: Option<Vec<u8>>,
     ) -> Flow {
         let key = decided.key;
-        self.ttl_seconds = decided.policy.ttl_seconds;
         let now = cx.host.now_ms();
+        let asked = Asked {
+            ttl_seconds: decided.policy.ttl_seconds,
+            born_ms: now,
+            operation: decided.operation,
+        };
+        self.asked = Some(asked.clone());
         if let Some(entry) = find(cx.plugin, cx.worker, cx.host, &key, now) {
             if serve(cx.plugin, cx.host, &entry, &key, now) {
                 cx.host.count(Counter::Hits);
@@ -309,7 +347,7 @@ impl Exchange {
                 key,
                 head,
                 body,
-                ttl_seconds: self.ttl_seconds,
+                asked,
                 key_names_caller: key_names_caller(decided.policy.scope, &config.vary_headers),
                 now,
             };
@@ -336,7 +374,8 @@ impl Exchange {
         if debug {
             cx.host.set_response_header(KEY_HEADER, &key.hex());
         }
-        let not_stored = match Capture::start(cx.plugin, cx.host, self.ttl_seconds, end_of_stream) {
+        let ttl = self.asked.as_ref().map_or(0, |a| a.ttl_seconds);
+        let not_stored = match Capture::start(cx.plugin, cx.host, ttl, end_of_stream) {
             Ok(capture) => {
                 self.state = State::Missed {
                     key,
@@ -356,6 +395,101 @@ impl Exchange {
     }
 }
 
+impl Exchange {
+    /// A request to the purge API: refused here, or held for its selectors.
+    fn purge_headers<H: RequestHost>(
+        &mut self,
+        cx: &Ctx<H>,
+        api: &PurgeApi,
+        end_of_stream: bool,
+    ) -> Flow {
+        self.state = State::Served;
+        if purge::at_headers(api, cx.host, end_of_stream) == AtHeaders::Answered {
+            return Flow::Pause;
+        }
+        self.state = State::PurgeBody;
+        let mut w = cx.worker.borrow_mut();
+        w.held_purges.insert(self.context);
+        if w.watchdog.watching() {
+            drop(w);
+            let now = cx.host.now_ms();
+            cx.worker.borrow_mut().watchdog.hold(self.context, now);
+        }
+        Flow::Pause
+    }
+
+    fn purge_body<H: RequestHost>(&mut self, cx: &Ctx<H>, size: usize, end: bool) -> Flow {
+        if size > cx.plugin.config.max_body_bytes {
+            self.state = State::Served;
+            purge::refuse(cx.host, &too_large());
+            return Flow::Pause;
+        }
+        if !end {
+            return Flow::Pause;
+        }
+        self.state = State::Served;
+        cx.worker.borrow_mut().held_purges.remove(&self.context);
+        let body = cx.host.request_body(size).unwrap_or_default();
+        purge::with_body(cx.plugin, cx.worker, cx.host, &body);
+        Flow::Pause
+    }
+
+    fn watch_mutation<H: RequestHost>(&mut self, cx: &Ctx<H>) {
+        if cx.plugin.config.mutation_invalidation == MutationInvalidation::Off {
+            return;
+        }
+        let headers = cx.host.response_headers();
+        let status = upstream_status(&headers).unwrap_or(0);
+        if status == 200 {
+            self.state = State::Mutation {
+                body: Some(Vec::new()),
+                status,
+            };
+        }
+    }
+
+    fn mutation_body<H: RequestHost>(&mut self, cx: &Ctx<H>, size: usize, end: bool) {
+        let State::Mutation { body, status } = &mut self.state else {
+            return;
+        };
+        let Some(buffer) = body else { return };
+        // Bounded like a stored entry; a larger answer is not read (and purges nothing).
+        if buffer.len().saturating_add(size) > cx.plugin.config.max_entry_bytes {
+            *body = None;
+            return;
+        }
+        if size > 0 {
+            if let Some(chunk) = cx.host.response_body(size) {
+                buffer.extend_from_slice(&chunk);
+            }
+        }
+        if !end {
+            return;
+        }
+        let config = &cx.plugin.config;
+        if let Some(targets) = purge::mutation_targets(config, *status, buffer) {
+            if purge::apply(cx.plugin, cx.worker, cx.host, &targets).is_ok() {
+                cx.host.count(Counter::MutationPurges);
+            }
+        }
+        *body = None;
+    }
+}
+
+fn too_large() -> Refusal {
+    Refusal {
+        status: 413,
+        message: "the purge body is larger than max_body_bytes".into(),
+    }
+}
+
+fn trailers_refused() -> Refusal {
+    Refusal {
+        status: 400,
+        message: "a purge body must not end in trailers".into(),
+    }
+}
+
 /// Classifies through the per-worker memo: an identical recent request is not parsed again.
 fn decide<H: RequestHost>(
     cx: &Ctx<H>,
@@ -368,6 +502,6 @@ fn decide<H: RequestHost>(
         return known;
     }
     let decided = classify().map(Decided::from);
-    cx.worker.borrow_mut().memo.insert(input, decided);
+    cx.worker.borrow_mut().memo.insert(input, decided.clone());
     decided
 }

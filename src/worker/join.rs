@@ -1,8 +1,9 @@
 //! A miss joins the wait for its key: this worker's wait if there is one, else the cross-worker
 //! flight (following another worker's fetch, or leading a new one).
 
+use crate::cache::storable::Asked;
 use crate::coalesce::flights::Join;
-use crate::coalesce::upstream::{SharedFetch, UpstreamRequest};
+use crate::coalesce::upstream::{upstream_request, SharedFetch};
 use crate::coalesce::waiters::LocalJoin;
 use crate::effects::counters::Counter;
 use crate::effects::host::RequestHost;
@@ -28,7 +29,7 @@ pub struct Miss<'a> {
     pub key: CacheKey,
     pub head: &'a RequestHead,
     pub body: Option<Vec<u8>>,
-    pub ttl_seconds: u64,
+    pub asked: Asked,
     pub key_names_caller: bool,
     pub now: u64,
 }
@@ -54,7 +55,7 @@ pub fn join(
     let Some(cluster) = fetch_cluster(config, host, miss.head) else {
         return Joined::Alone;
     };
-    let Some(request) = UpstreamRequest::from_request(cluster, miss.head, miss.body) else {
+    let Some(request) = upstream_request(cluster, miss.head, miss.body) else {
         return Joined::Alone;
     };
     let (id, queue) = {
@@ -75,7 +76,7 @@ pub fn join(
                 w.pending.push(SharedFetch {
                     key,
                     request,
-                    ttl_seconds: miss.ttl_seconds,
+                    asked: miss.asked,
                     dispatched_ms: 0,
                     key_names_caller: miss.key_names_caller,
                 });

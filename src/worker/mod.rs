@@ -14,6 +14,7 @@ pub mod exchange;
 pub mod followers;
 pub mod join;
 pub mod lookup;
+pub mod purge;
 pub mod read;
 pub mod shared_fetch;
 pub mod state;

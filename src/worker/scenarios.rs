@@ -597,3 +597,194 @@ fn a_bad_configuration_is_refused_with_the_field_named() {
     let logs = host.logs.borrow();
     assert!(logs[0].1.contains("ttl_seconds"), "{logs:?}");
 }
+
+const PURGING: &str =
+    r#"{"debug_headers":true,"purge_path":"/purge","purge_token":"0123456789abcdef"}"#;
+const USER: &str = r#"{"query":"query GetUser { user(id: 1) { __typename id name } }"}"#;
+const USER_ANSWER: &str = r#"{"data":{"user":{"__typename":"User","id":"1","name":"Alice"}}}"#;
+
+impl Node {
+    /// A purge request with `token` and `body`, answered by the filter.
+    fn purge(&self, context: u32, token: &str, body: &str) -> Reply {
+        self.host.context.set(context);
+        let auth = format!("Bearer {token}");
+        *self.host.request_headers.borrow_mut() = [
+            (":method", "POST"),
+            (":path", "/purge"),
+            ("authorization", auth.as_str()),
+            ("content-type", "application/json"),
+        ]
+        .iter()
+        .map(|(n, v)| (n.to_string(), v.as_bytes().to_vec()))
+        .collect();
+        *self.host.request_body.borrow_mut() = body.as_bytes().to_vec();
+        let mut x = Exchange::new(context);
+        if x.on_request_headers(&self.cx(), false) == Flow::Pause
+            && self.host.reply_to(context).is_none()
+        {
+            assert_eq!(x.on_request_body(&self.cx(), body.len(), true), Flow::Pause);
+        }
+        self.reply(context)
+    }
+
+    /// Stores `answer` for `body` through a led fetch; returns the MISS reply.
+    fn fill(&self, context: u32, body: &str, answer: &str) -> Reply {
+        assert_eq!(self.post(context, body, &[]).1, Flow::Pause);
+        self.deliver_queue();
+        let token = *self.tokens().last().unwrap();
+        self.callout_answers(token, ok(answer));
+        self.reply(context)
+    }
+
+    fn hits(&self, context: u32, body: &str) -> bool {
+        self.post(context, body, &[]);
+        self.host
+            .reply_to(context)
+            .is_some_and(|r| r.header("x-cache") == Some("HIT"))
+    }
+}
+
+#[test]
+fn entries_are_tagged_from_their_answer() {
+    let (a, b) = envoy(PURGING);
+    let miss = a.fill(1, USER, USER_ANSWER);
+    let tags = "operation:GetUser,field:user,type:User,entity:User:1";
+    assert_eq!(miss.header("x-cache-tags"), Some(tags));
+    assert!(b.hits(2, USER));
+    assert_eq!(b.reply(2).header("x-cache-tags"), Some(tags));
+}
+
+#[test]
+fn a_purge_is_seen_by_every_worker_hot_copies_included() {
+    for selector in [
+        r#"[{"kind":"entity","type":"User","id":1}]"#,
+        r#"[{"kind":"type","type":"User"}]"#,
+        r#"[{"kind":"operation","name":"GetUser"}]"#,
+        r#"[{"kind":"field","name":"user"}]"#,
+        r#"[{"kind":"all"}]"#,
+    ] {
+        let (a, b) = envoy(PURGING);
+        a.fill(1, USER, USER_ANSWER);
+        a.fill(2, QUERY, ANSWER);
+        // Both workers hold hot copies of both entries.
+        assert!(a.hits(3, USER) && b.hits(4, USER) && b.hits(5, QUERY));
+        let reply = a.purge(6, "0123456789abcdef", selector);
+        assert_eq!(
+            (reply.status, reply.body.as_slice()),
+            (200, &br#"{"purged":1}"#[..])
+        );
+        a.host.advance(1);
+        assert!(!b.hits(7, USER), "{selector}: purged on the other worker");
+        assert!(!a.hits(8, USER), "{selector}: and on this one");
+        let other_kept = b.hits(9, QUERY);
+        assert_eq!(other_kept, !selector.contains("all"), "{selector}");
+        assert!(b.host.counted(Counter::PurgedMisses) >= 1);
+    }
+}
+
+#[test]
+fn bad_purges_change_nothing() {
+    let (a, b) = envoy(PURGING);
+    a.fill(1, USER, USER_ANSWER);
+    let wrong = a.purge(2, "0123456789abcdeX", r#"[{"kind":"all"}]"#);
+    assert_eq!(wrong.status, 401);
+    assert_eq!(wrong.header("www-authenticate"), Some("Bearer"));
+    let bad = a.purge(3, "0123456789abcdef", r#"[{"kind":"all"},{"kind":"nope"}]"#);
+    assert_eq!(bad.status, 400);
+    assert!(String::from_utf8_lossy(&bad.body).contains("selector 1"));
+    assert!(b.hits(4, USER), "nothing purged");
+    assert_eq!(a.host.counted(Counter::PurgeRejected), 2);
+    assert_eq!(a.host.counted(Counter::Purges), 0);
+    assert!(
+        a.host.dispatched.borrow().len() == 1,
+        "purges never go upstream"
+    );
+}
+
+#[test]
+fn a_fetch_in_flight_during_a_purge_is_not_stored_as_fresh() {
+    let (a, b) = envoy(PURGING);
+    a.post(1, USER, &[]);
+    a.deliver_queue();
+    let token = a.tokens()[0];
+    // The origin read the old data; the purge lands before its answer does.
+    a.host.advance(5);
+    assert_eq!(
+        b.purge(
+            2,
+            "0123456789abcdef",
+            r#"[{"kind":"entity","type":"User","id":"1"}]"#
+        )
+        .status,
+        200
+    );
+    a.host.advance(5);
+    a.callout_answers(token, ok(USER_ANSWER));
+    assert_eq!(a.reply(1).header("x-cache"), Some("MISS"));
+    assert!(
+        !b.hits(3, USER),
+        "the old answer is not served after the purge"
+    );
+    assert!(!a.hits(4, USER));
+}
+
+#[test]
+fn a_soft_purge_leaves_a_stale_entry() {
+    let (a, b) = envoy(PURGING);
+    a.fill(1, USER, USER_ANSWER);
+    let reply = a.purge(
+        2,
+        "0123456789abcdef",
+        r#"[{"kind":"entity","type":"User","id":"1","soft":true}]"#,
+    );
+    assert_eq!(reply.status, 200);
+    a.host.advance(1);
+    assert!(!b.hits(3, USER));
+    assert_eq!(b.host.counted(Counter::StaleMisses), 1);
+    assert_eq!(b.host.counted(Counter::PurgedMisses), 0);
+}
+
+#[test]
+fn a_mutation_purges_the_entities_it_returns() {
+    let (a, b) = envoy(PURGING);
+    a.fill(1, USER, USER_ANSWER);
+    let other = r#"{"query":"{ user(id: 2) { __typename id name } }"}"#;
+    a.fill(
+        2,
+        other,
+        r#"{"data":{"user":{"__typename":"User","id":"2","name":"Bob"}}}"#,
+    );
+    let mutation =
+        r#"{"query":"mutation { updateUser(id: 1, name: \"A\") { __typename id name } }"}"#;
+    let (mut x, flow) = b.post(3, mutation, &[]);
+    assert_eq!(flow, Flow::Continue, "the mutation goes upstream untouched");
+    *b.host.response_headers.borrow_mut() = vec![
+        (":status".into(), b"200".to_vec()),
+        ("content-type".into(), b"application/json".to_vec()),
+    ];
+    x.on_response_headers(&b.cx(), false);
+    let answer = r#"{"data":{"updateUser":{"__typename":"User","id":"1","name":"A"}}}"#;
+    *b.host.response_chunk.borrow_mut() = answer.as_bytes().to_vec();
+    x.on_response_body(&b.cx(), answer.len(), true);
+    assert_eq!(b.host.counted(Counter::MutationPurges), 1);
+    a.host.advance(1);
+    assert!(!a.hits(4, USER), "the changed entity is purged");
+    assert!(a.hits(5, other), "other entities stay");
+}
+
+#[test]
+fn a_held_purge_whose_body_never_comes_is_refused_not_sent_upstream() {
+    let (a, _b) = envoy(PURGING);
+    a.host.context.set(1);
+    *a.host.request_headers.borrow_mut() = vec![
+        (":method".into(), b"POST".to_vec()),
+        (":path".into(), b"/purge".to_vec()),
+        ("authorization".into(), b"Bearer 0123456789abcdef".to_vec()),
+    ];
+    let mut x = Exchange::new(1);
+    assert_eq!(x.on_request_headers(&a.cx(), false), Flow::Pause);
+    a.host.advance(1000);
+    a.tick();
+    assert!(a.host.resumed.borrow().is_empty());
+    assert_eq!(a.reply(1).status, 503);
+}

@@ -2,6 +2,7 @@
 //! and when the answer (or a failure) comes back it stores it if it may, tells watching workers,
 //! and answers or releases this worker's waiters.
 
+use crate::cache::storable::Answer;
 use crate::coalesce::relay::Response;
 use crate::coalesce::sharing::followers_may_share;
 use crate::coalesce::upstream::SharedFetch;
@@ -11,7 +12,7 @@ use crate::effects::host::Host;
 use crate::request::key::CacheKey;
 use crate::worker::answer::{answer, release, Label};
 use crate::worker::state::{Plugin, Worker};
-use crate::worker::store::{store_answer, upstream_status, Answer};
+use crate::worker::store::{store_answer, upstream_status, Stored};
 use std::cell::RefCell;
 
 /// What came back for a callout.
@@ -29,6 +30,13 @@ pub enum FetchResult {
 const RESET_MESSAGE: &str =
     "upstream connect error or disconnect/reset before headers. reset reason: connection termination";
 const REFUSED_MESSAGE: &str = "upstream connect error: the shared fetch could not be sent";
+
+fn fetch_failed() -> Stored {
+    Stored {
+        not_stored: Some("fetch-failed"),
+        tags: String::new(),
+    }
+}
 
 /// Asks the root to dispatch what this worker's requests claimed (a callout made by a request
 /// dies with that request).
@@ -60,14 +68,7 @@ pub fn dispatch_pending(plugin: &Plugin, worker: &RefCell<Worker>, host: &impl H
     for fetch in refused {
         host.count(Counter::FetchFailures);
         let failure = Response::failure(503, REFUSED_MESSAGE);
-        finish(
-            plugin,
-            worker,
-            host,
-            &fetch,
-            Ok(failure),
-            Some("fetch-failed"),
-        );
+        finish(plugin, worker, host, &fetch, Ok(failure), &fetch_failed());
     }
 }
 
@@ -86,14 +87,7 @@ pub fn on_fetch_response(
         FetchResult::Reset => {
             host.count(Counter::FetchFailures);
             let failure = Response::failure(503, RESET_MESSAGE);
-            finish(
-                plugin,
-                worker,
-                host,
-                &fetch,
-                Ok(failure),
-                Some("fetch-failed"),
-            );
+            finish(plugin, worker, host, &fetch, Ok(failure), &fetch_failed());
             return;
         }
         FetchResult::Answer { headers, body } => (headers, body),
@@ -108,21 +102,21 @@ pub fn on_fetch_response(
         headers: &headers,
         body: &body,
     };
-    let not_stored = store_answer(plugin, host, &fetch.key, answer_in, fetch.ttl_seconds);
+    let stored = store_answer(plugin, host, &fetch.key, answer_in, &fetch.asked);
     let response = Response::from_upstream(status, headers, body).map_err(|_| ());
-    finish(plugin, worker, host, &fetch, response, not_stored);
+    finish(plugin, worker, host, &fetch, response, &stored);
 }
 
 /// Ends a flight: tells watching workers, then answers (or releases) this worker's waiters.
 /// `response` is `Err` when the answer cannot be relayed; everyone then goes upstream.
-/// `not_stored` is shown to the leader in the debug header.
+/// What storing did is shown to the leader in the debug headers.
 fn finish(
     plugin: &Plugin,
     worker: &RefCell<Worker>,
     host: &impl Host,
     fetch: &SharedFetch,
     response: Result<Response, ()>,
-    not_stored: Option<&'static str>,
+    stored: &Stored,
 ) {
     let now = host.now_ms();
     let config = &plugin.config;
@@ -150,7 +144,7 @@ fn finish(
                 host,
                 ctx,
                 r,
-                Label::miss(not_stored),
+                Label::miss(stored),
                 &fetch.key,
             ),
             Ok(r) if for_followers(r) => {

@@ -8,12 +8,13 @@ use crate::coalesce::flights::FlightTable;
 use crate::coalesce::upstream::SharedFetch;
 use crate::coalesce::waiters::LocalFlights;
 use crate::config::Config;
+use crate::invalidate::marks::{PurgeTable, PurgeView};
 use crate::request::bypass::Bypass;
 use crate::request::classify::Decided;
 use crate::request::key::CacheKey;
 use crate::request::memo::Memo;
 use crate::worker::watchdog::BodyWatchdog;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 /// Requests larger than this are classified every time rather than memoized, which bounds the
 /// memo at `key_memo_entries` x 8 KiB per worker.
@@ -27,6 +28,7 @@ pub struct Plugin {
     pub config: Config,
     pub table: SlotTable,
     pub flights: FlightTable,
+    pub purges: PurgeTable,
 }
 
 impl Plugin {
@@ -34,6 +36,7 @@ impl Plugin {
         Plugin {
             table: SlotTable::new(config.cache_slots),
             flights: FlightTable::new(config.flight_slots),
+            purges: PurgeTable::new(config.tag_slots),
             config,
         }
     }
@@ -79,8 +82,13 @@ pub struct Worker {
     pub watchdog: BodyWatchdog,
     /// Raw request bytes to classification.
     pub memo: Memo<Result<Decided, Bypass>>,
-    /// Recently served entries, in front of shared data.
+    /// Recently served entries, in front of shared data. Emptied whenever the purge epoch moves,
+    /// so every copy here was checked against the marks in force.
     pub hot: HotCache,
+    /// The purge marks as last read.
+    pub purges: PurgeView,
+    /// Held purge requests: the body watchdog answers these rather than let them go upstream.
+    pub held_purges: HashSet<u32>,
 }
 
 impl Worker {
@@ -96,6 +104,8 @@ impl Worker {
             watchdog: BodyWatchdog::default(),
             memo: Memo::new(config.key_memo_entries, MEMO_MAX_INPUT),
             hot: HotCache::new(config.local_cache_bytes),
+            purges: PurgeView::default(),
+            held_purges: HashSet::new(),
         }
     }
 
@@ -103,5 +113,6 @@ impl Worker {
     pub fn reconfigure(&mut self, config: &Config) {
         self.memo = Memo::new(config.key_memo_entries, MEMO_MAX_INPUT);
         self.hot = HotCache::new(config.local_cache_bytes);
+        self.purges = PurgeView::default();
     }
 }

@@ -1,18 +1,12 @@
 //! Storing an upstream answer in the cache: the one place, for the shared fetch and for a plain
 //! miss captured as it streamed to its client.
 
-use crate::cache::storable::storable_entry;
+use crate::cache::entry::Entry;
+use crate::cache::storable::{storable_entry, Answer, Asked, Stamp};
 use crate::effects::counters::Counter;
 use crate::effects::host::Host;
 use crate::request::key::CacheKey;
 use crate::worker::state::Plugin;
-
-/// An upstream answer, complete.
-pub struct Answer<'a> {
-    pub status: u16,
-    pub headers: &'a [(String, Vec<u8>)],
-    pub body: &'a [u8],
-}
 
 /// The `:status` of an upstream answer's headers (`None` when missing or not a number).
 pub fn upstream_status(headers: &[(String, Vec<u8>)]) -> Option<u16> {
@@ -22,6 +16,24 @@ pub fn upstream_status(headers: &[(String, Vec<u8>)]) -> Option<u16> {
         .and_then(|(_, v)| std::str::from_utf8(v).ok()?.parse().ok())
 }
 
+/// What storing did, for the debug headers.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Stored {
+    /// Why the answer was not stored (`None`: stored).
+    pub not_stored: Option<&'static str>,
+    /// The stored entry's tags, comma-separated (with `debug_headers` only).
+    pub tags: String,
+}
+
+impl Stored {
+    fn not(why: &'static str) -> Stored {
+        Stored {
+            not_stored: Some(why),
+            tags: String::new(),
+        }
+    }
+}
+
 /// Stores the answer under `key` if policy allows, counting what happened; otherwise says why
 /// not (the debug reason).
 pub fn store_answer(
@@ -29,23 +41,20 @@ pub fn store_answer(
     host: &impl Host,
     key: &CacheKey,
     answer: Answer<'_>,
-    ttl_seconds: u64,
-) -> Option<&'static str> {
+    asked: &Asked,
+) -> Stored {
     let now = host.now_ms();
-    let entry = storable_entry(
-        key,
-        answer.status,
-        answer.headers,
-        answer.body,
-        &plugin.config,
-        ttl_seconds,
-        now,
-    );
+    let stamp = Stamp {
+        born_ms: asked.born_ms,
+        now_ms: now,
+        operation: &asked.operation,
+    };
+    let entry = storable_entry(key, &answer, &plugin.config, asked.ttl_seconds, &stamp);
     let bytes = match entry {
         Ok(bytes) => bytes,
         Err(why) => {
             host.count(Counter::StoreSkipped);
-            return Some(why.as_str());
+            return Stored::not(why.as_str());
         }
     };
     match plugin.table.insert(host, key, &bytes, now) {
@@ -54,11 +63,17 @@ pub fn store_answer(
             if stored.evicted {
                 host.count(Counter::Evictions);
             }
-            None
+            let tags = Entry::decode(&bytes)
+                .map(|e| e.tags.to_string())
+                .unwrap_or_default();
+            Stored {
+                not_stored: None,
+                tags,
+            }
         }
         Err(_) => {
             host.count(Counter::StoreFailures);
-            Some("store-failed")
+            Stored::not("store-failed")
         }
     }
 }
@@ -67,6 +82,16 @@ pub fn store_answer(
 mod tests {
     use super::*;
     use crate::cache::table::Lookup;
+    use crate::invalidate::tags::OperationTags;
+    use std::rc::Rc;
+
+    fn asked() -> Asked {
+        Asked {
+            ttl_seconds: 60,
+            born_ms: 0,
+            operation: Rc::new(OperationTags::default()),
+        }
+    }
     use crate::effects::fake::FakeHost;
 
     fn json() -> Vec<(String, Vec<u8>)> {
@@ -94,7 +119,10 @@ mod tests {
             headers: &headers,
             body: br#"{"data":{}}"#,
         };
-        assert_eq!(store_answer(&plugin, &host, &key, ok, 60), None);
+        assert_eq!(
+            store_answer(&plugin, &host, &key, ok, &asked()).not_stored,
+            None
+        );
         assert_eq!(host.counted(Counter::Stores), 1);
         let now = host.now_ms();
         assert!(matches!(
@@ -107,7 +135,7 @@ mod tests {
             body: br#"{"errors":[]}"#,
         };
         assert_eq!(
-            store_answer(&plugin, &host, &key, errors, 60),
+            store_answer(&plugin, &host, &key, errors, &asked()).not_stored,
             Some("graphql-errors")
         );
         assert_eq!(host.counted(Counter::StoreSkipped), 1);
@@ -128,9 +156,9 @@ mod tests {
             &host,
             &CacheKey { digest: [2; 32] },
             answer,
-            60,
+            &asked(),
         );
-        assert_eq!(why, Some("store-failed"));
+        assert_eq!(why.not_stored, Some("store-failed"));
         assert_eq!(host.counted(Counter::StoreFailures), 1);
     }
 }

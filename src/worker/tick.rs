@@ -35,7 +35,20 @@ fn release_hung_bodies(worker: &RefCell<Worker>, host: &impl Host, now: u64) {
         host.log(LogLevel::Error, OPTION_OFF_LOG);
     }
     for context in hung.contexts {
-        release(worker, host, context, "body-not-delivered");
+        // A purge request never goes upstream: it is refused instead.
+        if worker.borrow_mut().held_purges.remove(&context) {
+            let body =
+                br#"{"error":"the purge body never arrived: set allow_on_headers_stop_iteration"}"#;
+            host.count(Counter::PurgeRejected);
+            host.answer(
+                context,
+                503,
+                vec![("content-type", "application/json")],
+                body,
+            );
+        } else {
+            release(worker, host, context, "body-not-delivered");
+        }
     }
 }
 

@@ -1,0 +1,213 @@
+//! Tags: what an entry is about, read from the request and the answer the origin sent (no query
+//! rewriting). `Type` for every object in `data` with a `__typename`, `Type:<id>` when it also has
+//! its key field(s), plus the operation name and the top-level fields of the query.
+//!
+//! Tags are written with a kind prefix (`type:User`, `entity:User:1`, `operation:GetUser`,
+//! `field:users`), so a type and a field of the same name never share a tag.
+
+use serde_json::Value;
+use std::collections::HashMap;
+
+/// The most tags an entry keeps; coarse ones first (operation, fields, types, then entities),
+/// so a purge of something coarse always reaches an entry that had too many entities to list.
+pub const MAX_TAGS: usize = 64;
+/// Objects visited in one answer before tagging stops (bounds the work on huge answers).
+const MAX_OBJECTS: usize = 10_000;
+const TYPENAME: &str = "__typename";
+
+/// Which fields identify an object of a type; `default` for types not listed (`["id"]`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeyFields {
+    pub by_type: HashMap<String, Vec<String>>,
+    pub default: Vec<String>,
+}
+
+impl Default for KeyFields {
+    fn default() -> Self {
+        KeyFields {
+            by_type: HashMap::new(),
+            default: vec!["id".to_string()],
+        }
+    }
+}
+
+impl KeyFields {
+    fn of(&self, typename: &str) -> &[String] {
+        self.by_type.get(typename).unwrap_or(&self.default)
+    }
+}
+
+/// What the request contributes to its entry's tags (kept from classification).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct OperationTags {
+    pub name: Option<String>,
+    pub root_fields: Vec<String>,
+}
+
+pub fn type_tag(typename: &str) -> String {
+    format!("type:{typename}")
+}
+
+pub fn entity_tag(typename: &str, id: &str) -> String {
+    format!("entity:{typename}:{id}")
+}
+
+pub fn operation_tag(name: &str) -> String {
+    format!("operation:{name}")
+}
+
+pub fn field_tag(name: &str) -> String {
+    format!("field:{name}")
+}
+
+/// What the answer's `data` names: types and entities, each once, in order of appearance.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Found {
+    pub types: Vec<String>,
+    /// `(type, id)`
+    pub entities: Vec<(String, String)>,
+}
+
+/// Reads the types and entities of a GraphQL answer. `None` when the body is not a JSON object
+/// or has no `data` object.
+pub fn find_in_answer(body: &[u8], key_fields: &KeyFields) -> Option<Found> {
+    let answer: Value = serde_json::from_slice(body).ok()?;
+    let data = answer.get("data")?;
+    if !data.is_object() {
+        return None;
+    }
+    let mut found = Found::default();
+    let mut stack = vec![data];
+    let mut visited = 0;
+    while let Some(value) = stack.pop() {
+        match value {
+            Value::Object(map) => {
+                visited += 1;
+                if visited > MAX_OBJECTS {
+                    break;
+                }
+                if let Some(Value::String(t)) = map.get(TYPENAME) {
+                    note(&mut found, t, map, key_fields);
+                }
+                // Reversed, so that the stack visits fields in document order.
+                stack.extend(map.values().rev());
+            }
+            Value::Array(items) => stack.extend(items.iter().rev()),
+            _ => {}
+        }
+    }
+    Some(found)
+}
+
+fn note(
+    found: &mut Found,
+    typename: &str,
+    object: &serde_json::Map<String, Value>,
+    key_fields: &KeyFields,
+) {
+    if !found.types.iter().any(|t| t == typename) {
+        found.types.push(typename.to_string());
+    }
+    if let Some(id) = object_id(object, key_fields.of(typename)) {
+        if !found
+            .entities
+            .iter()
+            .any(|(t, i)| t == typename && *i == id)
+        {
+            found.entities.push((typename.to_string(), id));
+        }
+    }
+}
+
+/// The object's id: its key fields' values as JSON scalars in text (`1` and `"1"` alike), joined
+/// by `:` when there are several. `None` when any is missing or not a scalar.
+fn object_id(object: &serde_json::Map<String, Value>, fields: &[String]) -> Option<String> {
+    let parts: Option<Vec<String>> = fields.iter().map(|f| scalar_text(object.get(f)?)).collect();
+    let parts = parts?;
+    (!parts.is_empty()).then(|| parts.join(":"))
+}
+
+pub fn scalar_text(value: &Value) -> Option<String> {
+    match value {
+        Value::String(s) => Some(s.clone()),
+        Value::Number(n) => Some(n.to_string()),
+        Value::Bool(b) => Some(b.to_string()),
+        _ => None,
+    }
+}
+
+/// An entry's tags: the operation's, then what its answer names, coarse first, at most
+/// [`MAX_TAGS`].
+pub fn entry_tags(operation: Option<&str>, root_fields: &[String], found: &Found) -> Vec<String> {
+    let mut tags = Vec::new();
+    tags.extend(operation.map(operation_tag));
+    tags.extend(root_fields.iter().map(|f| field_tag(f)));
+    tags.extend(found.types.iter().map(|t| type_tag(t)));
+    tags.extend(found.entities.iter().map(|(t, id)| entity_tag(t, id)));
+    tags.dedup();
+    tags.truncate(MAX_TAGS);
+    tags
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const ANSWER: &str = r#"{"data":{"user":{"__typename":"User","id":"1","name":"A",
+        "posts":[{"__typename":"Post","id":7,"author":{"__typename":"User","id":"2"}},
+                 {"__typename":"Post","id":"7"}]},
+        "stats":{"count":3}}}"#;
+
+    #[test]
+    fn types_and_entities_in_document_order_ids_as_text() {
+        let found = find_in_answer(ANSWER.as_bytes(), &KeyFields::default()).unwrap();
+        assert_eq!(found.types, vec!["User", "Post"]);
+        assert_eq!(
+            found.entities,
+            vec![
+                ("User".to_string(), "1".to_string()),
+                ("Post".to_string(), "7".to_string()),
+                ("User".to_string(), "2".to_string()),
+            ],
+            "7 and \"7\" are one entity"
+        );
+    }
+
+    #[test]
+    fn key_fields_per_type() {
+        let mut kf = KeyFields::default();
+        kf.by_type
+            .insert("Post".into(), vec!["id".into(), "missing".into()]);
+        kf.by_type.insert("User".into(), vec!["name".into()]);
+        let found = find_in_answer(ANSWER.as_bytes(), &kf).unwrap();
+        assert_eq!(found.entities, vec![("User".into(), "A".into())]);
+        assert_eq!(found.types, vec!["User", "Post"], "still typed");
+    }
+
+    #[test]
+    fn no_data_no_tags() {
+        let kf = KeyFields::default();
+        assert_eq!(find_in_answer(b"nope", &kf), None);
+        assert_eq!(find_in_answer(br#"{"data":null}"#, &kf), None);
+        assert_eq!(
+            find_in_answer(br#"{"data":{"a":[1,2,{"b":true}]}}"#, &kf),
+            Some(Found::default())
+        );
+    }
+
+    #[test]
+    fn entry_tags_are_bounded_coarse_first() {
+        let mut found = Found::default();
+        found.types.push("User".into());
+        for i in 0..100 {
+            found.entities.push(("User".into(), i.to_string()));
+        }
+        let tags = entry_tags(Some("GetUsers"), &["users".to_string()], &found);
+        assert_eq!(tags.len(), MAX_TAGS);
+        assert_eq!(
+            &tags[..3],
+            &["operation:GetUsers", "field:users", "type:User"]
+        );
+        assert_eq!(tags[3], "entity:User:0");
+    }
+}
