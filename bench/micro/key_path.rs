@@ -268,7 +268,7 @@ fn bench_entry(c: &mut Criterion) {
             digest: key.digest,
             stored_at_ms: 1_700_000_000_000,
             expires_at_ms: 1_700_000_030_000,
-            born_ms: 1_700_000_000_000,
+            born_us: 1_700_000_000_000,
             status: 200,
             headers: stored_headers.to_vec(),
             tag_hashes: vec![],
@@ -280,7 +280,7 @@ fn bench_entry(c: &mut Criterion) {
         body_storable(body).expect("body is storable");
         let operation = OperationTags::default();
         let stamp = Stamp {
-            born_ms: 1_700_000_000_000,
+            born_us: 1_700_000_000_000,
             now_ms: 1_700_000_000_000,
             operation: &operation,
         };

@@ -15,7 +15,7 @@ pub struct Entry<'a> {
     pub stored_at_ms: u64,
     pub expires_at_ms: u64,
     /// When the answer was asked for (the fetch's start): purges at or after it reach the entry.
-    pub born_ms: u64,
+    pub born_us: u64,
     pub status: u16,
     pub headers: Vec<(&'a str, &'a str)>,
     /// Hashes of the entry's tags (`invalidate::marks::tag_hash`).
@@ -59,7 +59,7 @@ impl<'a> Entry<'a> {
         out.extend_from_slice(&self.digest);
         out.extend_from_slice(&self.stored_at_ms.to_le_bytes());
         out.extend_from_slice(&self.expires_at_ms.to_le_bytes());
-        out.extend_from_slice(&self.born_ms.to_le_bytes());
+        out.extend_from_slice(&self.born_us.to_le_bytes());
         out.extend_from_slice(&self.status.to_le_bytes());
         out.extend_from_slice(&(self.headers.len().min(u16::MAX as usize) as u16).to_le_bytes());
         for (name, value) in self.headers.iter().take(u16::MAX as usize) {
@@ -98,7 +98,7 @@ impl<'a> Entry<'a> {
         digest.copy_from_slice(r.take(32)?);
         let stored_at_ms = r.u64()?;
         let expires_at_ms = r.u64()?;
-        let born_ms = r.u64()?;
+        let born_us = r.u64()?;
         let status = r.u16()?;
         let count = r.u16()? as usize;
         let mut headers = Vec::with_capacity(count.min(64));
@@ -125,7 +125,7 @@ impl<'a> Entry<'a> {
             digest,
             stored_at_ms,
             expires_at_ms,
-            born_ms,
+            born_us,
             status,
             headers,
             tag_hashes,
@@ -191,7 +191,7 @@ mod tests {
             digest: [7; 32],
             stored_at_ms: 1_000,
             expires_at_ms: 61_000,
-            born_ms: 990,
+            born_us: 990,
             status: 200,
             headers: vec![("content-type", "application/json"), ("etag", "\"x\"")],
             tag_hashes: vec![1, u64::MAX],

@@ -4,6 +4,8 @@
 //! are read thousands of times a second by every worker. Entries are immutable and carry their own
 //! expiry, so a local copy is exactly as fresh as the shared one: it is served until the same
 //! instant, and a shared entry evicted meanwhile only means the copy outlives it, still correct.
+//! A purge is the one thing that can end a copy early: each copy remembers the purge epoch it was
+//! last checked at, and is checked again when the epoch has moved.
 
 use crate::request::key::CacheKey;
 use std::collections::{HashMap, VecDeque};
@@ -13,7 +15,8 @@ use std::rc::Rc;
 pub struct HotCache {
     max_bytes: usize,
     bytes: usize,
-    map: HashMap<CacheKey, (Rc<[u8]>, u64)>,
+    /// Entry bytes, expiry, and the purge epoch the copy was last checked at.
+    map: HashMap<CacheKey, (Rc<[u8]>, u64, u64)>,
     order: VecDeque<CacheKey>,
 }
 
@@ -28,10 +31,11 @@ impl HotCache {
         }
     }
 
-    /// The entry for `key` if it is still fresh at `now_ms`.
-    pub fn get(&mut self, key: &CacheKey, now_ms: u64) -> Option<Rc<[u8]>> {
+    /// The entry for `key` if it is still fresh at `now_ms`, with the purge epoch it was last
+    /// checked at.
+    pub fn get(&mut self, key: &CacheKey, now_ms: u64) -> Option<(Rc<[u8]>, u64)> {
         match self.map.get(key) {
-            Some((bytes, expires)) if *expires > now_ms => Some(Rc::clone(bytes)),
+            Some((bytes, expires, epoch)) if *expires > now_ms => Some((Rc::clone(bytes), *epoch)),
             Some(_) => {
                 self.remove(key);
                 None
@@ -40,37 +44,37 @@ impl HotCache {
         }
     }
 
-    pub fn insert(&mut self, key: CacheKey, bytes: Rc<[u8]>, expires_ms: u64) {
+    pub fn insert(&mut self, key: CacheKey, bytes: Rc<[u8]>, expires_ms: u64, epoch: u64) {
         if bytes.len() > self.max_bytes / 4 {
             return;
         }
         self.remove(&key);
         self.bytes += bytes.len();
-        self.map.insert(key, (bytes, expires_ms));
+        self.map.insert(key, (bytes, expires_ms, epoch));
         self.order.push_back(key);
         while self.bytes > self.max_bytes {
             let Some(old) = self.order.pop_front() else {
                 break;
             };
-            if let Some((bytes, _)) = self.map.remove(&old) {
+            if let Some((bytes, _, _)) = self.map.remove(&old) {
                 self.bytes -= bytes.len();
             }
         }
     }
 
-    /// O(entries), but only on expiry or replacement, never on a hit.
-    fn remove(&mut self, key: &CacheKey) {
-        if let Some((bytes, _)) = self.map.remove(key) {
-            self.bytes -= bytes.len();
-            self.order.retain(|k| k != key);
+    /// The copy of `key` was checked against the marks of `epoch` and is still fresh.
+    pub fn checked(&mut self, key: &CacheKey, epoch: u64) {
+        if let Some(entry) = self.map.get_mut(key) {
+            entry.2 = epoch;
         }
     }
 
-    /// Drops every copy (the purge marks moved: copies are only kept while known fresh).
-    pub fn clear(&mut self) {
-        self.map.clear();
-        self.order.clear();
-        self.bytes = 0;
+    /// O(entries), but only on expiry, purge or replacement, never on a hit.
+    pub fn remove(&mut self, key: &CacheKey) {
+        if let Some((bytes, _, _)) = self.map.remove(key) {
+            self.bytes -= bytes.len();
+            self.order.retain(|k| k != key);
+        }
     }
 
     pub fn bytes(&self) -> usize {
@@ -93,7 +97,7 @@ mod tests {
     #[test]
     fn serves_until_the_entry_expires() {
         let mut h = HotCache::new(1000);
-        h.insert(key(1), entry(10), 100);
+        h.insert(key(1), entry(10), 100, 0);
         assert!(h.get(&key(1), 99).is_some());
         assert!(h.get(&key(1), 100).is_none());
         assert_eq!(h.bytes(), 0, "expired entries are dropped");
@@ -103,26 +107,38 @@ mod tests {
     fn is_bounded_in_bytes() {
         let mut h = HotCache::new(1000);
         for n in 0..50 {
-            h.insert(key(n), entry(200), 1_000);
+            h.insert(key(n), entry(200), 1_000, 0);
             assert!(h.bytes() <= 1000);
         }
         assert!(h.get(&key(49), 0).is_some());
         assert!(h.get(&key(0), 0).is_none());
         // Re-inserting a key does not count it twice, nor grow the eviction order.
         for _ in 0..100 {
-            h.insert(key(49), entry(200), 2_000);
+            h.insert(key(49), entry(200), 2_000, 0);
         }
         assert!(h.bytes() <= 1000);
         assert_eq!(h.order.len(), h.map.len());
     }
 
     #[test]
+    fn copies_remember_the_epoch_they_were_checked_at() {
+        let mut h = HotCache::new(1000);
+        h.insert(key(1), entry(10), 100, 3);
+        assert_eq!(h.get(&key(1), 0).map(|(_, e)| e), Some(3));
+        h.checked(&key(1), 4);
+        assert_eq!(h.get(&key(1), 0).map(|(_, e)| e), Some(4));
+        h.remove(&key(1));
+        assert!(h.get(&key(1), 0).is_none());
+        assert_eq!(h.bytes(), 0);
+    }
+
+    #[test]
     fn large_entries_and_zero_size_are_not_kept() {
         let mut h = HotCache::new(1000);
-        h.insert(key(1), entry(300), 100);
+        h.insert(key(1), entry(300), 100, 0);
         assert!(h.get(&key(1), 0).is_none());
         let mut off = HotCache::new(0);
-        off.insert(key(1), entry(1), 100);
+        off.insert(key(1), entry(1), 100, 0);
         assert!(off.get(&key(1), 0).is_none());
     }
 }

@@ -198,16 +198,16 @@ pub struct Answer<'a> {
 pub struct Asked {
     /// From the configuration, the operation's rules and the route.
     pub ttl_seconds: u64,
-    /// When the request looked the key up (see `Entry::born_ms`).
-    pub born_ms: u64,
+    /// When the request looked the key up (see `Entry::born_us`).
+    pub born_us: u64,
     pub operation: Rc<OperationTags>,
 }
 
 /// What an entry records beside the answer.
 #[derive(Debug, Clone, Copy)]
 pub struct Stamp<'a> {
-    /// When the answer was asked for (see `Entry::born_ms`).
-    pub born_ms: u64,
+    /// When the answer was asked for (see `Entry::born_us`).
+    pub born_us: u64,
     pub now_ms: u64,
     pub operation: &'a OperationTags,
 }
@@ -255,7 +255,7 @@ pub fn storable_entry(
         digest: key.digest,
         stored_at_ms: now,
         expires_at_ms: now.saturating_add(ttl.saturating_mul(1000)),
-        born_ms: stamp.born_ms,
+        born_us: stamp.born_us,
         status: answer.status,
         headers: stored,
         tag_hashes: tags.iter().map(|t| tag_hash(t)).collect(),
@@ -427,7 +427,7 @@ mod tests {
         ];
         let op = OperationTags::default();
         let stamp = Stamp {
-            born_ms: 900,
+            born_us: 900,
             now_ms: 1000,
             operation: &op,
         };
@@ -438,7 +438,7 @@ mod tests {
         };
         let bytes = storable_entry(&key, &answer(br#"{"data":{}}"#), &config, 60, &stamp).unwrap();
         let e = Entry::decode(&bytes).unwrap();
-        assert_eq!(e.born_ms, 900);
+        assert_eq!(e.born_us, 900);
         assert_eq!(
             e.headers,
             vec![
@@ -474,7 +474,7 @@ mod tests {
             root_fields: vec!["user".into()],
         };
         let stamp = Stamp {
-            born_ms: 1,
+            born_us: 1,
             now_ms: 2,
             operation: &op,
         };

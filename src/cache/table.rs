@@ -97,7 +97,7 @@ mod tests {
             digest: k.digest,
             stored_at_ms: 0,
             expires_at_ms: expires,
-            born_ms: 0,
+            born_us: 0,
             status: 200,
             headers: vec![("content-type", "application/json")],
             tag_hashes: vec![],

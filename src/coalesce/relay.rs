@@ -105,7 +105,7 @@ impl Response {
             digest: key.digest,
             stored_at_ms: now_ms,
             expires_at_ms: now_ms,
-            born_ms: now_ms,
+            born_us: now_ms,
             status: self.status,
             headers: self
                 .headers

@@ -220,8 +220,8 @@ fn owned(headers: Vec<(&str, &str)>) -> Vec<(String, String)> {
 }
 
 impl Host for FakeHost {
-    fn now_ms(&self) -> u64 {
-        self.clock.get()
+    fn now_us(&self) -> u64 {
+        self.clock.get() * 1000
     }
 
     fn count(&self, counter: Counter) {

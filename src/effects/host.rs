@@ -28,8 +28,13 @@ pub enum LogLevel {
 pub struct Refused;
 
 pub trait Host: SharedStore {
-    /// Wall-clock milliseconds since the Unix epoch (0 if the host cannot tell).
-    fn now_ms(&self) -> u64;
+    /// Wall-clock microseconds since the Unix epoch (0 if the host cannot tell).
+    fn now_us(&self) -> u64;
+
+    /// Wall-clock milliseconds since the Unix epoch.
+    fn now_ms(&self) -> u64 {
+        self.now_us() / 1000
+    }
 
     /// Counting never fails a request: a host that cannot count ignores it.
     fn count(&self, counter: Counter);

@@ -28,11 +28,11 @@ impl SharedStore for Envoy<'_> {
 }
 
 impl Host for Envoy<'_> {
-    fn now_ms(&self) -> u64 {
+    fn now_us(&self) -> u64 {
         hostcalls::get_current_time()
             .ok()
             .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
-            .map(|d| d.as_millis() as u64)
+            .map(|d| d.as_micros() as u64)
             .unwrap_or_default()
     }
 

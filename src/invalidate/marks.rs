@@ -24,21 +24,22 @@ const CAS_ATTEMPTS: usize = 64;
 /// See `coalesce::flights`: creating a key with this token never overwrites one just created.
 const CREATE_CAS: u32 = u32::MAX;
 
-/// When a slot (or `all`) was last purged, in ms; 0 = never.
+/// When a slot (or `all`) was last purged, in µs since the epoch; 0 = never. Microseconds,
+/// because a lookup right after a purge's answer must be told apart from one just before it.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Marks {
-    pub hard_ms: u64,
-    pub soft_ms: u64,
+    pub hard_us: u64,
+    pub soft_us: u64,
 }
 
 impl Marks {
-    fn mark(&mut self, soft: bool, now_ms: u64) {
+    fn mark(&mut self, soft: bool, now_us: u64) {
         let at = if soft {
-            &mut self.soft_ms
+            &mut self.soft_us
         } else {
-            &mut self.hard_ms
+            &mut self.hard_us
         };
-        *at = (*at).max(now_ms);
+        *at = (*at).max(now_us);
     }
 }
 
@@ -80,10 +81,10 @@ pub struct PurgeView {
 }
 
 impl PurgeView {
-    /// The verdict for an entry born at `born_ms` with these tag hashes.
-    pub fn verdict(&self, born_ms: u64, tags: impl IntoIterator<Item = u64>) -> Verdict {
-        let mut stale = self.all.soft_ms >= born_ms && self.all.soft_ms > 0;
-        if self.all.hard_ms >= born_ms && self.all.hard_ms > 0 {
+    /// The verdict for an entry born at `born_us` with these tag hashes.
+    pub fn verdict(&self, born_us: u64, tags: impl IntoIterator<Item = u64>) -> Verdict {
+        let mut stale = self.all.soft_us >= born_us && self.all.soft_us > 0;
+        if self.all.hard_us >= born_us && self.all.hard_us > 0 {
             return Verdict::Purged;
         }
         if self.slots.is_empty() {
@@ -96,10 +97,10 @@ impl PurgeView {
         let count = u64::from(self.slot_count.max(1));
         for hash in tags {
             if let Some(m) = self.slots.get(&((hash % count) as u32)) {
-                if m.hard_ms >= born_ms && m.hard_ms > 0 {
+                if m.hard_us >= born_us && m.hard_us > 0 {
                     return Verdict::Purged;
                 }
-                stale |= m.soft_ms >= born_ms && m.soft_ms > 0;
+                stale |= m.soft_us >= born_us && m.soft_us > 0;
             }
         }
         if stale {
@@ -114,15 +115,15 @@ impl PurgeView {
         out.extend_from_slice(MAGIC);
         out.push(VERSION);
         out.extend_from_slice(&self.slot_count.to_le_bytes());
-        out.extend_from_slice(&self.all.hard_ms.to_le_bytes());
-        out.extend_from_slice(&self.all.soft_ms.to_le_bytes());
+        out.extend_from_slice(&self.all.hard_us.to_le_bytes());
+        out.extend_from_slice(&self.all.soft_us.to_le_bytes());
         let mut slots: Vec<_> = self.slots.iter().collect();
         slots.sort_unstable_by_key(|(s, _)| **s);
         out.extend_from_slice(&(slots.len() as u32).to_le_bytes());
         for (slot, m) in slots {
             out.extend_from_slice(&slot.to_le_bytes());
-            out.extend_from_slice(&m.hard_ms.to_le_bytes());
-            out.extend_from_slice(&m.soft_ms.to_le_bytes());
+            out.extend_from_slice(&m.hard_us.to_le_bytes());
+            out.extend_from_slice(&m.soft_us.to_le_bytes());
         }
         out
     }
@@ -138,8 +139,8 @@ impl PurgeView {
         let u32_at = |at: usize| Some(u32::from_le_bytes(bytes.get(at..at + 4)?.try_into().ok()?));
         let written_with = u32_at(5)?;
         let mut all = Marks {
-            hard_ms: u64_at(9)?,
-            soft_ms: u64_at(17)?,
+            hard_us: u64_at(9)?,
+            soft_us: u64_at(17)?,
         };
         let n = u32_at(25)? as usize;
         // The length check bounds the allocation by the bytes actually there.
@@ -150,16 +151,16 @@ impl PurgeView {
         for i in 0..n {
             let at = HEADER + i * SLOT_BYTES;
             let marks = Marks {
-                hard_ms: u64_at(at + 4)?,
-                soft_ms: u64_at(at + 12)?,
+                hard_us: u64_at(at + 4)?,
+                soft_us: u64_at(at + 12)?,
             };
             let into = if written_with == slot_count {
                 slots.entry(u32_at(at)?).or_default()
             } else {
                 &mut all
             };
-            into.hard_ms = into.hard_ms.max(marks.hard_ms);
-            into.soft_ms = into.soft_ms.max(marks.soft_ms);
+            into.hard_us = into.hard_us.max(marks.hard_us);
+            into.soft_us = into.soft_us.max(marks.soft_us);
         }
         Some(PurgeView {
             epoch: 0,
@@ -215,13 +216,13 @@ impl PurgeTable {
         view
     }
 
-    /// Marks `targets` purged at `now_ms`, then moves the epoch. When this returns `Ok`, every
+    /// Marks `targets` purged at `now_us`, then moves the epoch. When this returns `Ok`, every
     /// later lookup on any worker sees the purge.
     pub fn apply(
         &self,
         store: &impl SharedStore,
         targets: &[(Target, bool)],
-        now_ms: u64,
+        now_us: u64,
     ) -> Result<(), StoreError> {
         update(store, TABLE_KEY, |old| {
             let mut view = old
@@ -230,12 +231,12 @@ impl PurgeTable {
             view.slot_count = self.slots;
             for (target, soft) in targets {
                 match target {
-                    Target::All => view.all.mark(*soft, now_ms),
+                    Target::All => view.all.mark(*soft, now_us),
                     Target::Tag(hash) => view
                         .slots
                         .entry(self.slot(*hash))
                         .or_default()
-                        .mark(*soft, now_ms),
+                        .mark(*soft, now_us),
                 }
             }
             view.encode()
@@ -355,14 +356,14 @@ mod tests {
             epoch: 0,
             slot_count: 8,
             all: Marks {
-                hard_ms: 1,
-                soft_ms: 2,
+                hard_us: 1,
+                soft_us: 2,
             },
             slots: [(
                 3,
                 Marks {
-                    hard_ms: 5,
-                    soft_ms: 0,
+                    hard_us: 5,
+                    soft_us: 0,
                 },
             )]
             .into_iter()
@@ -378,6 +379,6 @@ mod tests {
             other.slots.is_empty(),
             "another slot count: everything counts for all"
         );
-        assert_eq!(other.all.hard_ms, 5);
+        assert_eq!(other.all.hard_us, 5);
     }
 }

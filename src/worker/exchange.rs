@@ -325,10 +325,12 @@ impl Exchange {
         body: Option<Vec<u8>>,
     ) -> Flow {
         let key = decided.key;
-        let now = cx.host.now_ms();
+        // One clock read: the entry's birth needs microseconds (see `invalidate::marks`).
+        let now_us = cx.host.now_us();
+        let now = now_us / 1000;
         let asked = Asked {
             ttl_seconds: decided.policy.ttl_seconds,
-            born_ms: now,
+            born_us: now_us,
             operation: decided.operation,
         };
         self.asked = Some(asked.clone());

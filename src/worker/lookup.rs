@@ -1,6 +1,7 @@
 //! Finding a fresh entry for a key (this worker's copy first, then shared data) and serving it.
 //! With invalidation on, every lookup first reads the purge epoch: a purge answered on any worker
-//! is seen by the next lookup everywhere.
+//! is seen by the next lookup everywhere. Copies checked at the current epoch are served as they
+//! are; others are checked against the marks once, then kept or dropped.
 
 use crate::cache::entry::Entry;
 use crate::cache::table::Lookup;
@@ -25,8 +26,16 @@ pub fn find(
     if invalidation {
         refresh_marks(plugin, worker, host);
     }
-    if let Some(entry) = worker.borrow_mut().hot.get(key, now) {
-        return Some(entry);
+    let epoch = worker.borrow().purges.epoch;
+    let copy = worker.borrow_mut().hot.get(key, now);
+    if let Some((entry, checked)) = copy {
+        // Checked against the marks in force: served without decoding.
+        if !invalidation || checked == epoch || verdict(worker, &entry) == Verdict::Fresh {
+            worker.borrow_mut().hot.checked(key, epoch);
+            return Some(entry);
+        }
+        // Purged here; shared data may hold a newer answer already.
+        worker.borrow_mut().hot.remove(key);
     }
     let Lookup::Hit(bytes) = plugin.table.lookup(host, key, now) else {
         return None;
@@ -49,29 +58,27 @@ pub fn find(
     worker
         .borrow_mut()
         .hot
-        .insert(*key, Rc::clone(&entry), expires);
+        .insert(*key, Rc::clone(&entry), expires, epoch);
     Some(entry)
 }
 
-/// Rereads the purge marks if the epoch moved since this worker last read them, and then drops
-/// its copies of entries (they were checked against the old marks).
+/// Rereads the purge marks if the epoch moved since this worker last read them.
 pub fn refresh_marks(plugin: &Plugin, worker: &RefCell<Worker>, host: &impl Host) {
     let epoch = plugin.purges.epoch(host);
     if epoch == worker.borrow().purges.epoch {
         return;
     }
     let view = plugin.purges.view(host, epoch);
-    let mut w = worker.borrow_mut();
-    w.purges = view;
-    w.hot.clear();
+    worker.borrow_mut().purges = view;
 }
 
+/// What the marks say of an entry.
 fn verdict(worker: &RefCell<Worker>, bytes: &[u8]) -> Verdict {
     match Entry::decode(bytes) {
         Ok(e) => worker
             .borrow()
             .purges
-            .verdict(e.born_ms, e.tag_hashes.iter().copied()),
+            .verdict(e.born_us, e.tag_hashes.iter().copied()),
         // Not decodable: `serve` refuses it anyway.
         Err(_) => Verdict::Fresh,
     }

@@ -119,7 +119,7 @@ pub fn apply(
     host: &impl Host,
     targets: &[(Target, bool)],
 ) -> Result<(), crate::effects::store::StoreError> {
-    plugin.purges.apply(host, targets, host.now_ms())?;
+    plugin.purges.apply(host, targets, host.now_us())?;
     refresh_marks(plugin, worker, host);
     Ok(())
 }

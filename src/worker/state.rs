@@ -82,8 +82,8 @@ pub struct Worker {
     pub watchdog: BodyWatchdog,
     /// Raw request bytes to classification.
     pub memo: Memo<Result<Decided, Bypass>>,
-    /// Recently served entries, in front of shared data. Emptied whenever the purge epoch moves,
-    /// so every copy here was checked against the marks in force.
+    /// Recently served entries, in front of shared data, each checked against the purge marks
+    /// of some epoch (checked again once the epoch moves).
     pub hot: HotCache,
     /// The purge marks as last read.
     pub purges: PurgeView,

@@ -45,7 +45,7 @@ pub fn store_answer(
 ) -> Stored {
     let now = host.now_ms();
     let stamp = Stamp {
-        born_ms: asked.born_ms,
+        born_us: asked.born_us,
         now_ms: now,
         operation: &asked.operation,
     };
@@ -88,7 +88,7 @@ mod tests {
     fn asked() -> Asked {
         Asked {
             ttl_seconds: 60,
-            born_ms: 0,
+            born_us: 0,
             operation: Rc::new(OperationTags::default()),
         }
     }
