@@ -118,6 +118,7 @@ def chain_config():
     for old, new in [
         ("port_value: 8080", f"port_value: {LISTEN}"),
         ("port_value: 9901", f"port_value: {ADMIN}"),
+        ("port_value: 8082", f"port_value: {LISTEN + 2}"),
         ("port_value: 8081", f"port_value: {ORIGIN_PORT}"),
         ("filename: graphql_cache.wasm", f"filename: {WASM}"),
         ("max_tokens: 20, tokens_per_fill: 20", "max_tokens: 1000000000, tokens_per_fill: 1000000000"),

@@ -77,7 +77,23 @@ n=$(ask "" "$PUBLIC"); echo "$n" | head -1; echo "$n" | tail -1; echo
 grep -q '^HTTP/1.1 401' <<<"$n" || fail "a request without a token was not rejected"
 [ "$(origin_count)" = "$before" ] || fail "the rejected request reached the origin"
 
-echo; echo "== 4. The rate limit (20 requests a minute) applies to cache hits too"
+echo; echo "== 4. Purge by tag on the internal listener (127.0.0.1:8082): the next read is a MISS"
+PURGE='[{"kind":"type","type":"User"}]'
+show "curl -s -X POST http://127.0.0.1:8082/graphql-cache/purge -H 'authorization: Bearer demo-purge-token-change-me' -d '$PURGE'"
+p=$(curl -s -X POST http://127.0.0.1:8082/graphql-cache/purge -H 'authorization: Bearer demo-purge-token-change-me' -H 'content-type: application/json' -d "$PURGE"); echo "$p"
+USERS='{"query":"{ users { __typename id name } requestCount }"}'
+ask "$ALICE" "$USERS" >/dev/null
+u=$(ask "$BOB" "$USERS"); echo "$u" | grep -i '^x-cache'
+curl -s -X POST http://127.0.0.1:8082/graphql-cache/purge -H 'authorization: Bearer demo-purge-token-change-me' -H 'content-type: application/json' -d "$PURGE" >/dev/null
+u2=$(ask "$BOB" "$USERS"); echo "(after the purge)"; echo "$u2" | grep -i '^x-cache:'
+[ "$p" = '{"purged":1}' ] || fail "the purge API answered $p"
+grep -qi '^x-cache: HIT' <<<"$u" || fail "the tagged query was not cached"
+grep -qi '^x-cache: MISS' <<<"$u2" || fail "the purged entry was served"
+pub=$(curl -s -o /dev/null -w '%{http_code}' -X POST "http://127.0.0.1:8080/graphql-cache/purge" -H 'authorization: Bearer demo-purge-token-change-me' -d "$PURGE")
+echo "the public listener answers $pub for the purge path (jwt_authn; with a valid user token: 404)"
+[ "$pub" = 401 ] || [ "$pub" = 404 ] || fail "the purge API is reachable on the public listener"
+
+echo; echo "== 5. The rate limit (20 requests a minute) applies to cache hits too"
 codes=""
 for i in $(seq 1 25); do
   code=$(curl -s -o /dev/null -w '%{http_code}' "$URL" -H 'content-type: application/json' -H "authorization: Bearer $ALICE" -d "$PUBLIC")

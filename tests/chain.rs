@@ -191,3 +191,42 @@ fn the_compose_demo_runs_the_same_envoy_yaml() {
         "make demo runs envoy/envoy.yaml"
     );
 }
+
+#[test]
+fn the_purge_api_is_served_on_the_internal_listener_only() {
+    let (origin, envoy) = chain();
+    let q = "{ user(id: 1) { __typename id name } requestCount }";
+    let first = envoy.send(Req::query(q).token("alice"));
+    assert_eq!(first.cache(), "MISS", "{}", first.text());
+    assert_eq!(envoy.send(Req::query(q).token("bob")).cache(), "HIT");
+    let selectors = r#"[{"kind":"entity","type":"User","id":"1"}]"#;
+    let purge = |port: u16| {
+        http(
+            port,
+            Req::post_json(selectors)
+                .path("/graphql-cache/purge")
+                .header("authorization", "Bearer demo-purge-token-change-me"),
+        )
+    };
+    // The public listener knows no purge API: jwt_authn refuses the purge token (not a JWT), and
+    // with a user's valid token the route answers 404 with the cache filter off.
+    assert_eq!(purge(envoy.port).status, 401);
+    let with_jwt = envoy.send(
+        Req::post_json(selectors)
+            .path("/graphql-cache/purge")
+            .token("alice"),
+    );
+    assert_eq!(with_jwt.status, 404);
+    assert_eq!(envoy.send(Req::query(q).token("alice")).cache(), "HIT");
+    let internal = purge(envoy.listener_port("graphql_internal"));
+    assert_eq!(internal.status, 200, "{}", internal.text());
+    assert_eq!(internal.json()["purged"], 1);
+    let after = envoy.send(Req::query(q).token("bob"));
+    assert_eq!(
+        after.cache(),
+        "MISS",
+        "purged through the internal listener"
+    );
+    assert_ne!(after.body, first.body);
+    assert_eq!(origin.count(), 2, "no purge request reached the origin");
+}

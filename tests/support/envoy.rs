@@ -136,6 +136,7 @@ pub fn shipped_config(file: &str, origin_port: u16) -> String {
     let substitutions = [
         ("port_value: 8080", "port_value: 0".to_string()),
         ("port_value: 9901", "port_value: 0".to_string()),
+        ("port_value: 8082", "port_value: 0".to_string()),
         ("port_value: 8081", format!("port_value: {origin_port}")),
         (
             "filename: graphql_cache.wasm",
@@ -219,6 +220,21 @@ impl Envoy {
         let port =
             v["listener_statuses"][0]["local_address"]["socket_address"]["port_value"].as_u64()?;
         Some((admin_port, port as u16))
+    }
+
+    /// The port of the listener named `name` (the first listener's is `port`).
+    pub fn listener_port(&self, name: &str) -> u16 {
+        let listeners = http(self.admin_port, Req::get("/listeners?format=json"));
+        let v: serde_json::Value = serde_json::from_slice(&listeners.body).unwrap();
+        let status = v["listener_statuses"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|l| l["name"] == name)
+            .unwrap_or_else(|| panic!("no listener {name}"));
+        status["local_address"]["socket_address"]["port_value"]
+            .as_u64()
+            .unwrap() as u16
     }
 
     pub fn log(&self) -> String {
