@@ -4,7 +4,7 @@
 //! line when Envoy refuses to load the plugin.
 
 use crate::invalidate::tags::KeyFields;
-use crate::request::rules::{Matcher, Rule, Scope};
+use crate::request::rules::{Lifetimes, Matcher, Rule, Scope};
 use serde::Deserialize;
 use std::collections::HashMap;
 use std::fmt;
@@ -23,6 +23,10 @@ const MAX_QUERY_DEPTH: u64 = 50;
 pub struct Config {
     /// Seconds a stored response stays fresh. 0 stores nothing.
     pub ttl_seconds: u64,
+    /// After expiry, seconds an entry is served stale (`x-cache: STALE`) while one refresh runs.
+    pub stale_while_revalidate_seconds: u64,
+    /// After expiry, seconds an entry is served stale when the shared fetch fails.
+    pub stale_if_error_seconds: u64,
     /// Request paths (without query string) the filter handles; empty means every path.
     pub paths: Vec<String>,
     /// Lower-cased request header names whose values become part of the key.
@@ -125,6 +129,8 @@ impl Default for Config {
     fn default() -> Self {
         Config {
             ttl_seconds: 60,
+            stale_while_revalidate_seconds: 0,
+            stale_if_error_seconds: 0,
             paths: Vec::new(),
             vary_headers: vec!["authorization".to_string(), "cookie".to_string()],
             max_body_bytes: 64 * 1024,
@@ -189,6 +195,8 @@ fn field_error(field: &str, problem: impl Into<String>) -> ConfigError {
 #[serde(deny_unknown_fields)]
 struct RawConfig {
     ttl_seconds: Option<u64>,
+    stale_while_revalidate_seconds: Option<u64>,
+    stale_if_error_seconds: Option<u64>,
     paths: Option<Vec<String>>,
     vary_headers: Option<Vec<String>>,
     max_body_bytes: Option<u64>,
@@ -232,6 +240,8 @@ struct RawRule {
     operation: Option<String>,
     field: Option<String>,
     ttl_seconds: Option<u64>,
+    stale_while_revalidate_seconds: Option<u64>,
+    stale_if_error_seconds: Option<u64>,
     scope: Option<String>,
     cache: Option<bool>,
 }
@@ -311,10 +321,17 @@ fn parse_rules(raw: Vec<RawRule>) -> Result<Vec<Rule>, ConfigError> {
                     ))
                 }
             };
-            if let Some(t) = r.ttl_seconds {
-                if t > MAX_TTL_SECONDS {
+            for (name, value) in [
+                ("ttl_seconds", r.ttl_seconds),
+                (
+                    "stale_while_revalidate_seconds",
+                    r.stale_while_revalidate_seconds,
+                ),
+                ("stale_if_error_seconds", r.stale_if_error_seconds),
+            ] {
+                if value.is_some_and(|t| t > MAX_TTL_SECONDS) {
                     return Err(field_error(
-                        &at("ttl_seconds"),
+                        &at(name),
                         "must be at most one year (31536000)",
                     ));
                 }
@@ -323,6 +340,8 @@ fn parse_rules(raw: Vec<RawRule>) -> Result<Vec<Rule>, ConfigError> {
             Ok(Rule {
                 matcher,
                 ttl_seconds: r.ttl_seconds,
+                stale_while_revalidate_seconds: r.stale_while_revalidate_seconds,
+                stale_if_error_seconds: r.stale_if_error_seconds,
                 scope,
                 cache: r.cache,
             })
@@ -411,6 +430,20 @@ impl Config {
                 "must be at most one year (31536000)",
             ));
         }
+        let stale_while_revalidate_seconds = bounded(
+            "stale_while_revalidate_seconds",
+            raw.stale_while_revalidate_seconds,
+            d.stale_while_revalidate_seconds,
+            0,
+            MAX_TTL_SECONDS,
+        )?;
+        let stale_if_error_seconds = bounded(
+            "stale_if_error_seconds",
+            raw.stale_if_error_seconds,
+            d.stale_if_error_seconds,
+            0,
+            MAX_TTL_SECONDS,
+        )?;
         let paths = raw.paths.unwrap_or(d.paths);
         for (i, p) in paths.iter().enumerate() {
             if !p.starts_with('/') || p.contains('?') || p.contains('#') {
@@ -550,6 +583,8 @@ impl Config {
         )?;
         Ok(Config {
             ttl_seconds,
+            stale_while_revalidate_seconds,
+            stale_if_error_seconds,
             paths,
             vary_headers,
             max_body_bytes: to_usize(max_body_bytes),
@@ -576,6 +611,15 @@ impl Config {
             mutation_invalidation,
             tag_slots: u32::try_from(tag_slots).unwrap_or(u32::MAX),
         })
+    }
+
+    /// The configured lifetimes, before rules and routes.
+    pub fn lifetimes(&self) -> Lifetimes {
+        Lifetimes {
+            ttl_seconds: self.ttl_seconds,
+            stale_while_revalidate_seconds: self.stale_while_revalidate_seconds,
+            stale_if_error_seconds: self.stale_if_error_seconds,
+        }
     }
 
     /// Whether anything can purge: then every lookup checks the purge epoch.

@@ -262,12 +262,8 @@ fn requests_that_may_differ_never_share_a_key() {
             p(gql("{ users { name } q: requestCount }", None, None)),
             p(gql("{ users { name } q: requestCount }", None, None)).path("/graphql?tenant=b"),
         ),
-        (
-            "accept-encoding",
-            p(gql("{ users { name } e: requestCount }", None, None)),
-            p(gql("{ users { name } e: requestCount }", None, None))
-                .header("accept-encoding", "gzip"),
-        ),
+        // Not `accept-encoding`: the origin is asked for identity and Envoy's compressor encodes
+        // per client (tests/http_caching.rs shows one entry serving every encoding).
     ];
     for (rule, a, b) in cases {
         assert!(

@@ -144,7 +144,6 @@ fn request_head() -> RequestHead {
         authority: b"api.example.com".to_vec(),
         content_type: Some(b"application/json".to_vec()),
         accept: Some(b"application/json".to_vec()),
-        accept_encoding: Some(b"gzip, deflate, br".to_vec()),
         vary: vec![
             Some(b"Bearer eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiJhbGljZSJ9.c2lnbmF0dXJl".to_vec()),
             Some(b"session=4f1c9e2a7b; theme=dark".to_vec()),
@@ -268,6 +267,9 @@ fn bench_entry(c: &mut Criterion) {
             digest: key.digest,
             stored_at_ms: 1_700_000_000_000,
             expires_at_ms: 1_700_000_030_000,
+            stale_ms: 0,
+            error_ms: 0,
+            upstream_age_s: 0,
             born_us: 1_700_000_000_000,
             status: 200,
             headers: stored_headers.to_vec(),
@@ -289,7 +291,7 @@ fn bench_entry(c: &mut Criterion) {
             headers: &response_headers,
             body,
         };
-        let stored = storable_entry(&key, &answer, &config, config.ttl_seconds, &stamp)
+        let stored = storable_entry(&key, &answer, &config, &config.lifetimes(), &stamp)
             .expect("response is storable");
         assert_eq!(stored, encoded, "{size}: benchmark entry differs");
 
@@ -311,7 +313,7 @@ fn bench_entry(c: &mut Criterion) {
                     black_box(&key),
                     black_box(&answer),
                     &config,
-                    config.ttl_seconds,
+                    &config.lifetimes(),
                     &stamp,
                 )
             })

@@ -4,9 +4,10 @@
 //! every record starts with a magic and a format version: anything else decodes as a miss.
 
 /// Bumped whenever the layout changes.
-pub const FORMAT_VERSION: u8 = 2;
+pub const FORMAT_VERSION: u8 = 3;
 const MAGIC: &[u8; 4] = b"GQLC";
-const FIXED_HEADER: usize = 4 + 1 + 32 + 8 + 8 + 8 + 2 + 2;
+/// Magic, version, digest, seven u64 times, status, header count.
+const FIXED_HEADER: usize = 4 + 1 + 32 + 7 * 8 + 2 + 2;
 
 /// A response as the filter stores it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -14,6 +15,12 @@ pub struct Entry<'a> {
     pub digest: [u8; 32],
     pub stored_at_ms: u64,
     pub expires_at_ms: u64,
+    /// After expiry, how long it may be served stale while one refresh runs.
+    pub stale_ms: u64,
+    /// After expiry, how long it may be served stale when the origin fails.
+    pub error_ms: u64,
+    /// The answer's `age` when it arrived: a hit's `age` counts from the origin's answer.
+    pub upstream_age_s: u64,
     /// When the answer was asked for (the fetch's start): purges at or after it reach the entry.
     pub born_us: u64,
     pub status: u16,
@@ -23,6 +30,14 @@ pub struct Entry<'a> {
     /// The tags themselves, comma-separated, for the debug header (empty unless debugging).
     pub tags: &'a str,
     pub body: &'a [u8],
+}
+
+/// What [`Entry::peek`] reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Peeked {
+    pub digest: [u8; 32],
+    pub expires_at_ms: u64,
+    pub keep_until_ms: u64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -59,6 +74,10 @@ impl<'a> Entry<'a> {
         out.extend_from_slice(&self.digest);
         out.extend_from_slice(&self.stored_at_ms.to_le_bytes());
         out.extend_from_slice(&self.expires_at_ms.to_le_bytes());
+        out.extend_from_slice(&self.keep_until_ms().to_le_bytes());
+        out.extend_from_slice(&self.stale_ms.to_le_bytes());
+        out.extend_from_slice(&self.error_ms.to_le_bytes());
+        out.extend_from_slice(&self.upstream_age_s.to_le_bytes());
         out.extend_from_slice(&self.born_us.to_le_bytes());
         out.extend_from_slice(&self.status.to_le_bytes());
         out.extend_from_slice(&(self.headers.len().min(u16::MAX as usize) as u16).to_le_bytes());
@@ -98,6 +117,10 @@ impl<'a> Entry<'a> {
         digest.copy_from_slice(r.take(32)?);
         let stored_at_ms = r.u64()?;
         let expires_at_ms = r.u64()?;
+        let _keep_until = r.u64()?;
+        let stale_ms = r.u64()?;
+        let error_ms = r.u64()?;
+        let upstream_age_s = r.u64()?;
         let born_us = r.u64()?;
         let status = r.u16()?;
         let count = r.u16()? as usize;
@@ -125,6 +148,9 @@ impl<'a> Entry<'a> {
             digest,
             stored_at_ms,
             expires_at_ms,
+            stale_ms,
+            error_ms,
+            upstream_age_s,
             born_us,
             status,
             headers,
@@ -134,8 +160,31 @@ impl<'a> Entry<'a> {
         })
     }
 
-    /// Reads only the digest and expiry: enough to decide hit, miss or eviction.
-    pub fn peek(bytes: &[u8]) -> Result<([u8; 32], u64), DecodeError> {
+    /// Until when the entry is worth keeping: its expiry, or the end of its stale windows.
+    pub fn keep_until_ms(&self) -> u64 {
+        self.expires_at_ms
+            .saturating_add(self.stale_ms.max(self.error_ms))
+    }
+
+    /// When it may be served stale while refreshing (within `stale-while-revalidate`).
+    pub fn stale_until_ms(&self) -> u64 {
+        self.expires_at_ms.saturating_add(self.stale_ms)
+    }
+
+    /// When it may be served stale instead of an origin failure (within `stale-if-error`).
+    pub fn error_until_ms(&self) -> u64 {
+        self.expires_at_ms.saturating_add(self.error_ms)
+    }
+
+    /// The `age` to send at `now_ms`: the upstream age plus the time since the entry was stored.
+    pub fn age_s(&self, now_ms: u64) -> u64 {
+        self.upstream_age_s
+            .saturating_add(now_ms.saturating_sub(self.stored_at_ms) / 1000)
+    }
+
+    /// Reads only the digest, expiry and keep-until time: enough to decide hit, stale, miss or
+    /// eviction.
+    pub fn peek(bytes: &[u8]) -> Result<Peeked, DecodeError> {
         if bytes.is_empty() {
             return Err(DecodeError::Empty);
         }
@@ -146,7 +195,13 @@ impl<'a> Entry<'a> {
         let mut digest = [0u8; 32];
         digest.copy_from_slice(r.take(32)?);
         let _stored = r.u64()?;
-        Ok((digest, r.u64()?))
+        let expires_at_ms = r.u64()?;
+        let keep_until_ms = r.u64()?;
+        Ok(Peeked {
+            digest,
+            expires_at_ms,
+            keep_until_ms,
+        })
     }
 }
 
@@ -191,6 +246,9 @@ mod tests {
             digest: [7; 32],
             stored_at_ms: 1_000,
             expires_at_ms: 61_000,
+            stale_ms: 10_000,
+            error_ms: 300_000,
+            upstream_age_s: 5,
             born_us: 990,
             status: 200,
             headers: vec![("content-type", "application/json"), ("etag", "\"x\"")],
@@ -206,7 +264,12 @@ mod tests {
         let bytes = e.encode();
         assert_eq!(bytes.len(), e.encoded_len());
         assert_eq!(Entry::decode(&bytes).unwrap(), e);
-        assert_eq!(Entry::peek(&bytes).unwrap(), ([7; 32], 61_000));
+        let peeked = Entry::peek(&bytes).unwrap();
+        assert_eq!(
+            (peeked.digest, peeked.expires_at_ms, peeked.keep_until_ms),
+            ([7; 32], 61_000, 361_000)
+        );
+        assert_eq!(e.age_s(3_000), 7, "upstream age plus time since stored");
     }
 
     #[test]

@@ -1,7 +1,11 @@
-//! The cache: what may be stored and for how long (`storable`), the stored record (`entry`), the
-//! bounded slot table in shared data (`table`), and each worker's copies of hot entries (`hot`).
+//! The cache: what may be stored (`storable`, `headers`, `not_stored`) and for how long
+//! (`freshness`), the stored record (`entry`), the bounded slot table in shared data (`table`),
+//! and each worker's copies of hot entries (`hot`).
 
 pub mod entry;
+pub mod freshness;
+pub mod headers;
 pub mod hot;
+pub mod not_stored;
 pub mod storable;
 pub mod table;

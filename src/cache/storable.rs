@@ -1,91 +1,32 @@
 //! What may be stored, and for how long. When in doubt, the answer is "not stored".
 
 use crate::cache::entry::Entry;
+use crate::cache::freshness::freshness;
+use crate::cache::headers::replayed;
+use crate::cache::not_stored::NotStored;
 use crate::config::Config;
 use crate::invalidate::marks::tag_hash;
 use crate::invalidate::tags::{entry_tags, find_in_answer, OperationTags};
 use crate::request::key::CacheKey;
+use crate::request::rules::Lifetimes;
 use serde::de::{Deserializer, IgnoredAny, MapAccess, Visitor};
 use std::fmt;
 use std::rc::Rc;
 
-/// Why a response was not stored.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum NotStored {
-    TtlZero,
-    Status,
-    SetCookie,
-    NoStore,
-    Private,
-    NoCache,
-    MaxAgeZero,
-    ContentEncoding,
-    ContentType,
-    Vary,
-    GraphqlErrors,
-    NotJson,
-    TooLarge,
-    Trailers,
-    NonUtf8Header,
-    Incomplete,
-}
-
-impl NotStored {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            NotStored::TtlZero => "ttl-zero",
-            NotStored::Status => "status",
-            NotStored::SetCookie => "set-cookie",
-            NotStored::NoStore => "no-store",
-            NotStored::Private => "private",
-            NotStored::NoCache => "no-cache",
-            NotStored::MaxAgeZero => "max-age-zero",
-            NotStored::ContentEncoding => "content-encoding",
-            NotStored::ContentType => "content-type",
-            NotStored::Vary => "vary",
-            NotStored::GraphqlErrors => "graphql-errors",
-            NotStored::NotJson => "not-json",
-            NotStored::TooLarge => "too-large",
-            NotStored::Trailers => "trailers",
-            NotStored::NonUtf8Header => "non-utf8-header",
-            NotStored::Incomplete => "incomplete",
-        }
-    }
-}
-
-/// Response headers that describe the content and are replayed on a hit. Everything else
-/// (hop-by-hop, `date`, `server`, `set-cookie`, tracing headers) belongs to one exchange only.
-pub const STORED_HEADERS: &[&str] = &[
-    "content-type",
-    "content-language",
-    "cache-control",
-    "etag",
-    "last-modified",
-    "vary",
-    "expires",
-];
-
 /// Request headers the key always includes, so a response that varies on them may be stored.
+/// `accept-encoding` is not in the key, but the filter asks the origin for `identity` whenever it
+/// may store, so an answer varying on it is the same for everyone.
 const IMPLICIT_VARY: &[&str] = &["accept", "accept-encoding"];
 
-/// Decides from the status and headers whether a response may be stored, and its TTL in seconds.
+/// Decides from the status and headers whether a response may be stored at all (freshness aside).
 /// `vary_headers` are the request headers the key already includes (lower-case).
-pub fn response_ttl<'h, I>(
-    status: u32,
-    headers: I,
-    vary_headers: &[String],
-    ttl: u64,
-) -> Result<u64, NotStored>
+pub fn admissible<'h, I>(status: u32, headers: I, vary_headers: &[String]) -> Result<(), NotStored>
 where
     I: IntoIterator<Item = (&'h str, &'h [u8])>,
 {
-    if ttl == 0 {
-        return Err(NotStored::TtlZero);
-    }
     if status != 200 {
         return Err(NotStored::Status);
     }
-    let mut ttl = ttl;
     let mut json = false;
     for (name, value) in headers {
         match name {
@@ -95,14 +36,13 @@ where
             }
             "content-type" => json = is_json_media_type(value),
             "vary" => check_vary(value, vary_headers)?,
-            "cache-control" => ttl = ttl.min(cache_control_ttl(value)?),
             _ => {}
         }
     }
     if !json {
         return Err(NotStored::ContentType);
     }
-    Ok(ttl)
+    Ok(())
 }
 
 fn is_json_media_type(value: &[u8]) -> bool {
@@ -135,56 +75,6 @@ pub fn check_vary(value: &[u8], vary_headers: &[String]) -> Result<(), NotStored
     Ok(())
 }
 
-/// The longest a shared cache may keep the response per `cache-control` (`u64::MAX` = no limit).
-fn cache_control_ttl(value: &[u8]) -> Result<u64, NotStored> {
-    let mut max_age = None;
-    let mut s_maxage = None;
-    for directive in value.split(|&b| b == b',') {
-        let directive = directive.trim_ascii();
-        let (name, arg) = match directive.iter().position(|&b| b == b'=') {
-            Some(i) => (
-                &directive[..i],
-                Some(trim_quotes(directive[i + 1..].trim_ascii())),
-            ),
-            None => (directive, None),
-        };
-        let name = name.trim_ascii().to_ascii_lowercase();
-        match name.as_slice() {
-            b"no-store" => return Err(NotStored::NoStore),
-            b"private" => return Err(NotStored::Private),
-            b"no-cache" => return Err(NotStored::NoCache),
-            b"max-age" => max_age = Some(parse_seconds(arg)),
-            b"s-maxage" => s_maxage = Some(parse_seconds(arg)),
-            _ => {}
-        }
-    }
-    // A shared cache obeys s-maxage over max-age; an unparseable value counts as 0 (RFC 9111 4.2.1).
-    let limit = s_maxage.or(max_age).unwrap_or(u64::MAX);
-    if limit == 0 {
-        return Err(NotStored::MaxAgeZero);
-    }
-    Ok(limit)
-}
-
-fn trim_quotes(v: &[u8]) -> &[u8] {
-    v.strip_prefix(b"\"")
-        .and_then(|v| v.strip_suffix(b"\""))
-        .unwrap_or(v)
-}
-
-fn parse_seconds(arg: Option<&[u8]>) -> u64 {
-    let Some(digits) = arg else { return 0 };
-    if digits.is_empty() || !digits.iter().all(u8::is_ascii_digit) {
-        return 0;
-    }
-    digits
-        .iter()
-        .try_fold(0u64, |acc, &d| {
-            acc.checked_mul(10)?.checked_add(u64::from(d - b'0'))
-        })
-        .unwrap_or(u64::MAX)
-}
-
 /// An upstream answer, complete.
 #[derive(Debug, Clone, Copy)]
 pub struct Answer<'a> {
@@ -197,7 +87,7 @@ pub struct Answer<'a> {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Asked {
     /// From the configuration, the operation's rules and the route.
-    pub ttl_seconds: u64,
+    pub lifetimes: Lifetimes,
     /// When the request looked the key up (see `Entry::born_us`).
     pub born_us: u64,
     pub operation: Rc<OperationTags>,
@@ -213,27 +103,27 @@ pub struct Stamp<'a> {
 }
 
 /// The whole decision for a complete upstream answer: the encoded entry to store under `key`, with
-/// its tags, or why it may not be stored. `ttl_seconds` is the configured TTL for this request.
+/// its tags, or why it may not be stored. `lifetimes` are what the configuration allows for this
+/// request.
 pub fn storable_entry(
     key: &CacheKey,
     answer: &Answer<'_>,
     config: &Config,
-    ttl_seconds: u64,
+    allowed: &Lifetimes,
     stamp: &Stamp<'_>,
 ) -> Result<Vec<u8>, NotStored> {
-    let ttl = response_ttl(
-        u32::from(answer.status),
+    let headers = || {
         answer
             .headers
             .iter()
-            .map(|(n, v)| (n.as_str(), v.as_slice())),
-        &config.vary_headers,
-        ttl_seconds,
-    )?;
+            .map(|(n, v)| (n.as_str(), v.as_slice()))
+    };
+    admissible(u32::from(answer.status), headers(), &config.vary_headers)?;
+    let life = freshness(headers(), allowed, stamp.now_ms)?;
     body_storable(answer.body)?;
     let mut stored = Vec::new();
     for (name, value) in answer.headers {
-        if STORED_HEADERS.contains(&name.as_str()) {
+        if replayed(name) {
             let value = std::str::from_utf8(value).map_err(|_| NotStored::NonUtf8Header)?;
             stored.push((name.as_str(), value));
         }
@@ -254,7 +144,10 @@ pub fn storable_entry(
     let entry = Entry {
         digest: key.digest,
         stored_at_ms: now,
-        expires_at_ms: now.saturating_add(ttl.saturating_mul(1000)),
+        expires_at_ms: now.saturating_add(life.fresh_ms),
+        stale_ms: life.swr_ms,
+        error_ms: life.sie_ms,
+        upstream_age_s: life.age_s,
         born_us: stamp.born_us,
         status: answer.status,
         headers: stored,
@@ -305,16 +198,25 @@ impl<'de> Visitor<'de> for TopLevelErrors {
 mod tests {
     use super::*;
 
+    /// Admission and freshness together, as `storable_entry` decides them, in seconds.
     fn ttl(status: u32, headers: &[(&str, &str)]) -> Result<u64, NotStored> {
-        response_ttl(
-            status,
-            headers.iter().map(|(n, v)| (*n, v.as_bytes())),
-            &["authorization".to_string()],
-            60,
-        )
+        let h = || headers.iter().map(|(n, v)| (*n, v.as_bytes()));
+        admissible(status, h(), &["authorization".to_string()])?;
+        let allowed = Lifetimes {
+            ttl_seconds: 60,
+            ..Lifetimes::default()
+        };
+        Ok(freshness(h(), &allowed, 0)?.fresh_ms / 1000)
     }
 
     const JSON: (&str, &str) = ("content-type", "application/json");
+
+    fn allowed() -> Lifetimes {
+        Lifetimes {
+            ttl_seconds: 60,
+            ..Lifetimes::default()
+        }
+    }
 
     #[test]
     fn plain_json_200_is_stored_for_the_configured_ttl() {
@@ -328,14 +230,6 @@ mod tests {
                 )]
             ),
             Ok(60)
-        );
-    }
-
-    #[test]
-    fn ttl_zero_stores_nothing() {
-        assert_eq!(
-            response_ttl(200, [("content-type", &b"application/json"[..])], &[], 0),
-            Err(NotStored::TtlZero)
         );
     }
 
@@ -417,13 +311,21 @@ mod tests {
     }
 
     #[test]
-    fn storable_entries_keep_only_content_headers() {
+    fn storable_entries_replay_the_origin_s_headers_but_one_exchange_s() {
         let key = CacheKey { digest: [1; 32] };
         let config = Config::default();
         let headers: Vec<(String, Vec<u8>)> = vec![
             ("content-type".into(), b"application/json".to_vec()),
             ("x-trace".into(), b"t".to_vec()),
             ("cache-control".into(), b"max-age=5".to_vec()),
+            (
+                "access-control-allow-origin".into(),
+                b"https://app.example".to_vec(),
+            ),
+            ("date".into(), b"Sun, 06 Nov 1994 08:49:37 GMT".to_vec()),
+            ("age".into(), b"1".to_vec()),
+            ("x-envoy-upstream-service-time".into(), b"3".to_vec()),
+            ("content-length".into(), b"11".to_vec()),
         ];
         let op = OperationTags::default();
         let stamp = Stamp {
@@ -436,19 +338,35 @@ mod tests {
             headers: &headers,
             body,
         };
-        let bytes = storable_entry(&key, &answer(br#"{"data":{}}"#), &config, 60, &stamp).unwrap();
+        let bytes = storable_entry(
+            &key,
+            &answer(br#"{"data":{}}"#),
+            &config,
+            &allowed(),
+            &stamp,
+        )
+        .unwrap();
         let e = Entry::decode(&bytes).unwrap();
         assert_eq!(e.born_us, 900);
         assert_eq!(
             e.headers,
             vec![
                 ("content-type", "application/json"),
-                ("cache-control", "max-age=5")
+                ("x-trace", "t"),
+                ("cache-control", "max-age=5"),
+                ("access-control-allow-origin", "https://app.example"),
             ]
         );
-        assert_eq!(e.expires_at_ms, 6000);
+        assert_eq!(e.upstream_age_s, 1);
+        assert_eq!(e.expires_at_ms, 5000, "max-age 5 less the upstream age 1");
         assert_eq!(
-            storable_entry(&key, &answer(br#"{"errors":[]}"#), &config, 60, &stamp),
+            storable_entry(
+                &key,
+                &answer(br#"{"errors":[]}"#),
+                &config,
+                &allowed(),
+                &stamp
+            ),
             Err(NotStored::GraphqlErrors)
         );
         let big = format!(r#"{{"data":"{}"}}"#, "x".repeat(config.max_entry_bytes));
@@ -458,7 +376,7 @@ mod tests {
             body: big.as_bytes(),
         };
         assert_eq!(
-            storable_entry(&key, &big, &config, 60, &stamp),
+            storable_entry(&key, &big, &config, &allowed(), &stamp),
             Err(NotStored::TooLarge)
         );
     }
@@ -484,7 +402,7 @@ mod tests {
             headers: &headers,
             body,
         };
-        let bytes = storable_entry(&key, &answer, &config, 60, &stamp).unwrap();
+        let bytes = storable_entry(&key, &answer, &config, &allowed(), &stamp).unwrap();
         let e = Entry::decode(&bytes).unwrap();
         assert_eq!(
             e.tags,
@@ -494,7 +412,7 @@ mod tests {
         assert_eq!(e.tag_hashes[3], tag_hash("entity:User:1"));
         // Without debugging, the hashes are kept and the text is not.
         let lean = Config::default();
-        let bytes = storable_entry(&key, &answer, &lean, 60, &stamp).unwrap();
+        let bytes = storable_entry(&key, &answer, &lean, &allowed(), &stamp).unwrap();
         let e = Entry::decode(&bytes).unwrap();
         assert_eq!((e.tags, e.tag_hashes.len()), ("", 4));
     }

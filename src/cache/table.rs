@@ -12,6 +12,8 @@ use crate::request::key::CacheKey;
 pub enum Lookup {
     /// A fresh entry for exactly this key; decode it with [`Entry::decode`].
     Hit(Vec<u8>),
+    /// Expired, but within its stale-while-revalidate or stale-if-error window.
+    Stale(Vec<u8>),
     Miss(MissKind),
 }
 
@@ -56,9 +58,10 @@ impl SlotTable {
         match Entry::peek(&bytes) {
             Err(DecodeError::Empty) => Lookup::Miss(MissKind::Empty),
             Err(_) => Lookup::Miss(MissKind::Foreign),
-            Ok((digest, _)) if digest != key.digest => Lookup::Miss(MissKind::Collision),
-            Ok((_, expires)) if expires <= now_ms => Lookup::Miss(MissKind::Expired),
-            Ok(_) => Lookup::Hit(bytes),
+            Ok(p) if p.digest != key.digest => Lookup::Miss(MissKind::Collision),
+            Ok(p) if p.expires_at_ms > now_ms => Lookup::Hit(bytes),
+            Ok(p) if p.keep_until_ms > now_ms => Lookup::Stale(bytes),
+            Ok(_) => Lookup::Miss(MissKind::Expired),
         }
     }
 
@@ -74,7 +77,7 @@ impl SlotTable {
         let evicted = match store.get(&name) {
             Some(old) => matches!(
                 Entry::peek(&old),
-                Ok((digest, expires)) if digest != key.digest && expires > now_ms
+                Ok(p) if p.digest != key.digest && p.expires_at_ms > now_ms
             ),
             None => false,
         };
@@ -97,6 +100,9 @@ mod tests {
             digest: k.digest,
             stored_at_ms: 0,
             expires_at_ms: expires,
+            stale_ms: 50,
+            error_ms: 0,
+            upstream_age_s: 0,
             born_us: 0,
             status: 200,
             headers: vec![("content-type", "application/json")],
@@ -115,7 +121,11 @@ mod tests {
         assert_eq!(t.lookup(&store, &k, 0), Lookup::Miss(MissKind::Empty));
         t.insert(&store, &k, &entry(&k, 100), 0).unwrap();
         assert!(matches!(t.lookup(&store, &k, 99), Lookup::Hit(_)));
-        assert_eq!(t.lookup(&store, &k, 100), Lookup::Miss(MissKind::Expired));
+        assert!(
+            matches!(t.lookup(&store, &k, 100), Lookup::Stale(_)),
+            "in its window"
+        );
+        assert_eq!(t.lookup(&store, &k, 150), Lookup::Miss(MissKind::Expired));
     }
 
     #[test]

@@ -147,6 +147,17 @@ pub enum Join {
     Alone,
 }
 
+/// What a request may do with a key's flight.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum JoinMode {
+    /// A miss: lead if nobody fetches, else follow.
+    MayLead,
+    /// A follower re-registering: never claims (it follows or is `Alone`).
+    FollowOnly,
+    /// A background refresh: lead if nobody fetches, else leave it (`Alone`), never watch.
+    LeadOnly,
+}
+
 /// What a worker finds when it looks at a key's flight after a wake-up or a timer.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Peek {
@@ -193,8 +204,8 @@ impl FlightTable {
         }
     }
 
-    /// Claims the key, or registers `queue` as a watcher of the fetch already in flight. With
-    /// `may_lead` false (a follower re-registering), it never claims: it follows or is `Alone`.
+    /// Claims the key, or registers `queue` as a watcher of the fetch already in flight, as
+    /// `mode` allows.
     #[allow(clippy::too_many_arguments)]
     pub fn join(
         &self,
@@ -204,8 +215,9 @@ impl FlightTable {
         queue: u32,
         now_ms: u64,
         lease_ms: u64,
-        may_lead: bool,
+        mode: JoinMode,
     ) -> Join {
+        let may_lead = mode != JoinMode::FollowOnly;
         let name = self.slot_name(key);
         for _ in 0..CAS_ATTEMPTS {
             let (value, cas) = store.get_cas(&name);
@@ -226,6 +238,9 @@ impl FlightTable {
                     mut watchers,
                 }) if deadline_ms > now_ms => {
                     if digest != key.digest {
+                        return Join::Alone;
+                    }
+                    if mode == JoinMode::LeadOnly {
                         return Join::Alone;
                     }
                     if watchers.contains(&queue) {
@@ -351,7 +366,7 @@ impl FlightTable {
                 if watchers.contains(&queue) || owner == me {
                     Peek::Waiting
                 } else {
-                    match self.join(store, key, me, queue, now_ms, 0, false) {
+                    match self.join(store, key, me, queue, now_ms, 0, JoinMode::FollowOnly) {
                         Join::Follow => Peek::Waiting,
                         _ => Peek::Gone,
                     }
@@ -436,15 +451,21 @@ mod tests {
         let t = FlightTable::new(16);
         t.precreate(&store);
         let k = key(1);
-        assert_eq!(t.join(&store, &k, W1, Q1, 0, 1000, true), Join::Lead);
-        assert_eq!(t.join(&store, &k, W2, Q2, 1, 1000, true), Join::Follow);
         assert_eq!(
-            t.join(&store, &k, W2, Q2, 2, 1000, true),
+            t.join(&store, &k, W1, Q1, 0, 1000, JoinMode::MayLead),
+            Join::Lead
+        );
+        assert_eq!(
+            t.join(&store, &k, W2, Q2, 1, 1000, JoinMode::MayLead),
+            Join::Follow
+        );
+        assert_eq!(
+            t.join(&store, &k, W2, Q2, 2, 1000, JoinMode::MayLead),
             Join::Follow,
             "registered once"
         );
         assert_eq!(
-            t.join(&store, &k, W1, Q1, 3, 1000, true),
+            t.join(&store, &k, W1, Q1, 3, 1000, JoinMode::MayLead),
             Join::Lead,
             "an owner without a local flight retakes its stale record, keeping the watchers"
         );
@@ -457,7 +478,10 @@ mod tests {
         t.clear_done(&store, &k, W1, 10);
         assert_eq!(t.peek(&store, &k, W2, Q2, 12), Peek::Gone);
         // The next miss starts a new flight.
-        assert_eq!(t.join(&store, &k, W2, Q2, 13, 1000, true), Join::Lead);
+        assert_eq!(
+            t.join(&store, &k, W2, Q2, 13, 1000, JoinMode::MayLead),
+            Join::Lead
+        );
     }
 
     #[test]
@@ -466,7 +490,7 @@ mod tests {
         let t = FlightTable::new(4);
         let k = key(2);
         assert_eq!(
-            t.join(&store, &k, W1, Q1, 0, 1000, true),
+            t.join(&store, &k, W1, Q1, 0, 1000, JoinMode::MayLead),
             Join::Lead,
             "works without precreate"
         );
@@ -482,11 +506,14 @@ mod tests {
         let store = MapStore::default();
         let t = FlightTable::new(4);
         let k = key(3);
-        t.join(&store, &k, W1, Q1, 0, 1000, true);
-        t.join(&store, &k, W2, Q2, 0, 1000, true);
+        t.join(&store, &k, W1, Q1, 0, 1000, JoinMode::MayLead);
+        t.join(&store, &k, W2, Q2, 0, 1000, JoinMode::MayLead);
         t.complete(&store, &k, W1, Some(b"old".to_vec()), 5);
         // A request arriving after completion fetches anew instead of reading the old result.
-        assert_eq!(t.join(&store, &k, W1, Q1, 6, 1000, true), Join::Lead);
+        assert_eq!(
+            t.join(&store, &k, W1, Q1, 6, 1000, JoinMode::MayLead),
+            Join::Lead
+        );
         assert_eq!(
             t.peek(&store, &k, W2, Q2, 7),
             Peek::Waiting,
@@ -499,12 +526,21 @@ mod tests {
         let store = MapStore::default();
         let t = FlightTable::new(4);
         let k = key(4);
-        assert_eq!(t.join(&store, &k, W1, Q1, 0, 100, true), Join::Lead);
+        assert_eq!(
+            t.join(&store, &k, W1, Q1, 0, 100, JoinMode::MayLead),
+            Join::Lead
+        );
         assert_eq!(t.peek(&store, &k, W2, Q2, 100), Peek::Gone);
-        assert_eq!(t.join(&store, &k, W2, Q2, 100, 100, true), Join::Lead);
+        assert_eq!(
+            t.join(&store, &k, W2, Q2, 100, 100, JoinMode::MayLead),
+            Join::Lead
+        );
         // The old leader finishing late does not disturb the new flight.
         assert!(t.complete(&store, &k, W1, None, 150).is_empty());
-        assert_eq!(t.join(&store, &k, W1, Q1, 160, 100, true), Join::Follow);
+        assert_eq!(
+            t.join(&store, &k, W1, Q1, 160, 100, JoinMode::MayLead),
+            Join::Follow
+        );
     }
 
     #[test]
@@ -513,12 +549,35 @@ mod tests {
         let t = FlightTable::new(2);
         let k = key(10);
         assert_eq!(
-            t.join(&store, &k, W1, Q1, 0, 1000, false),
+            t.join(&store, &k, W1, Q1, 0, 1000, JoinMode::FollowOnly),
             Join::Alone,
             "free slot, may not lead"
         );
-        t.join(&store, &k, W1, Q1, 0, 1000, true);
-        assert_eq!(t.join(&store, &k, W2, Q2, 0, 1000, false), Join::Follow);
+        t.join(&store, &k, W1, Q1, 0, 1000, JoinMode::MayLead);
+        assert_eq!(
+            t.join(&store, &k, W2, Q2, 0, 1000, JoinMode::FollowOnly),
+            Join::Follow
+        );
+    }
+
+    #[test]
+    fn a_refresh_leads_or_leaves_it_never_watches() {
+        let store = MapStore::default();
+        let t = FlightTable::new(2);
+        let k = key(12);
+        assert_eq!(
+            t.join(&store, &k, W1, Q1, 0, 1000, JoinMode::LeadOnly),
+            Join::Lead
+        );
+        assert_eq!(
+            t.join(&store, &k, W2, Q2, 0, 1000, JoinMode::LeadOnly),
+            Join::Alone
+        );
+        assert_eq!(
+            t.complete(&store, &k, W1, None, 1),
+            Vec::<u32>::new(),
+            "no watcher added"
+        );
     }
 
     #[test]
@@ -526,22 +585,34 @@ mod tests {
         let store = MapStore::default();
         let t = FlightTable::new(1);
         let k = key(11);
-        assert_eq!(t.join(&store, &k, W1, Q1, 0, 1000, true), Join::Lead);
+        assert_eq!(
+            t.join(&store, &k, W1, Q1, 0, 1000, JoinMode::MayLead),
+            Join::Lead
+        );
         // A worker that saw the slot missing a moment ago creates it now: its write must fail.
         let name = t.slot_name(&k);
         assert_eq!(
             store.set_cas(&name, b"", Some(CREATE_CAS)),
             Err(StoreError::CasMismatch)
         );
-        assert_eq!(t.join(&store, &k, W2, Q2, 1, 1000, true), Join::Follow);
+        assert_eq!(
+            t.join(&store, &k, W2, Q2, 1, 1000, JoinMode::MayLead),
+            Join::Follow
+        );
     }
 
     #[test]
     fn keys_sharing_a_slot_never_share_a_flight() {
         let store = MapStore::default();
         let t = FlightTable::new(1);
-        assert_eq!(t.join(&store, &key(5), W1, Q1, 0, 1000, true), Join::Lead);
-        assert_eq!(t.join(&store, &key(6), W2, Q2, 0, 1000, true), Join::Alone);
+        assert_eq!(
+            t.join(&store, &key(5), W1, Q1, 0, 1000, JoinMode::MayLead),
+            Join::Lead
+        );
+        assert_eq!(
+            t.join(&store, &key(6), W2, Q2, 0, 1000, JoinMode::MayLead),
+            Join::Alone
+        );
         assert_eq!(t.peek(&store, &key(6), W2, Q2, 0), Peek::Gone);
     }
 
@@ -550,14 +621,17 @@ mod tests {
         let store = MapStore::default();
         let t = FlightTable::new(1);
         let k = key(7);
-        t.join(&store, &k, 0, 0, 0, 1000, true);
+        t.join(&store, &k, 0, 0, 0, 1000, JoinMode::MayLead);
         for q in 1..=MAX_WATCHERS as u32 {
             assert_eq!(
-                t.join(&store, &k, u64::from(q), q, 0, 1000, true),
+                t.join(&store, &k, u64::from(q), q, 0, 1000, JoinMode::MayLead),
                 Join::Follow
             );
         }
-        assert_eq!(t.join(&store, &k, 999, 999, 0, 1000, true), Join::Alone);
+        assert_eq!(
+            t.join(&store, &k, 999, 999, 0, 1000, JoinMode::MayLead),
+            Join::Alone
+        );
     }
 
     #[test]
@@ -565,8 +639,8 @@ mod tests {
         let store = MapStore::default();
         let t = FlightTable::new(2);
         let k = key(8);
-        t.join(&store, &k, W1, Q1, 0, 1000, true);
-        t.join(&store, &k, W2, Q2, 0, 1000, true);
+        t.join(&store, &k, W1, Q1, 0, 1000, JoinMode::MayLead);
+        t.join(&store, &k, W2, Q2, 0, 1000, JoinMode::MayLead);
         assert_eq!(t.complete(&store, &k, W1, None, 1), vec![Q2]);
         assert_eq!(t.peek(&store, &k, W2, Q2, 2), Peek::Done(None));
     }

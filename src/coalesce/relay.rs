@@ -2,26 +2,9 @@
 //! leader and its followers on this worker, or through a flight record to other workers.
 
 use crate::cache::entry::Entry;
+use crate::cache::headers::is_end_to_end;
 use crate::cache::storable::check_vary;
 use crate::request::key::CacheKey;
-
-/// Headers that belong to one connection, not to the message (RFC 9110 7.6.1), plus
-/// `content-length`, which Envoy sets for the body it sends. Never relayed nor replayed.
-pub const HOP_BY_HOP: &[&str] = &[
-    "connection",
-    "keep-alive",
-    "proxy-connection",
-    "transfer-encoding",
-    "te",
-    "trailer",
-    "upgrade",
-    "content-length",
-];
-
-/// Whether a header belongs to the message rather than to the connection or to HTTP/2 framing.
-pub fn is_end_to_end(name: &str) -> bool {
-    !name.starts_with(':') && !HOP_BY_HOP.contains(&name)
-}
 
 /// A complete answer with text headers (what `send_http_response` can send).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -105,6 +88,9 @@ impl Response {
             digest: key.digest,
             stored_at_ms: now_ms,
             expires_at_ms: now_ms,
+            stale_ms: 0,
+            error_ms: 0,
+            upstream_age_s: 0,
             born_us: now_ms,
             status: self.status,
             headers: self

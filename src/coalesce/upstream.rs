@@ -1,10 +1,12 @@
 //! The request the shared fetch sends upstream on behalf of every waiter of a key.
 
+use crate::cache::headers::is_end_to_end;
 use crate::cache::storable::Asked;
-use crate::coalesce::relay::is_end_to_end;
 use crate::effects::host::Callout;
 use crate::request::classify::RequestHead;
 use crate::request::key::CacheKey;
+
+pub const IDENTITY: &str = "identity";
 
 /// The callout for a request: the original method, path, authority, end-to-end headers and
 /// body. `None` when a header is not text (the callout API takes text only): such a request is
@@ -21,12 +23,16 @@ pub fn upstream_request(
         (":authority".to_string(), text(&head.authority)?),
     ];
     for (name, value) in &head.headers {
-        // `expect: 100-continue` is about the client's upload, which is already complete.
-        if !is_end_to_end(name) || name == "expect" {
+        // `expect: 100-continue` is about the client's upload, which is already complete;
+        // `accept-encoding` is the filter's choice (see below).
+        if !is_end_to_end(name) || name == "expect" || name == "accept-encoding" {
             continue;
         }
         headers.push((name.clone(), text(value)?));
     }
+    // An answer shared by many clients is fetched uncompressed: Envoy's compressor encodes it for
+    // each client as it accepts.
+    headers.push(("accept-encoding".to_string(), IDENTITY.to_string()));
     Some(Callout {
         cluster,
         headers,
@@ -63,6 +69,7 @@ mod tests {
                 ("content-length".into(), b"12".to_vec()),
                 ("connection".into(), b"keep-alive".to_vec()),
                 ("authorization".into(), b"Bearer a".to_vec()),
+                ("accept-encoding".into(), b"gzip, br".to_vec()),
             ],
             ..Default::default()
         }
@@ -79,8 +86,13 @@ mod tests {
                 ":path",
                 ":authority",
                 "content-type",
-                "authorization"
+                "authorization",
+                "accept-encoding"
             ]
+        );
+        assert_eq!(
+            f.headers[5].1, "identity",
+            "shared answers are fetched uncompressed"
         );
         assert_eq!(f.headers[1].1, "/graphql?x=1");
         assert_eq!(f.body.as_deref(), Some(&b"{}"[..]));

@@ -75,6 +75,18 @@ impl LocalFlights {
         );
     }
 
+    /// Starts a background refresh this worker leads, with nobody waiting on it yet.
+    pub fn start_refresh(&mut self, key: CacheKey, now_ms: u64) {
+        self.flights.insert(
+            key,
+            LocalFlight {
+                leading: true,
+                started_ms: now_ms,
+                waiters: Vec::new(),
+            },
+        );
+    }
+
     pub fn contains(&self, key: &CacheKey) -> bool {
         self.flights.contains_key(key)
     }

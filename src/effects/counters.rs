@@ -20,11 +20,13 @@ pub enum Counter {
     MutationPurges,
     PurgedMisses,
     StaleMisses,
+    StaleServed,
+    Refreshes,
 }
 
 impl Counter {
     /// Every counter, in the order of its index.
-    pub const ALL: [Counter; 18] = [
+    pub const ALL: [Counter; 20] = [
         Counter::Hits,
         Counter::Misses,
         Counter::Bypasses,
@@ -43,6 +45,8 @@ impl Counter {
         Counter::MutationPurges,
         Counter::PurgedMisses,
         Counter::StaleMisses,
+        Counter::StaleServed,
+        Counter::Refreshes,
     ];
 
     /// Position in [`Counter::ALL`], for a host that keeps metric ids in an array.
@@ -70,6 +74,8 @@ impl Counter {
             Counter::MutationPurges => "graphql_cache.mutation_purges",
             Counter::PurgedMisses => "graphql_cache.purged_misses",
             Counter::StaleMisses => "graphql_cache.stale_misses",
+            Counter::StaleServed => "graphql_cache.stale_served",
+            Counter::Refreshes => "graphql_cache.refreshes",
         }
     }
 }

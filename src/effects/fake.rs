@@ -311,6 +311,12 @@ impl RequestHost for FakeHost {
         self.properties.borrow().get(&path.join(".")).cloned()
     }
 
+    fn set_request_header(&self, name: &str, value: &str) {
+        let mut headers = self.request_headers.borrow_mut();
+        headers.retain(|(n, _)| n != name);
+        headers.push((name.to_string(), value.as_bytes().to_vec()));
+    }
+
     fn respond(&self, status: u16, headers: Vec<(&str, &str)>, body: &[u8]) {
         self.answered.borrow_mut().push(Reply {
             context: self.context.get(),

@@ -71,6 +71,9 @@ pub trait RequestHost: Host {
     /// An Envoy property (`xds.cluster_name`, route metadata, dynamic metadata), raw.
     fn property(&self, path: &[&str]) -> Option<Vec<u8>>;
 
+    /// Replaces a header of the request before it goes upstream.
+    fn set_request_header(&self, name: &str, value: &str);
+
     /// Answers this request with a local reply.
     fn respond(&self, status: u16, headers: Vec<(&str, &str)>, body: &[u8]);
 

@@ -110,6 +110,10 @@ impl RequestHost for Envoy<'_> {
         hostcalls::get_property(path.to_vec()).ok().flatten()
     }
 
+    fn set_request_header(&self, name: &str, value: &str) {
+        let _ = hostcalls::set_map_value(MapType::HttpRequestHeaders, name, Some(value));
+    }
+
     fn respond(&self, status: u16, headers: Vec<(&str, &str)>, body: &[u8]) {
         let _ = hostcalls::send_http_response(u32::from(status), headers, Some(body));
     }

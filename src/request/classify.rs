@@ -24,9 +24,11 @@ pub struct RequestHead {
     pub content_encoding: Option<Vec<u8>>,
     pub content_length: Option<Vec<u8>>,
     pub accept: Option<Vec<u8>>,
-    pub accept_encoding: Option<Vec<u8>>,
     /// Values of `config.vary_headers`, in the same order.
     pub vary: Vec<Option<Vec<u8>>>,
+    /// Validators of a conditional request: not in the key, answered per request.
+    pub if_none_match: Option<Vec<u8>>,
+    pub if_modified_since: Option<Vec<u8>>,
     /// Every request header as received, for replaying the request in a shared fetch.
     pub headers: Vec<(String, Vec<u8>)>,
     /// The upstream cluster the route chose: routes chosen by headers outside the key (a canary
@@ -34,6 +36,13 @@ pub struct RequestHead {
     pub cluster: Option<Vec<u8>>,
     /// What the route's metadata says.
     pub route: RouteOverride,
+}
+
+impl RequestHead {
+    /// Whether the request carries validators (`if-none-match`, `if-modified-since`).
+    pub fn conditional(&self) -> bool {
+        self.if_none_match.is_some() || self.if_modified_since.is_some()
+    }
 }
 
 /// A cacheable request, identified.
@@ -91,19 +100,19 @@ pub fn memo_input(head: &RequestHead, body: &[u8]) -> MemoInput {
     input.field(&head.path);
     input.field(&head.authority);
     input.optional(head.accept.as_deref());
-    input.optional(head.accept_encoding.as_deref());
     input.optional(head.cluster.as_deref());
     for value in &head.vary {
         input.optional(value.as_deref());
     }
-    input.optional(
-        head.route
-            .ttl_seconds
-            .map(u64::to_le_bytes)
-            .as_ref()
-            .map(|b| &b[..]),
-    );
-    input.field(&[u8::from(head.route.disabled)]);
+    let route = &head.route;
+    for value in [
+        route.ttl_seconds,
+        route.stale_while_revalidate_seconds,
+        route.stale_if_error_seconds,
+    ] {
+        input.optional(value.map(u64::to_le_bytes).as_ref().map(|b| &b[..]));
+    }
+    input.field(&[u8::from(route.disabled)]);
     input.field(body);
     input
 }
@@ -221,7 +230,7 @@ fn identify(
         OperationKind::Subscription => return Err(Bypass::Subscription),
     }
     let policy = request_policy(
-        config.ttl_seconds,
+        config.lifetimes(),
         config.default_scope,
         &config.rules,
         &operation,
@@ -242,7 +251,6 @@ pub fn key_context<'a>(config: &'a Config, head: &'a RequestHead, path: &'a str)
         authority: &head.authority,
         path: path.as_bytes(),
         accept: head.accept.as_deref(),
-        accept_encoding: head.accept_encoding.as_deref(),
         cluster: head.cluster.as_deref(),
         vary: config
             .vary_headers
@@ -392,7 +400,7 @@ mod tests {
         let mut h = head("POST", "/graphql");
         h.route = RouteOverride {
             ttl_seconds: Some(3),
-            disabled: false,
+            ..RouteOverride::default()
         };
         let body = br#"{"query":"{ a }"}"#;
         assert_eq!(classify_body(&c, &h, body).unwrap().policy.ttl_seconds, 3);
@@ -433,9 +441,6 @@ mod tests {
         variants.push(h);
         let mut h = base.clone();
         h.accept = Some(b"*/*".to_vec());
-        variants.push(h);
-        let mut h = base.clone();
-        h.accept_encoding = Some(b"gzip".to_vec());
         variants.push(h);
         let mut h = base.clone();
         h.vary = vec![Some(b"Bearer x".to_vec()), None];

@@ -9,7 +9,7 @@ use sha2::{Digest, Sha256};
 use std::fmt::Write;
 
 /// Bumped whenever the meaning of the key changes, so old entries stop matching.
-const KEY_FORMAT: &[u8] = b"graphql-cache/key/v1";
+const KEY_FORMAT: &[u8] = b"graphql-cache/key/v2";
 
 /// The request-side dimensions of the key that are not part of the GraphQL request itself.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -20,8 +20,6 @@ pub struct KeyContext<'a> {
     pub path: &'a [u8],
     /// `accept` shapes the response's media type.
     pub accept: Option<&'a [u8]>,
-    /// `accept-encoding` decides whether the origin may compress.
-    pub accept_encoding: Option<&'a [u8]>,
     /// The upstream cluster the route chose.
     pub cluster: Option<&'a [u8]>,
     /// `(name, value)` for each configured vary header, in configuration order; `None` = absent.
@@ -94,8 +92,8 @@ pub fn build_key(ctx: &KeyContext, req: &GraphQlRequest, op: &CanonicalOperation
     w.field(4, ctx.path);
     w.optional(14, ctx.cluster);
     w.optional(5, ctx.accept.map(trim));
-    let encodings = ctx.accept_encoding.map(normalize_accept_encoding);
-    w.optional(6, encodings.as_deref());
+    // Not `accept-encoding`: the filter asks the origin for `identity` on every request it may
+    // store or coalesce, and Envoy's compressor encodes hits and misses alike per client.
     for (name, value) in &ctx.vary {
         w.field(7, name.as_bytes());
         w.optional(8, *value);
@@ -113,26 +111,6 @@ fn trim(v: &[u8]) -> &[u8] {
     v.trim_ascii()
 }
 
-/// `gzip, br;q=0.5, GZIP` and `br, gzip` accept the same encodings; `x;q=0` accepts nothing.
-pub fn normalize_accept_encoding(value: &[u8]) -> Vec<u8> {
-    let mut codings: Vec<Vec<u8>> = value
-        .split(|&b| b == b',')
-        .filter_map(|item| {
-            let mut parts = item.split(|&b| b == b';');
-            let coding = parts.next()?.trim_ascii().to_ascii_lowercase();
-            let refused = parts.any(|p| {
-                let p = p.trim_ascii();
-                (p.starts_with(b"q=") || p.starts_with(b"Q="))
-                    && p[2..].iter().all(|&c| c == b'0' || c == b'.')
-            });
-            (!coding.is_empty() && !refused).then_some(coding)
-        })
-        .collect();
-    codings.sort();
-    codings.dedup();
-    codings.join(&b","[..])
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -145,7 +123,6 @@ mod tests {
             authority: b"api.example.com",
             path: b"/graphql",
             accept: Some(b"application/json"),
-            accept_encoding: None,
             cluster: Some(b"origin"),
             vary: vec![("authorization", Some(b"Bearer a"))],
         }
@@ -224,29 +201,9 @@ mod tests {
         let mut c = ctx();
         c.vary = vec![("authorization", Some(b""))];
         assert_ne!(key_with(&c, body), base);
-        let mut c = ctx();
-        c.accept_encoding = Some(b"gzip");
-        assert_ne!(key_with(&c, body), base);
         assert_ne!(base.scoped(b"user-1"), base);
         assert_ne!(base.scoped(b"user-1"), base.scoped(b"user-2"));
         assert_eq!(base.scoped(b"user-1"), base.scoped(b"user-1"));
-    }
-
-    #[test]
-    fn accept_encoding_is_normalized() {
-        assert_eq!(normalize_accept_encoding(b"gzip, br"), b"br,gzip");
-        assert_eq!(
-            normalize_accept_encoding(b"BR;q=0.5 ,gzip,gzip"),
-            b"br,gzip"
-        );
-        assert_eq!(normalize_accept_encoding(b"gzip;q=0, br"), b"br");
-        assert_eq!(normalize_accept_encoding(b""), b"");
-        let body = r#"{"query":"{a}"}"#;
-        let mut a = ctx();
-        a.accept_encoding = Some(b"gzip, br");
-        let mut b = ctx();
-        b.accept_encoding = Some(b"br,gzip");
-        assert_eq!(key_with(&a, body), key_with(&b, body));
     }
 
     #[test]

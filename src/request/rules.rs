@@ -27,6 +27,8 @@ pub enum Matcher {
 pub struct Rule {
     pub matcher: Matcher,
     pub ttl_seconds: Option<u64>,
+    pub stale_while_revalidate_seconds: Option<u64>,
+    pub stale_if_error_seconds: Option<u64>,
     pub scope: Option<Scope>,
     /// `Some(false)`: never cached (nor coalesced).
     pub cache: Option<bool>,
@@ -45,13 +47,25 @@ impl Rule {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct RouteOverride {
     pub ttl_seconds: Option<u64>,
+    pub stale_while_revalidate_seconds: Option<u64>,
+    pub stale_if_error_seconds: Option<u64>,
     pub disabled: bool,
+}
+
+/// How long an answer may be kept: fresh, then stale while refreshing, then stale on errors.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Lifetimes {
+    pub ttl_seconds: u64,
+    pub stale_while_revalidate_seconds: u64,
+    pub stale_if_error_seconds: u64,
 }
 
 /// The policy for one request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RequestPolicy {
     pub ttl_seconds: u64,
+    pub stale_while_revalidate_seconds: u64,
+    pub stale_if_error_seconds: u64,
     pub scope: Scope,
 }
 
@@ -61,7 +75,7 @@ pub struct RequestPolicy {
 /// `default_scope`; the entry is private if any field is. So a public field next to a field no
 /// rule names is only shared when the default is public.
 pub fn request_policy(
-    default_ttl: u64,
+    defaults: Lifetimes,
     default_scope: Scope,
     rules: &[Rule],
     op: &CanonicalOperation,
@@ -71,13 +85,15 @@ pub fn request_policy(
         return Err(Bypass::RouteDisabled);
     }
     let mut rule_ttl: Option<u64> = None;
+    let mut rule_swr: Option<u64> = None;
+    let mut rule_sie: Option<u64> = None;
     for rule in rules.iter().filter(|r| r.matches(op)) {
         if rule.cache == Some(false) {
             return Err(Bypass::NotCachedByRule);
         }
-        if let Some(t) = rule.ttl_seconds {
-            rule_ttl = Some(rule_ttl.map_or(t, |r| r.min(t)));
-        }
+        shortest(&mut rule_ttl, rule.ttl_seconds);
+        shortest(&mut rule_swr, rule.stale_while_revalidate_seconds);
+        shortest(&mut rule_sie, rule.stale_if_error_seconds);
     }
     let op_scope = combine(
         rules
@@ -98,20 +114,41 @@ pub fn request_policy(
             .root_fields
             .iter()
             .any(|f| field_scope(f) == Scope::Private);
-    let ttl_seconds = match (rule_ttl, route.ttl_seconds) {
-        (Some(r), Some(t)) => r.min(t),
-        (Some(r), None) => r,
-        (None, Some(t)) => t,
-        (None, None) => default_ttl,
-    };
     Ok(RequestPolicy {
-        ttl_seconds,
+        ttl_seconds: pick(rule_ttl, route.ttl_seconds, defaults.ttl_seconds),
+        stale_while_revalidate_seconds: pick(
+            rule_swr,
+            route.stale_while_revalidate_seconds,
+            defaults.stale_while_revalidate_seconds,
+        ),
+        stale_if_error_seconds: pick(
+            rule_sie,
+            route.stale_if_error_seconds,
+            defaults.stale_if_error_seconds,
+        ),
         scope: if private {
             Scope::Private
         } else {
             Scope::Public
         },
     })
+}
+
+/// Keeps the shorter of two durations: several matching rules restrict each other.
+fn shortest(acc: &mut Option<u64>, value: Option<u64>) {
+    if let Some(v) = value {
+        *acc = Some(acc.map_or(v, |a| a.min(v)));
+    }
+}
+
+/// A route's value replaces the configured default; matching rules still apply if shorter.
+fn pick(rules: Option<u64>, route: Option<u64>, default: u64) -> u64 {
+    match (rules, route) {
+        (Some(r), Some(t)) => r.min(t),
+        (Some(r), None) => r,
+        (None, Some(t)) => t,
+        (None, None) => default,
+    }
 }
 
 /// The scope several rules agree on: private if any says so.
@@ -142,6 +179,8 @@ mod tests {
         Rule {
             matcher: m,
             ttl_seconds: ttl,
+            stale_while_revalidate_seconds: None,
+            stale_if_error_seconds: None,
             scope,
             cache,
         }
@@ -166,8 +205,16 @@ mod tests {
         ]
     }
 
+    fn defaults() -> Lifetimes {
+        Lifetimes {
+            ttl_seconds: 30,
+            stale_while_revalidate_seconds: 10,
+            stale_if_error_seconds: 300,
+        }
+    }
+
     fn policy(o: &CanonicalOperation, route: RouteOverride) -> Result<RequestPolicy, Bypass> {
-        request_policy(30, Scope::Public, &rules(), o, route)
+        request_policy(defaults(), Scope::Public, &rules(), o, route)
     }
 
     #[test]
@@ -177,6 +224,8 @@ mod tests {
             p,
             RequestPolicy {
                 ttl_seconds: 30,
+                stale_while_revalidate_seconds: 10,
+                stale_if_error_seconds: 300,
                 scope: Scope::Public
             }
         );
@@ -209,6 +258,8 @@ mod tests {
             p,
             RequestPolicy {
                 ttl_seconds: 5,
+                stale_while_revalidate_seconds: 10,
+                stale_if_error_seconds: 300,
                 scope: Scope::Private
             }
         );
@@ -218,8 +269,15 @@ mod tests {
     fn route_overrides() {
         let short = RouteOverride {
             ttl_seconds: Some(2),
-            disabled: false,
+            stale_while_revalidate_seconds: Some(1),
+            ..RouteOverride::default()
         };
+        assert_eq!(
+            policy(&op(None, &["users"]), short)
+                .unwrap()
+                .stale_while_revalidate_seconds,
+            1
+        );
         assert_eq!(policy(&op(None, &["users"]), short).unwrap().ttl_seconds, 2);
         assert_eq!(
             policy(&op(Some("Products"), &["x"]), short)
@@ -229,7 +287,7 @@ mod tests {
         );
         let long = RouteOverride {
             ttl_seconds: Some(600),
-            disabled: false,
+            ..RouteOverride::default()
         };
         assert_eq!(
             policy(&op(None, &["users"]), long).unwrap().ttl_seconds,
@@ -242,8 +300,8 @@ mod tests {
             60
         );
         let off = RouteOverride {
-            ttl_seconds: None,
             disabled: true,
+            ..RouteOverride::default()
         };
         assert_eq!(
             policy(&op(None, &["users"]), off),
@@ -252,9 +310,26 @@ mod tests {
     }
 
     #[test]
+    fn stale_windows_take_the_shortest_rule() {
+        let mut rs = rules();
+        rs[0].stale_if_error_seconds = Some(60);
+        rs[3].stale_if_error_seconds = Some(20);
+        let p = request_policy(
+            defaults(),
+            Scope::Public,
+            &rs,
+            &op(Some("Products"), &["news"]),
+            RouteOverride::default(),
+        )
+        .unwrap();
+        assert_eq!(p.stale_if_error_seconds, 20);
+        assert_eq!(p.stale_while_revalidate_seconds, 10, "the default");
+    }
+
+    #[test]
     fn default_scope_is_configurable() {
         let p = request_policy(
-            30,
+            defaults(),
             Scope::Private,
             &rules(),
             &op(None, &["users"]),
@@ -262,7 +337,7 @@ mod tests {
         );
         assert_eq!(p.unwrap().scope, Scope::Private);
         let p = request_policy(
-            30,
+            defaults(),
             Scope::Private,
             &rules(),
             &op(None, &["news"]),

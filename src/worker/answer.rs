@@ -30,6 +30,12 @@ impl Label<'_> {
         tags: "",
     };
 
+    pub const STALE: Label<'static> = Label {
+        cache: "STALE",
+        reason: None,
+        tags: "",
+    };
+
     pub fn miss(stored: &Stored) -> Label<'_> {
         Label {
             cache: "MISS",
@@ -75,6 +81,9 @@ pub fn answer(
     if host.answer(context, response.status, headers, &response.body) {
         if label.cache == Label::COALESCED.cache {
             host.count(Counter::Coalesced);
+        }
+        if label.cache == Label::STALE.cache {
+            host.count(Counter::StaleServed);
         }
     } else {
         // The client went away while waiting.

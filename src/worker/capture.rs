@@ -1,11 +1,14 @@
 //! A plain miss (the request went upstream itself) copied for the cache as it streams to its
 //! client: decided at the response headers, bounded by `max_entry_bytes`, stored at the end.
 
-use crate::cache::storable::{response_ttl, NotStored};
+use crate::cache::freshness::freshness;
+use crate::cache::not_stored::NotStored;
+use crate::cache::storable::admissible;
 use crate::cache::storable::{Answer, Asked};
 use crate::effects::counters::Counter;
 use crate::effects::host::RequestHost;
 use crate::request::key::CacheKey;
+use crate::request::rules::Lifetimes;
 use crate::worker::state::Plugin;
 use crate::worker::store::{store_answer, upstream_status};
 
@@ -30,18 +33,15 @@ impl Capture {
     pub fn start(
         plugin: &Plugin,
         host: &impl RequestHost,
-        ttl_seconds: u64,
+        lifetimes: &Lifetimes,
         end_of_stream: bool,
     ) -> Result<Capture, NotStored> {
         let headers = host.response_headers();
         // No readable status: nothing to store.
         let status = upstream_status(&headers).unwrap_or(0);
-        response_ttl(
-            u32::from(status),
-            headers.iter().map(|(n, v)| (n.as_str(), v.as_slice())),
-            &plugin.config.vary_headers,
-            ttl_seconds,
-        )?;
+        let pairs = || headers.iter().map(|(n, v)| (n.as_str(), v.as_slice()));
+        admissible(u32::from(status), pairs(), &plugin.config.vary_headers)?;
+        freshness(pairs(), lifetimes, host.now_ms())?;
         if end_of_stream {
             return Err(NotStored::NotJson);
         }

@@ -4,6 +4,7 @@
 
 use crate::cache::storable::Asked;
 use crate::coalesce::sharing::key_names_caller;
+use crate::coalesce::upstream::IDENTITY;
 use crate::config::{MutationInvalidation, PurgeApi};
 use crate::effects::counters::Counter;
 use crate::effects::host::RequestHost;
@@ -15,11 +16,11 @@ use crate::request::classify::{
 };
 use crate::request::http::split_path;
 use crate::request::key::CacheKey;
-use crate::request::rules::Scope;
+use crate::request::rules::{Lifetimes, Scope};
 use crate::worker::answer::{CACHE_HEADER, KEY_HEADER, REASON_HEADER};
 use crate::worker::capture::{Capture, Chunk};
-use crate::worker::join::{join, Joined, Miss};
-use crate::worker::lookup::{find, serve};
+use crate::worker::join::{join, refresh, Joined, Miss};
+use crate::worker::lookup::{find, serve, Found};
 use crate::worker::purge::{self, purge_api, AtHeaders};
 use crate::worker::read::{read_head, read_identity, read_route};
 use crate::worker::state::{Outcome, Plugin, Worker};
@@ -39,7 +40,7 @@ enum State {
     /// Not a request this filter handles: no header, no counting.
     Ignored,
     Bypassed(Bypass),
-    AwaitingBody(RequestHead),
+    AwaitingBody(Box<RequestHead>),
     /// Paused, waiting for a shared fetch (its own or another request's).
     Waiting {
         key: CacheKey,
@@ -126,7 +127,7 @@ impl Exchange {
                 // Held with `allow_on_headers_stop_iteration`: nothing goes upstream until the
                 // body has been read and the request is known to be a miss.
                 read_route(config, cx.host, &mut head);
-                self.state = State::AwaitingBody(head);
+                self.state = State::AwaitingBody(Box::new(head));
                 // The clock is read only while the watchdog still watches (a host call).
                 if cx.worker.borrow().watchdog.watching() {
                     let now = cx.host.now_ms();
@@ -329,34 +330,51 @@ impl Exchange {
         let now_us = cx.host.now_us();
         let now = now_us / 1000;
         let asked = Asked {
-            ttl_seconds: decided.policy.ttl_seconds,
+            lifetimes: Lifetimes {
+                ttl_seconds: decided.policy.ttl_seconds,
+                stale_while_revalidate_seconds: decided.policy.stale_while_revalidate_seconds,
+                stale_if_error_seconds: decided.policy.stale_if_error_seconds,
+            },
             born_us: now_us,
             operation: decided.operation,
         };
         self.asked = Some(asked.clone());
-        if let Some(entry) = find(cx.plugin, cx.worker, cx.host, &key, now) {
-            if serve(cx.plugin, cx.host, &entry, &key, now) {
+        let config = &cx.plugin.config;
+        let miss = Miss {
+            context: self.context,
+            key,
+            head,
+            body,
+            asked,
+            key_names_caller: key_names_caller(decided.policy.scope, &config.vary_headers),
+            now,
+        };
+        match find(cx.plugin, cx.worker, cx.host, &key, now) {
+            Found::Fresh(entry) if serve(cx.plugin, cx.host, &entry, &key, now, "HIT", head) => {
                 cx.host.count(Counter::Hits);
                 self.state = State::Served;
                 return Flow::Pause;
             }
-        }
-        cx.host.count(Counter::Misses);
-        let config = &cx.plugin.config;
-        if config.coalesce {
-            let miss = Miss {
-                context: self.context,
-                key,
-                head,
-                body,
-                asked,
-                key_names_caller: key_names_caller(decided.policy.scope, &config.vary_headers),
-                now,
-            };
-            if join(cx.plugin, cx.worker, cx.host, miss) == Joined::Waiting {
-                self.state = State::Waiting { key };
+            Found::Stale(entry) if serve(cx.plugin, cx.host, &entry, &key, now, "STALE", head) => {
+                cx.host.count(Counter::StaleServed);
+                self.state = State::Served;
+                if config.coalesce {
+                    refresh(cx.plugin, cx.worker, cx.host, miss);
+                }
                 return Flow::Pause;
             }
+            _ => {}
+        }
+        cx.host.count(Counter::Misses);
+        // The origin answers what may be stored uncompressed (see `coalesce::upstream`).
+        cx.host.set_request_header("accept-encoding", IDENTITY);
+        // A conditional request goes alone: its answer may be a 304 meant for its validators.
+        if config.coalesce
+            && !head.conditional()
+            && join(cx.plugin, cx.worker, cx.host, miss) == Joined::Waiting
+        {
+            self.state = State::Waiting { key };
+            return Flow::Pause;
         }
         self.state = State::Missed {
             key,
@@ -376,8 +394,8 @@ impl Exchange {
         if debug {
             cx.host.set_response_header(KEY_HEADER, &key.hex());
         }
-        let ttl = self.asked.as_ref().map_or(0, |a| a.ttl_seconds);
-        let not_stored = match Capture::start(cx.plugin, cx.host, ttl, end_of_stream) {
+        let lifetimes = self.asked.as_ref().map(|a| a.lifetimes).unwrap_or_default();
+        let not_stored = match Capture::start(cx.plugin, cx.host, &lifetimes, end_of_stream) {
             Ok(capture) => {
                 self.state = State::Missed {
                     key,

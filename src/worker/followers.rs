@@ -9,6 +9,7 @@ use crate::effects::host::Host;
 use crate::request::key::CacheKey;
 use crate::worker::answer::{answer, release, Label};
 use crate::worker::shared_fetch::dispatch_pending;
+use crate::worker::stale::{instead_of_error, is_failure};
 use crate::worker::state::{Plugin, Worker};
 use std::cell::RefCell;
 
@@ -60,18 +61,20 @@ fn deliver(
         }
         w.waiters.take(key)
     };
-    for waiter in flight.map(|f| f.waiters).unwrap_or_default() {
-        match &response {
-            Some(r) => answer(
-                plugin,
-                worker,
-                host,
-                waiter.context_id,
-                r,
-                Label::COALESCED,
-                key,
-            ),
-            None => release(worker, host, waiter.context_id, "not-shareable"),
+    let waiters = flight.map(|f| f.waiters).unwrap_or_default();
+    // The leader's fetch failed: this worker's followers may still have a stale answer.
+    let stale = match &response {
+        Some(r) if is_failure(r) && !waiters.is_empty() => {
+            instead_of_error(plugin, worker, host, key)
+        }
+        _ => None,
+    };
+    for waiter in waiters {
+        let ctx = waiter.context_id;
+        match (&stale, &response) {
+            (Some(s), _) => answer(plugin, worker, host, ctx, s, Label::STALE, key),
+            (None, Some(r)) => answer(plugin, worker, host, ctx, r, Label::COALESCED, key),
+            (None, None) => release(worker, host, ctx, "not-shareable"),
         }
     }
 }

@@ -1,8 +1,9 @@
 //! A miss joins the wait for its key: this worker's wait if there is one, else the cross-worker
-//! flight (following another worker's fetch, or leading a new one).
+//! flight (following another worker's fetch, or leading a new one). A stale hit starts a
+//! background refresh the same way, when nobody fetches the key yet.
 
 use crate::cache::storable::Asked;
-use crate::coalesce::flights::Join;
+use crate::coalesce::flights::{Join, JoinMode};
 use crate::coalesce::upstream::{upstream_request, SharedFetch};
 use crate::coalesce::waiters::LocalJoin;
 use crate::effects::counters::Counter;
@@ -40,63 +41,112 @@ pub fn join(
     host: &impl RequestHost,
     miss: Miss<'_>,
 ) -> Joined {
-    let config = &plugin.config;
-    let now = miss.now;
-    let key = miss.key;
-    let local = worker
-        .borrow_mut()
-        .waiters
-        .join(&key, miss.context, now, config.max_waiters);
+    let local = worker.borrow_mut().waiters.join(
+        &miss.key,
+        miss.context,
+        miss.now,
+        plugin.config.max_waiters,
+    );
     match local {
         LocalJoin::Joined => return Joined::Waiting,
         LocalJoin::Full => return Joined::Alone,
         LocalJoin::NoFlight => {}
     }
-    let Some(cluster) = fetch_cluster(config, host, miss.head) else {
+    let (key, context, now) = (miss.key, miss.context, miss.now);
+    let Some(fetch) = shared_fetch(plugin, host, miss) else {
         return Joined::Alone;
     };
-    let Some(request) = upstream_request(cluster, miss.head, miss.body) else {
+    let Some((id, queue)) = identity(worker) else {
         return Joined::Alone;
     };
-    let (id, queue) = {
-        let w = worker.borrow();
-        match w.queue {
-            Some(q) => (w.id, q),
-            None => return Joined::Alone,
-        }
-    };
+    let lease = plugin.lease_ms();
     match plugin
         .flights
-        .join(host, &key, id, queue, now, plugin.lease_ms(), true)
+        .join(host, &key, id, queue, now, lease, JoinMode::MayLead)
     {
         Join::Lead => {
-            {
-                let mut w = worker.borrow_mut();
-                w.waiters.start(key, true, miss.context, now);
-                w.pending.push(SharedFetch {
-                    key,
-                    request,
-                    asked: miss.asked,
-                    dispatched_ms: 0,
-                    key_names_caller: miss.key_names_caller,
-                });
-            }
-            if !request_dispatch(worker, host) {
-                {
-                    let mut w = worker.borrow_mut();
-                    w.waiters.take(&key);
-                    w.pending.retain(|f| f.key != key);
-                }
-                abandon(plugin, worker, host, &key);
+            worker.borrow_mut().waiters.start(key, true, context, now);
+            if !lead(plugin, worker, host, fetch) {
                 return Joined::Alone;
             }
             host.count(Counter::Leaders);
         }
-        Join::Follow => worker
-            .borrow_mut()
-            .waiters
-            .start(key, false, miss.context, now),
+        Join::Follow => worker.borrow_mut().waiters.start(key, false, context, now),
         Join::Alone => return Joined::Alone,
     }
     Joined::Waiting
+}
+
+/// Starts a background refresh of a stale entry, unless some worker already fetches the key.
+/// Returns whether this worker now refreshes it.
+pub fn refresh(
+    plugin: &Plugin,
+    worker: &RefCell<Worker>,
+    host: &impl RequestHost,
+    miss: Miss<'_>,
+) -> bool {
+    let (key, now) = (miss.key, miss.now);
+    if worker.borrow().waiters.contains(&key) {
+        return false;
+    }
+    let Some(fetch) = shared_fetch(plugin, host, miss) else {
+        return false;
+    };
+    let Some((id, queue)) = identity(worker) else {
+        return false;
+    };
+    let lease = plugin.lease_ms();
+    if plugin
+        .flights
+        .join(host, &key, id, queue, now, lease, JoinMode::LeadOnly)
+        != Join::Lead
+    {
+        return false;
+    }
+    worker.borrow_mut().waiters.start_refresh(key, now);
+    if !lead(plugin, worker, host, fetch) {
+        return false;
+    }
+    host.count(Counter::Refreshes);
+    true
+}
+
+fn shared_fetch(plugin: &Plugin, host: &impl RequestHost, miss: Miss<'_>) -> Option<SharedFetch> {
+    let cluster = fetch_cluster(&plugin.config, host, miss.head)?;
+    let request = upstream_request(cluster, miss.head, miss.body)?;
+    Some(SharedFetch {
+        key: miss.key,
+        request,
+        asked: miss.asked,
+        dispatched_ms: 0,
+        key_names_caller: miss.key_names_caller,
+    })
+}
+
+/// This worker's id and queue; without a queue nothing coalesces.
+fn identity(worker: &RefCell<Worker>) -> Option<(u64, u32)> {
+    let w = worker.borrow();
+    Some((w.id, w.queue?))
+}
+
+/// Queues the claimed fetch for the root to dispatch; if the root cannot be asked, gives the
+/// flight up (its watchers go upstream).
+fn lead(
+    plugin: &Plugin,
+    worker: &RefCell<Worker>,
+    host: &impl RequestHost,
+    fetch: SharedFetch,
+) -> bool {
+    let key = fetch.key;
+    worker.borrow_mut().pending.push(fetch);
+    if request_dispatch(worker, host) {
+        return true;
+    }
+    {
+        let mut w = worker.borrow_mut();
+        w.waiters.take(&key);
+        w.pending.retain(|f| f.key != key);
+    }
+    abandon(plugin, worker, host, &key);
+    false
 }

@@ -4,24 +4,37 @@
 //! are; others are checked against the marks once, then kept or dropped.
 
 use crate::cache::entry::Entry;
+use crate::cache::freshness::http_date;
 use crate::cache::table::Lookup;
 use crate::effects::counters::Counter;
 use crate::effects::host::{Host, RequestHost};
 use crate::invalidate::marks::Verdict;
+use crate::request::classify::RequestHead;
 use crate::request::key::CacheKey;
 use crate::worker::answer::{CACHE_HEADER, KEY_HEADER, TAGS_HEADER};
 use crate::worker::state::{Plugin, Worker};
 use std::cell::RefCell;
 use std::rc::Rc;
 
-/// A fresh entry for `key`: this worker's copy, else shared data (then copied here).
+/// What a lookup found.
+#[derive(Debug)]
+pub enum Found {
+    Fresh(Rc<[u8]>),
+    /// Expired (or soft-purged) but within its stale-while-revalidate window: served `STALE`
+    /// while one refresh runs.
+    Stale(Rc<[u8]>),
+    Nothing,
+}
+
+/// A fresh entry for `key`: this worker's copy, else shared data (then copied here); or a stale
+/// one that may be served while refreshing.
 pub fn find(
     plugin: &Plugin,
     worker: &RefCell<Worker>,
     host: &impl RequestHost,
     key: &CacheKey,
     now: u64,
-) -> Option<Rc<[u8]>> {
+) -> Found {
     let invalidation = plugin.config.invalidation_on();
     if invalidation {
         refresh_marks(plugin, worker, host);
@@ -32,34 +45,57 @@ pub fn find(
         // Checked against the marks in force: served without decoding.
         if !invalidation || checked == epoch || verdict(worker, &entry) == Verdict::Fresh {
             worker.borrow_mut().hot.checked(key, epoch);
-            return Some(entry);
+            return Found::Fresh(entry);
         }
         // Purged here; shared data may hold a newer answer already.
         worker.borrow_mut().hot.remove(key);
     }
-    let Lookup::Hit(bytes) = plugin.table.lookup(host, key, now) else {
-        return None;
+    let (bytes, expired) = match plugin.table.lookup(host, key, now) {
+        Lookup::Hit(bytes) => (bytes, false),
+        Lookup::Stale(bytes) => (bytes, true),
+        Lookup::Miss(_) => return Found::Nothing,
     };
-    if invalidation {
-        match verdict(worker, &bytes) {
-            Verdict::Fresh => {}
-            Verdict::Stale => {
-                host.count(Counter::StaleMisses);
-                return None;
-            }
-            Verdict::Purged => {
-                host.count(Counter::PurgedMisses);
-                return None;
-            }
-        }
+    let marks = if invalidation {
+        verdict(worker, &bytes)
+    } else {
+        Verdict::Fresh
+    };
+    if marks == Verdict::Purged {
+        host.count(Counter::PurgedMisses);
+        return Found::Nothing;
     }
-    let expires = Entry::peek(&bytes).map(|(_, e)| e).unwrap_or_default();
+    if expired || marks == Verdict::Stale {
+        return match may_serve_stale(&bytes, now, marks) {
+            true => Found::Stale(bytes.into()),
+            false => {
+                if marks == Verdict::Stale {
+                    host.count(Counter::StaleMisses);
+                }
+                Found::Nothing
+            }
+        };
+    }
+    let expires = Entry::peek(&bytes)
+        .map(|p| p.expires_at_ms)
+        .unwrap_or_default();
     let entry: Rc<[u8]> = bytes.into();
     worker
         .borrow_mut()
         .hot
         .insert(*key, Rc::clone(&entry), expires, epoch);
-    Some(entry)
+    Found::Fresh(entry)
+}
+
+/// Within stale-while-revalidate: expired less than its window ago, or soft-purged (stale from
+/// now on) with a window at all.
+fn may_serve_stale(bytes: &[u8], now: u64, marks: Verdict) -> bool {
+    let Ok(e) = Entry::decode(bytes) else {
+        return false;
+    };
+    match marks {
+        Verdict::Stale => e.stale_ms > 0,
+        _ => now < e.stale_until_ms(),
+    }
 }
 
 /// Rereads the purge marks if the epoch moved since this worker last read them.
@@ -73,7 +109,7 @@ pub fn refresh_marks(plugin: &Plugin, worker: &RefCell<Worker>, host: &impl Host
 }
 
 /// What the marks say of an entry.
-fn verdict(worker: &RefCell<Worker>, bytes: &[u8]) -> Verdict {
+pub fn verdict(worker: &RefCell<Worker>, bytes: &[u8]) -> Verdict {
     match Entry::decode(bytes) {
         Ok(e) => worker
             .borrow()
@@ -84,22 +120,87 @@ fn verdict(worker: &RefCell<Worker>, bytes: &[u8]) -> Verdict {
     }
 }
 
-/// Answers the running request from a stored entry; `false` if the entry does not decode.
+/// What a 304 repeats of the full answer (RFC 9110 15.4.5).
+const NOT_MODIFIED_HEADERS: &[&str] = &[
+    "cache-control",
+    "content-location",
+    "etag",
+    "expires",
+    "last-modified",
+    "vary",
+];
+
+/// Whether a conditional GET's validators match the stored answer (RFC 9110 13.1.2 and 13.1.3):
+/// `if-none-match` by weak comparison, else `if-modified-since` against `last-modified`.
+pub fn not_modified(head: &RequestHead, entry: &Entry<'_>) -> bool {
+    if head.method != b"GET" {
+        return false;
+    }
+    let header = |name: &str| {
+        entry
+            .headers
+            .iter()
+            .find(|(n, _)| *n == name)
+            .map(|(_, v)| *v)
+    };
+    if let Some(candidates) = &head.if_none_match {
+        // `*` matches any current representation, and there is one.
+        let any = candidates
+            .split(|&b| b == b',')
+            .any(|c| c.trim_ascii() == b"*");
+        return any || header("etag").is_some_and(|etag| etag_matches(candidates, etag));
+    }
+    match (&head.if_modified_since, header("last-modified")) {
+        (Some(since), Some(modified)) => match (http_date(since), http_date(modified.as_bytes())) {
+            (Some(since), Some(modified)) => modified <= since,
+            _ => false,
+        },
+        _ => false,
+    }
+}
+
+fn etag_matches(candidates: &[u8], etag: &str) -> bool {
+    let opaque = |t: &[u8]| -> Vec<u8> {
+        let t = t.trim_ascii();
+        t.strip_prefix(b"W/").unwrap_or(t).to_vec()
+    };
+    let stored = opaque(etag.as_bytes());
+    candidates
+        .split(|&b| b == b',')
+        .any(|c| opaque(c) == stored)
+}
+
+/// Answers the running request from a stored entry, labelled `cache` (`HIT` or `STALE`);
+/// `false` if the entry does not decode.
 pub fn serve(
     plugin: &Plugin,
     host: &impl RequestHost,
     bytes: &[u8],
     key: &CacheKey,
     now: u64,
+    cache: &str,
+    head: &RequestHead,
 ) -> bool {
     let Ok(entry) = Entry::decode(bytes) else {
         return false;
     };
-    let age = (now.saturating_sub(entry.stored_at_ms) / 1000).to_string();
+    let age = entry.age_s(now).to_string();
+    if not_modified(head, &entry) {
+        let mut headers: Vec<(&str, &str)> = entry
+            .headers
+            .iter()
+            .copied()
+            .filter(|(n, _)| NOT_MODIFIED_HEADERS.contains(n))
+            .collect();
+        headers.push(("age", &age));
+        headers.push((CACHE_HEADER, cache));
+        host.respond(304, headers, b"");
+        return true;
+    }
     let mut headers: Vec<(&str, &str)> = Vec::with_capacity(entry.headers.len() + 5);
     headers.extend(entry.headers.iter().copied());
     headers.push(("age", &age));
-    headers.push((CACHE_HEADER, "HIT"));
+    headers.push((CACHE_HEADER, cache));
     let hex;
     if plugin.config.debug_headers {
         hex = key.hex();
@@ -110,4 +211,75 @@ pub fn serve(
     }
     host.respond(entry.status, headers, entry.body);
     true
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(headers: Vec<(&'static str, &'static str)>) -> Entry<'static> {
+        Entry {
+            digest: [0; 32],
+            stored_at_ms: 0,
+            expires_at_ms: 0,
+            stale_ms: 0,
+            error_ms: 0,
+            upstream_age_s: 0,
+            born_us: 0,
+            status: 200,
+            headers,
+            tag_hashes: vec![],
+            tags: "",
+            body: b"{}",
+        }
+    }
+
+    fn get(inm: Option<&str>, ims: Option<&str>) -> RequestHead {
+        RequestHead {
+            method: b"GET".to_vec(),
+            if_none_match: inm.map(|v| v.as_bytes().to_vec()),
+            if_modified_since: ims.map(|v| v.as_bytes().to_vec()),
+            ..RequestHead::default()
+        }
+    }
+
+    #[test]
+    fn validators_are_compared_as_rfc_9110_says() {
+        let e = entry(vec![
+            ("etag", "W/\"v1\""),
+            ("last-modified", "Sun, 06 Nov 1994 08:49:37 GMT"),
+        ]);
+        assert!(
+            not_modified(&get(Some("\"v1\""), None), &e),
+            "weak comparison"
+        );
+        assert!(not_modified(&get(Some("\"v0\", W/\"v1\""), None), &e));
+        assert!(not_modified(&get(Some("*"), None), &e));
+        assert!(!not_modified(&get(Some("\"v2\""), None), &e));
+        assert!(
+            !not_modified(
+                &get(Some("\"v2\""), Some("Sun, 06 Nov 1994 08:49:37 GMT")),
+                &e
+            ),
+            "if-none-match wins over if-modified-since"
+        );
+        assert!(not_modified(
+            &get(None, Some("Sun, 06 Nov 1994 08:49:37 GMT")),
+            &e
+        ));
+        assert!(!not_modified(
+            &get(None, Some("Sat, 05 Nov 1994 08:49:37 GMT")),
+            &e
+        ));
+        assert!(!not_modified(&get(None, Some("garbage")), &e));
+        assert!(!not_modified(&get(None, None), &e));
+        let mut post = get(Some("*"), None);
+        post.method = b"POST".to_vec();
+        assert!(!not_modified(&post, &e), "only GETs");
+        assert!(
+            not_modified(&get(Some("*"), None), &entry(vec![])),
+            "* needs no etag"
+        );
+        assert!(!not_modified(&get(Some("\"v1\""), None), &entry(vec![])));
+    }
 }

@@ -17,6 +17,7 @@ pub mod lookup;
 pub mod purge;
 pub mod read;
 pub mod shared_fetch;
+pub mod stale;
 pub mod state;
 pub mod store;
 pub mod tick;

@@ -27,7 +27,8 @@ pub fn read_head(config: &Config, host: &impl RequestHost) -> RequestHead {
             "content-encoding" => head.content_encoding.get_or_insert_with(Vec::new),
             "content-length" => head.content_length.get_or_insert_with(Vec::new),
             "accept" => head.accept.get_or_insert_with(Vec::new),
-            "accept-encoding" => head.accept_encoding.get_or_insert_with(Vec::new),
+            "if-none-match" => head.if_none_match.get_or_insert_with(Vec::new),
+            "if-modified-since" => head.if_modified_since.get_or_insert_with(Vec::new),
             other => match vary_names.iter().position(|v| v == other) {
                 Some(i) => head.vary[i].get_or_insert_with(Vec::new),
                 None => continue,
@@ -97,23 +98,29 @@ fn read_route_override(config: &Config, host: &impl RequestHost) -> RouteOverrid
     };
     let read =
         |field: &str| host.property(&["xds", "route_metadata", "filter_metadata", ns, field]);
-    route_override(read("ttl_seconds"), read("disabled"))
+    RouteOverride {
+        ttl_seconds: seconds(read("ttl_seconds")),
+        stale_while_revalidate_seconds: seconds(read("stale_while_revalidate_seconds")),
+        stale_if_error_seconds: seconds(read("stale_if_error_seconds")),
+        disabled: flag(read("disabled")),
+    }
 }
 
-/// Envoy hands metadata numbers over as 8-byte little-endian doubles, booleans as one byte.
-pub fn route_override(ttl: Option<Vec<u8>>, disabled: Option<Vec<u8>>) -> RouteOverride {
-    let ttl_seconds = ttl.and_then(|b| {
-        let v = f64::from_le_bytes(b.as_slice().try_into().ok()?);
-        (v.is_finite() && v >= 0.0).then_some(v as u64)
-    });
-    let disabled = disabled.is_some_and(|b| match b.as_slice() {
+/// The longest duration a route may set, as for the configuration's own fields.
+const MAX_ROUTE_SECONDS: u64 = 365 * 24 * 3600;
+
+/// Envoy hands metadata numbers over as 8-byte little-endian doubles.
+pub fn seconds(value: Option<Vec<u8>>) -> Option<u64> {
+    let v = f64::from_le_bytes(value?.as_slice().try_into().ok()?);
+    (v.is_finite() && v >= 0.0).then(|| (v as u64).min(MAX_ROUTE_SECONDS))
+}
+
+/// Booleans come as one byte.
+pub fn flag(value: Option<Vec<u8>>) -> bool {
+    value.is_some_and(|b| match b.as_slice() {
         [flag] => *flag != 0,
         other => other == b"true",
-    });
-    RouteOverride {
-        ttl_seconds,
-        disabled,
-    }
+    })
 }
 
 #[cfg(test)]
@@ -172,15 +179,20 @@ mod tests {
 
     #[test]
     fn route_metadata_values() {
-        let ttl = |v: f64| Some(v.to_le_bytes().to_vec());
-        assert_eq!(route_override(ttl(5.0), None).ttl_seconds, Some(5));
-        assert_eq!(route_override(ttl(-1.0), None).ttl_seconds, None);
-        assert_eq!(route_override(ttl(f64::NAN), None).ttl_seconds, None);
-        assert_eq!(route_override(Some(b"5".to_vec()), None).ttl_seconds, None);
-        assert!(route_override(None, Some(vec![1])).disabled);
-        assert!(!route_override(None, Some(vec![0])).disabled);
-        assert!(route_override(None, Some(b"true".to_vec())).disabled);
-        assert!(!route_override(None, None).disabled);
+        let n = |v: f64| Some(v.to_le_bytes().to_vec());
+        assert_eq!(seconds(n(5.0)), Some(5));
+        assert_eq!(seconds(n(-1.0)), None);
+        assert_eq!(seconds(n(f64::NAN)), None);
+        assert_eq!(
+            seconds(n(1e300)),
+            Some(MAX_ROUTE_SECONDS),
+            "capped at a year"
+        );
+        assert_eq!(seconds(Some(b"5".to_vec())), None);
+        assert!(flag(Some(vec![1])));
+        assert!(!flag(Some(vec![0])));
+        assert!(flag(Some(b"true".to_vec())));
+        assert!(!flag(None));
     }
 
     #[test]

@@ -11,6 +11,7 @@ use crate::effects::counters::Counter;
 use crate::effects::host::Host;
 use crate::request::key::CacheKey;
 use crate::worker::answer::{answer, release, Label};
+use crate::worker::stale::{instead_of_error, is_failure};
 use crate::worker::state::{Plugin, Worker};
 use crate::worker::store::{store_answer, upstream_status, Stored};
 use std::cell::RefCell;
@@ -135,8 +136,19 @@ fn finish(
     }
     let flight = worker.borrow_mut().waiters.take(&fetch.key);
     let Some(flight) = flight else { return };
+    if flight.waiters.is_empty() {
+        return;
+    }
+    let stale = match &response {
+        Ok(r) if is_failure(r) => instead_of_error(plugin, worker, host, &fetch.key),
+        _ => None,
+    };
     for waiter in flight.waiters {
         let ctx = waiter.context_id;
+        if let Some(s) = &stale {
+            answer(plugin, worker, host, ctx, s, Label::STALE, &fetch.key);
+            continue;
+        }
         match &response {
             Ok(r) if waiter.leader => answer(
                 plugin,

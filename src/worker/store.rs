@@ -49,7 +49,7 @@ pub fn store_answer(
         now_ms: now,
         operation: &asked.operation,
     };
-    let entry = storable_entry(key, &answer, &plugin.config, asked.ttl_seconds, &stamp);
+    let entry = storable_entry(key, &answer, &plugin.config, &asked.lifetimes, &stamp);
     let bytes = match entry {
         Ok(bytes) => bytes,
         Err(why) => {
@@ -87,7 +87,10 @@ mod tests {
 
     fn asked() -> Asked {
         Asked {
-            ttl_seconds: 60,
+            lifetimes: crate::request::rules::Lifetimes {
+                ttl_seconds: 60,
+                ..Default::default()
+            },
             born_us: 0,
             operation: Rc::new(OperationTags::default()),
         }

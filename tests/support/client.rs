@@ -139,7 +139,7 @@ pub fn try_http(port: u16, req: Req) -> std::io::Result<Resp> {
 
 /// Whether `raw` holds the whole response: its declared length, or a final chunk.
 fn response_complete(raw: &[u8], resp: &Resp) -> bool {
-    if resp.header("content-length").is_some() {
+    if resp.header("content-length").is_some() || matches!(resp.status, 204 | 304) {
         return true; // parse_response only succeeds once the whole body is there
     }
     resp.header("transfer-encoding")
@@ -169,7 +169,9 @@ fn parse_response(raw: &[u8], head_only: bool) -> std::io::Result<Resp> {
     let chunked = headers
         .iter()
         .any(|(n, v)| n == "transfer-encoding" && v.eq_ignore_ascii_case("chunked"));
-    let body = if head_only {
+    // 1xx, 204 and 304 answers have no body, whatever their headers say (RFC 9112 6.3).
+    let bodiless = status == 204 || status == 304 || (100..200).contains(&status);
+    let body = if head_only || bodiless {
         Vec::new()
     } else if chunked {
         dechunk(rest).ok_or_else(|| bad("bad chunked body"))?

@@ -1,0 +1,31 @@
+//! Which response headers belong to the message and which to one exchange: relayed to followers,
+//! replayed on hits, or neither.
+
+/// Headers that belong to one connection, not to the message (RFC 9110 7.6.1), plus
+/// `content-length`, which Envoy sets for the body it sends. Never relayed nor replayed.
+pub const HOP_BY_HOP: &[&str] = &[
+    "connection",
+    "keep-alive",
+    "proxy-connection",
+    "transfer-encoding",
+    "te",
+    "trailer",
+    "upgrade",
+    "content-length",
+];
+
+/// Whether a header belongs to the message rather than to the connection or to HTTP/2 framing.
+pub fn is_end_to_end(name: &str) -> bool {
+    !name.starts_with(':') && !HOP_BY_HOP.contains(&name)
+}
+
+/// Whether a response header is replayed on a hit: every end-to-end header of the origin's answer
+/// (CORS headers included, which browsers need), except what belongs to one exchange: `date`,
+/// `age` (recomputed), `set-cookie` (never stored anyway), Envoy's own `x-envoy-*`, and the
+/// filter's `x-cache*`.
+pub fn replayed(name: &str) -> bool {
+    is_end_to_end(name)
+        && !matches!(name, "date" | "age" | "set-cookie")
+        && !name.starts_with("x-envoy-")
+        && !name.starts_with("x-cache")
+}

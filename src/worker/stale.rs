@@ -1,0 +1,54 @@
+//! Serving stale instead of an error: when the shared fetch for a key fails (5xx, timeout,
+//! reset, or a callout Envoy refused because the cluster has no healthy host), every waiter gets
+//! the stored answer instead, while it is within its stale-if-error window.
+
+use crate::cache::entry::Entry;
+use crate::cache::table::Lookup;
+use crate::coalesce::relay::Response;
+use crate::effects::host::Host;
+use crate::invalidate::marks::Verdict;
+use crate::request::key::CacheKey;
+use crate::worker::lookup::{refresh_marks, verdict};
+use crate::worker::state::{Plugin, Worker};
+use std::cell::RefCell;
+
+/// Whether an answer is a failure the origin's stale answer may replace.
+pub fn is_failure(response: &Response) -> bool {
+    response.status >= 500
+}
+
+/// The stored answer for `key` to give instead of a failure, if it is within its window and not
+/// purged.
+pub fn instead_of_error(
+    plugin: &Plugin,
+    worker: &RefCell<Worker>,
+    host: &impl Host,
+    key: &CacheKey,
+) -> Option<Response> {
+    let now = host.now_ms();
+    let bytes = match plugin.table.lookup(host, key, now) {
+        Lookup::Hit(bytes) | Lookup::Stale(bytes) => bytes,
+        Lookup::Miss(_) => return None,
+    };
+    if plugin.config.invalidation_on() {
+        refresh_marks(plugin, worker, host);
+        if verdict(worker, &bytes) == Verdict::Purged {
+            return None;
+        }
+    }
+    let entry = Entry::decode(&bytes).ok()?;
+    if now >= entry.error_until_ms() {
+        return None;
+    }
+    let mut headers: Vec<(String, String)> = entry
+        .headers
+        .iter()
+        .map(|(n, v)| (n.to_string(), v.to_string()))
+        .collect();
+    headers.push(("age".to_string(), entry.age_s(now).to_string()));
+    Some(Response {
+        status: entry.status,
+        headers,
+        body: entry.body.to_vec(),
+    })
+}
