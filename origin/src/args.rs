@@ -9,13 +9,18 @@ pub const MAX_DELAY_MS: u64 = 3_600_000;
 const MAX_THREADS: usize = 1024;
 
 pub const USAGE: &str = "\
-usage: graphql-origin [--listen ADDR] [--delay-ms N] [--max-inflight N] [--threads N] [--verbose]
+usage: graphql-origin [--listen ADDR] [--delay-ms N] [--max-inflight N] [--threads N]
+                      [--gzip] [--no-apq] [--verbose]
 
   --listen ADDR   address to bind (default 127.0.0.1:8081; port 0 = pick a free port)
   --delay-ms N    delay every GraphQL response by N milliseconds (default 0)
   --max-inflight N  serve at most N GraphQL requests at a time, queueing the rest, like a
                   server with finite capacity (default 0 = unlimited)
   --threads N     tokio worker threads (default 2)
+  --gzip          gzip GraphQL responses when the request's accept-encoding accepts gzip
+                  (content-encoding: gzip, vary: accept-encoding); default off
+  --no-apq        turn off Automatic Persisted Queries (Apollo's protocol: on by default,
+                  for GET and POST; PERSISTED_QUERY_NOT_FOUND / _HASH_MISMATCH answers)
   --verbose       log one line per request to stderr
   -h, --help      show this help
 
@@ -34,6 +39,10 @@ pub struct Config {
     pub max_inflight: usize,
     pub threads: usize,
     pub verbose: bool,
+    /// Gzip GraphQL responses when the client accepts it.
+    pub gzip: bool,
+    /// Automatic Persisted Queries.
+    pub apq: bool,
 }
 
 #[derive(Debug, PartialEq, Eq)]
@@ -54,6 +63,8 @@ where
     let mut threads = None;
     let mut max_inflight = 0usize;
     let mut verbose = false;
+    let mut gzip = false;
+    let mut apq = true;
 
     let mut it = args.into_iter();
     while let Some(arg) = it.next() {
@@ -63,11 +74,15 @@ where
         };
         match flag.as_str() {
             "-h" | "--help" => return Ok(Command::Help),
-            "--verbose" | "-v" => {
+            "--verbose" | "-v" | "--gzip" | "--no-apq" => {
                 if inline.is_some() {
                     return Err(format!("{flag} takes no value"));
                 }
-                verbose = true;
+                match flag.as_str() {
+                    "--gzip" => gzip = true,
+                    "--no-apq" => apq = false,
+                    _ => verbose = true,
+                }
             }
             "--listen" | "--delay-ms" | "--threads" | "--max-inflight" => {
                 let value = match inline {
@@ -119,6 +134,8 @@ where
         max_inflight,
         threads,
         verbose,
+        gzip,
+        apq,
     }))
 }
 
@@ -184,6 +201,17 @@ mod tests {
         assert_eq!(c.delay_ms, 0);
         assert_eq!(c.threads, 2);
         assert!(!c.verbose);
+        assert!(!c.gzip);
+        assert!(c.apq);
+    }
+
+    #[test]
+    fn gzip_and_apq_flags() {
+        let c = run(&["--gzip", "--no-apq"]);
+        assert!(c.gzip);
+        assert!(!c.apq);
+        assert!(parse_args(args(&["--gzip=1"]), no_env).is_err());
+        assert!(parse_args(args(&["--no-apq=yes"]), no_env).is_err());
     }
 
     #[test]

@@ -3,6 +3,7 @@
 //!
 //! See `args::USAGE` for the command line, control endpoints and headers.
 
+mod apq;
 mod args;
 mod auth;
 mod guard;
@@ -90,8 +91,9 @@ async fn run(config: Config) -> ExitCode {
         config.delay_ms,
         config.max_inflight,
         config.verbose,
+        config.apq,
     ));
-    let app = server::router(state);
+    let app = server::router(state, config.gzip);
     let listener = listener.tap_io(|tcp| {
         let _ = tcp.set_nodelay(true);
     });
@@ -105,9 +107,11 @@ async fn run(config: Config) -> ExitCode {
     if config.verbose {
         let _ = writeln!(
             std::io::stderr(),
-            "graphql-origin: delay {}ms, {} worker threads",
+            "graphql-origin: delay {}ms, {} worker threads, gzip {}, apq {}",
             config.delay_ms,
-            config.threads
+            config.threads,
+            if config.gzip { "on" } else { "off" },
+            if config.apq { "on" } else { "off" }
         );
     }
 

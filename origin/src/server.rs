@@ -9,11 +9,13 @@ use std::time::{Duration, Instant};
 use axum::body::{Body, Bytes};
 use axum::extract::{Request, State};
 use axum::http::header::{ALLOW, CONTENT_TYPE};
-use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode};
+use axum::http::{Extensions, HeaderMap, HeaderName, HeaderValue, Method, StatusCode, Version};
 use axum::response::Response;
 use axum::routing::{any, get, post};
 use axum::Router;
+use tower_http::compression::CompressionLayer;
 
+use crate::apq::{PersistedQueries, Rejection, APQ_CAPACITY};
 use crate::args::{parse_delay, MAX_DELAY_MS};
 use crate::guard::{max_nesting, MAX_NESTING};
 use crate::schema::{OriginSchema, RequestMeta, OBJECT_BUDGET};
@@ -35,6 +37,8 @@ pub struct AppState {
     pub last_body: Mutex<Bytes>,
     /// Finite capacity: at most this many requests are delayed and executed at once.
     pub capacity: Option<tokio::sync::Semaphore>,
+    /// Automatic Persisted Queries store; `None` when APQ is off.
+    pub apq: Option<PersistedQueries>,
 }
 
 impl AppState {
@@ -43,6 +47,7 @@ impl AppState {
         default_delay_ms: u64,
         max_inflight: usize,
         verbose: bool,
+        apq: bool,
     ) -> Self {
         AppState {
             schema,
@@ -51,11 +56,28 @@ impl AppState {
             verbose,
             last_body: Mutex::new(Bytes::new()),
             capacity: (max_inflight > 0).then(|| tokio::sync::Semaphore::new(max_inflight)),
+            apq: apq.then(|| PersistedQueries::new(APQ_CAPACITY)),
         }
     }
 }
 
-pub fn router(state: Arc<AppState>) -> Router {
+/// The whole service. With `gzip`, GraphQL responses (not the control
+/// endpoints) are gzip-compressed when the request's `accept-encoding`
+/// accepts gzip, whatever their size, and carry `vary: accept-encoding`.
+pub fn router(state: Arc<AppState>, gzip: bool) -> Router {
+    let graphql_service = Router::new().fallback(graphql).with_state(state.clone());
+    let graphql_service = if gzip {
+        graphql_service.layer(
+            CompressionLayer::new()
+                .gzip(true)
+                .no_br()
+                .no_deflate()
+                .no_zstd()
+                .compress_when(always_compress),
+        )
+    } else {
+        graphql_service
+    };
     Router::new()
         .route("/_origin/count", get(count))
         .route("/_origin/reset", post(reset))
@@ -63,8 +85,14 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/_origin/last-body", get(last_body))
         .route("/_origin/", any(control_not_found))
         .route("/_origin/{*rest}", any(control_not_found))
-        .fallback(graphql)
+        .fallback_service(graphql_service)
         .with_state(state)
+}
+
+/// Compression predicate: every response, however small (tower-http's
+/// default skips bodies under 32 bytes).
+fn always_compress(_: StatusCode, _: Version, _: &HeaderMap, _: &Extensions) -> bool {
+    true
 }
 
 fn json_response(status: StatusCode, body: impl Into<Body>) -> Response {
@@ -186,7 +214,12 @@ fn parse_extra_header(raw: &[u8]) -> Result<(HeaderName, HeaderValue), String> {
 ///
 /// async-graphql's own `parse_query_string` (7.2.1) only understands
 /// `operation_name`, so this is done here; `operation_name` is accepted too.
-fn parse_get_request(query_string: Option<&str>) -> Result<async_graphql::BatchRequest, String> {
+/// With `apq`, `query` may be missing when `extensions` has a
+/// `persistedQuery` (a hash-only APQ request; the query is then empty).
+fn parse_get_request(
+    query_string: Option<&str>,
+    apq: bool,
+) -> Result<async_graphql::BatchRequest, String> {
     let mut query = None;
     let mut operation_name = None;
     let mut variables = None;
@@ -203,9 +236,10 @@ fn parse_get_request(query_string: Option<&str>) -> Result<async_graphql::BatchR
             *slot = Some(v.into_owned());
         }
     }
-    let query = query.ok_or("missing `query` parameter")?;
     let mut obj = serde_json::Map::new();
-    obj.insert("query".into(), serde_json::Value::String(query));
+    if let Some(query) = query {
+        obj.insert("query".into(), serde_json::Value::String(query));
+    }
     if let Some(op) = operation_name.filter(|s| !s.is_empty()) {
         obj.insert("operationName".into(), serde_json::Value::String(op));
     }
@@ -218,6 +252,14 @@ fn parse_get_request(query_string: Option<&str>) -> Result<async_graphql::BatchR
         if !value.is_null() {
             obj.insert(key.into(), value);
         }
+    }
+    let hash_only = apq
+        && obj
+            .get("extensions")
+            .and_then(|e| e.get("persistedQuery"))
+            .is_some();
+    if !obj.contains_key("query") && !hash_only {
+        return Err("missing `query` parameter".to_string());
     }
     serde_json::from_value::<async_graphql::Request>(serde_json::Value::Object(obj))
         .map(async_graphql::BatchRequest::Single)
@@ -344,7 +386,7 @@ async fn handle_graphql(
     let batch = if m == Method::POST {
         parse_post_body(&bytes, is_graphql_content_type(&parts.headers))
     } else if m == Method::GET || m == Method::HEAD {
-        parse_get_request(parts.uri.query())
+        parse_get_request(parts.uri.query(), state.apq.is_some())
     } else {
         let mut resp = error_response(
             StatusCode::METHOD_NOT_ALLOWED,
@@ -358,25 +400,71 @@ async fn handle_graphql(
         Ok(b) => b,
         Err(msg) => return (error_response(StatusCode::BAD_REQUEST, &msg), extra),
     };
-    let too_deep = match &batch {
-        async_graphql::BatchRequest::Single(r) => query_too_deep(&r.query),
-        async_graphql::BatchRequest::Batch(v) => v.iter().any(|r| query_too_deep(&r.query)),
+    // Persisted queries: each operation either gets its query or is answered
+    // with an APQ error in its place.
+    let (single, requests) = match batch {
+        async_graphql::BatchRequest::Single(r) => (true, vec![r]),
+        async_graphql::BatchRequest::Batch(v) => (false, v),
     };
-    if too_deep {
+    let mut slots: Vec<Result<async_graphql::Request, &'static str>> =
+        Vec::with_capacity(requests.len());
+    for mut r in requests {
+        let outcome = match &state.apq {
+            Some(apq) => apq.resolve(&mut r),
+            None => Ok(()),
+        };
+        match outcome {
+            Ok(()) => slots.push(Ok(r)),
+            Err(rejection) => match rejection.graphql_error() {
+                Some(body) => slots.push(Err(body)),
+                None => {
+                    let msg = match rejection {
+                        Rejection::Invalid(msg) => msg,
+                        _ => "invalid persisted query".to_string(),
+                    };
+                    return (error_response(StatusCode::BAD_REQUEST, &msg), extra);
+                }
+            },
+        }
+    }
+    if slots
+        .iter()
+        .any(|s| s.as_ref().is_ok_and(|r| query_too_deep(&r.query)))
+    {
         let msg = format!("query nesting deeper than {MAX_NESTING} levels");
         return (error_response(StatusCode::BAD_REQUEST, &msg), extra);
     }
 
+    let mut to_run = Vec::new();
+    let mut answers: Vec<Option<&'static str>> = Vec::with_capacity(slots.len());
+    for slot in slots {
+        match slot {
+            Ok(r) => {
+                to_run.push(r);
+                answers.push(None);
+            }
+            Err(body) => answers.push(Some(body)),
+        }
+    }
+
     let meta = RequestMeta::new(parts.headers, seq);
     let budget = meta.clone();
-    let response = state.schema.execute_batch(batch.data(meta)).await;
+    let executed = if to_run.is_empty() {
+        Vec::new()
+    } else {
+        let batch = async_graphql::BatchRequest::Batch(to_run);
+        match state.schema.execute_batch(batch.data(meta)).await {
+            async_graphql::BatchResponse::Single(r) => vec![r],
+            async_graphql::BatchResponse::Batch(v) => v,
+        }
+    };
     if budget.over_object_budget() {
         // Replace what may be tens of thousands of per-field errors.
         let msg = format!("response too large: more than {OBJECT_BUDGET} objects");
         let body = serde_json::json!({ "data": null, "errors": [{ "message": msg }] });
         return (json_response(StatusCode::OK, body.to_string()), extra);
     }
-    let resp = match serde_json::to_vec(&response) {
+    let resp = match join_answers(single, answers, executed) {
         Ok(body) => json_response(StatusCode::OK, body),
         Err(_) => error_response(
             StatusCode::INTERNAL_SERVER_ERROR,
@@ -384,6 +472,37 @@ async fn handle_graphql(
         ),
     };
     (resp, extra)
+}
+
+/// Serializes the answers in request order: `answers[i]` is a ready JSON
+/// body (an APQ error) or `None` for the next of `executed`. A single
+/// request gives its object, a batch the array.
+fn join_answers(
+    single: bool,
+    answers: Vec<Option<&'static str>>,
+    executed: Vec<async_graphql::Response>,
+) -> Result<Vec<u8>, serde_json::Error> {
+    let mut executed = executed.into_iter();
+    let mut out = Vec::new();
+    if !single {
+        out.push(b'[');
+    }
+    for (i, answer) in answers.into_iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        match answer {
+            Some(body) => out.extend_from_slice(body.as_bytes()),
+            None => match executed.next() {
+                Some(r) => serde_json::to_writer(&mut out, &r)?,
+                None => out.extend_from_slice(b"null"),
+            },
+        }
+    }
+    if !single {
+        out.push(b']');
+    }
+    Ok(out)
 }
 
 #[cfg(test)]
@@ -420,14 +539,372 @@ mod tests {
     fn get_request_parsing() {
         let r = parse_get_request(Some(
             "query=query+Q(%24id%3AID!)%7Buser(id%3A%24id)%7Bname%7D%7D&operationName=Q&variables=%7B%22id%22%3A%221%22%7D",
-        ))
+        ), true)
         .unwrap()
         .into_single()
         .unwrap();
         assert_eq!(r.query, "query Q($id:ID!){user(id:$id){name}}");
         assert_eq!(r.operation_name.as_deref(), Some("Q"));
-        assert!(parse_get_request(None).is_err());
-        assert!(parse_get_request(Some("query={a}&variables=nope")).is_err());
-        assert!(parse_get_request(Some("query={a}&variables=")).is_ok());
+        assert!(parse_get_request(None, true).is_err());
+        assert!(parse_get_request(Some("query={a}&variables=nope"), true).is_err());
+        assert!(parse_get_request(Some("query={a}&variables="), true).is_ok());
+        // Hash only: allowed with APQ on, still "missing query" without.
+        let hash_only = "extensions=%7B%22persistedQuery%22%3A%7B%22version%22%3A1%2C%22sha256Hash%22%3A%22ab%22%7D%7D";
+        let r = parse_get_request(Some(hash_only), true)
+            .unwrap()
+            .into_single()
+            .unwrap();
+        assert_eq!(r.query, "");
+        assert!(r.extensions.contains_key("persistedQuery"));
+        assert!(parse_get_request(Some(hash_only), false).is_err());
+        assert!(parse_get_request(Some("extensions=%7B%7D"), true).is_err());
+    }
+
+    // ---- Whole-router tests (requests through `router`, no socket). ----
+
+    use std::io::Read;
+
+    use axum::http::header::{ACCEPT_ENCODING, CONTENT_ENCODING, VARY};
+    use tower::ServiceExt;
+
+    use crate::apq::sha256_hex;
+
+    const ECHO: &str = r#"{ echo(value: "hi") }"#;
+    const ECHO_DATA: &str = r#"{"data":{"echo":"hi"}}"#;
+
+    fn new_app(gzip: bool, apq: bool) -> (Arc<AppState>, Router) {
+        let state = Arc::new(AppState::new(
+            crate::schema::build_schema(),
+            0,
+            0,
+            false,
+            apq,
+        ));
+        (state.clone(), router(state, gzip))
+    }
+
+    struct Answer {
+        status: StatusCode,
+        headers: HeaderMap,
+        body: Bytes,
+    }
+
+    impl Answer {
+        fn text(&self) -> &str {
+            std::str::from_utf8(&self.body).unwrap()
+        }
+    }
+
+    async fn send(app: &Router, req: axum::http::Request<Body>) -> Answer {
+        let resp = app.clone().oneshot(req).await.unwrap();
+        let status = resp.status();
+        let headers = resp.headers().clone();
+        let body = axum::body::to_bytes(resp.into_body(), usize::MAX)
+            .await
+            .unwrap();
+        Answer {
+            status,
+            headers,
+            body,
+        }
+    }
+
+    fn post_json(
+        body: serde_json::Value,
+        accept_encoding: Option<&str>,
+    ) -> axum::http::Request<Body> {
+        let mut b = axum::http::Request::post("/graphql").header(CONTENT_TYPE, "application/json");
+        if let Some(ae) = accept_encoding {
+            b = b.header(ACCEPT_ENCODING, ae);
+        }
+        b.body(Body::from(body.to_string())).unwrap()
+    }
+
+    fn get_params(params: &[(&str, String)]) -> axum::http::Request<Body> {
+        let qs = form_urlencoded::Serializer::new(String::new())
+            .extend_pairs(params)
+            .finish();
+        axum::http::Request::get(format!("/graphql?{qs}"))
+            .body(Body::empty())
+            .unwrap()
+    }
+
+    fn pq_ext(hash: &str) -> serde_json::Value {
+        serde_json::json!({ "persistedQuery": { "version": 1, "sha256Hash": hash } })
+    }
+
+    async fn count_of(app: &Router) -> u64 {
+        let a = send(
+            app,
+            axum::http::Request::get("/_origin/count")
+                .body(Body::empty())
+                .unwrap(),
+        )
+        .await;
+        let v: serde_json::Value = serde_json::from_slice(&a.body).unwrap();
+        v["requests"].as_u64().unwrap()
+    }
+
+    fn gunzip(body: &[u8]) -> String {
+        let mut out = String::new();
+        flate2::read::GzDecoder::new(body)
+            .read_to_string(&mut out)
+            .unwrap();
+        out
+    }
+
+    fn pqnf() -> serde_json::Value {
+        serde_json::json!({ "errors": [{
+            "message": "PersistedQueryNotFound",
+            "extensions": { "code": "PERSISTED_QUERY_NOT_FOUND" }
+        }] })
+    }
+
+    fn json(a: &Answer) -> serde_json::Value {
+        serde_json::from_slice(&a.body).unwrap()
+    }
+
+    #[tokio::test]
+    async fn gzip_by_accept_encoding_with_flag() {
+        let (_, app) = new_app(true, true);
+        for ae in ["gzip", "GZip", "gzip, deflate, br", "br;q=1.0, gzip;q=0.5"] {
+            let a = send(
+                &app,
+                post_json(serde_json::json!({ "query": ECHO }), Some(ae)),
+            )
+            .await;
+            assert_eq!(a.status, StatusCode::OK, "{ae}");
+            assert_eq!(a.headers[CONTENT_ENCODING], "gzip", "{ae}");
+            assert_eq!(a.headers[VARY], "accept-encoding", "{ae}");
+            assert_eq!(gunzip(&a.body), ECHO_DATA, "{ae}");
+        }
+        // GET too (tiny bodies included: no size threshold).
+        let mut req = get_params(&[("query", ECHO.to_string())]);
+        req.headers_mut()
+            .insert(ACCEPT_ENCODING, HeaderValue::from_static("gzip"));
+        let a = send(&app, req).await;
+        assert_eq!(a.headers[CONTENT_ENCODING], "gzip");
+        assert_eq!(gunzip(&a.body), ECHO_DATA);
+
+        // tower-http 0.6 does not read a bare `*` as gzip.
+        for ae in [
+            Some("identity"),
+            None,
+            Some("gzip;q=0"),
+            Some("br"),
+            Some("*"),
+        ] {
+            let a = send(&app, post_json(serde_json::json!({ "query": ECHO }), ae)).await;
+            assert_eq!(a.status, StatusCode::OK, "{ae:?}");
+            assert!(a.headers.get(CONTENT_ENCODING).is_none(), "{ae:?}");
+            assert_eq!(a.text(), ECHO_DATA, "{ae:?}");
+        }
+        // The counter still counts GraphQL requests only.
+        assert_eq!(count_of(&app).await, 10);
+    }
+
+    #[tokio::test]
+    async fn no_gzip_without_flag() {
+        let (_, app) = new_app(false, true);
+        let a = send(
+            &app,
+            post_json(serde_json::json!({ "query": ECHO }), Some("gzip")),
+        )
+        .await;
+        assert_eq!(a.status, StatusCode::OK);
+        assert!(a.headers.get(CONTENT_ENCODING).is_none());
+        assert!(a.headers.get(VARY).is_none());
+        assert_eq!(a.text(), ECHO_DATA);
+    }
+
+    #[tokio::test]
+    async fn control_endpoints_not_compressed() {
+        let (_, app) = new_app(true, true);
+        let mut req = axum::http::Request::get("/_origin/count")
+            .body(Body::empty())
+            .unwrap();
+        req.headers_mut()
+            .insert(ACCEPT_ENCODING, HeaderValue::from_static("gzip"));
+        let a = send(&app, req).await;
+        assert!(a.headers.get(CONTENT_ENCODING).is_none());
+        assert_eq!(a.text(), r#"{"requests":0}"#);
+    }
+
+    #[tokio::test]
+    async fn apq_hash_only_unknown_is_not_found() {
+        let (_, app) = new_app(false, true);
+        let hash = sha256_hex(ECHO);
+        let a = send(
+            &app,
+            post_json(serde_json::json!({ "extensions": pq_ext(&hash) }), None),
+        )
+        .await;
+        assert_eq!(a.status, StatusCode::OK);
+        assert_eq!(a.headers[CONTENT_TYPE], "application/json");
+        assert_eq!(json(&a), pqnf());
+
+        let a = send(
+            &app,
+            get_params(&[("extensions", pq_ext(&hash).to_string())]),
+        )
+        .await;
+        assert_eq!(a.status, StatusCode::OK);
+        assert_eq!(json(&a), pqnf());
+        // Both reached the GraphQL handler.
+        assert_eq!(count_of(&app).await, 2);
+    }
+
+    #[tokio::test]
+    async fn apq_register_then_hash_only_get_and_post() {
+        let (state, app) = new_app(false, true);
+        let q = r#"query Greet($v: String) { echo(value: $v) }"#;
+        let hash = sha256_hex(q);
+        let vars = serde_json::json!({ "v": "hello" });
+        let data = serde_json::json!({ "data": { "echo": "hello" } });
+
+        let a = send(
+            &app,
+            post_json(
+                serde_json::json!({ "query": q, "variables": vars, "extensions": pq_ext(&hash) }),
+                None,
+            ),
+        )
+        .await;
+        assert_eq!(a.status, StatusCode::OK);
+        assert_eq!(json(&a), data);
+
+        let a = send(
+            &app,
+            post_json(
+                serde_json::json!({ "variables": vars, "operationName": "Greet", "extensions": pq_ext(&hash) }),
+                None,
+            ),
+        )
+        .await;
+        assert_eq!(a.status, StatusCode::OK);
+        assert_eq!(json(&a), data);
+
+        let a = send(
+            &app,
+            get_params(&[
+                ("operationName", "Greet".to_string()),
+                ("variables", vars.to_string()),
+                ("extensions", pq_ext(&hash).to_string()),
+            ]),
+        )
+        .await;
+        assert_eq!(a.status, StatusCode::OK);
+        assert_eq!(json(&a), data);
+
+        // Registering over GET works too.
+        let hash2 = sha256_hex(ECHO);
+        let a = send(
+            &app,
+            get_params(&[
+                ("query", ECHO.to_string()),
+                ("extensions", pq_ext(&hash2).to_string()),
+            ]),
+        )
+        .await;
+        assert_eq!(a.text(), ECHO_DATA);
+        let a = send(
+            &app,
+            get_params(&[("extensions", pq_ext(&hash2).to_string())]),
+        )
+        .await;
+        assert_eq!(a.text(), ECHO_DATA);
+
+        // A batch mixes executed and not-found operations, in order.
+        let a = send(
+            &app,
+            post_json(
+                serde_json::json!([
+                    { "extensions": pq_ext(&hash2) },
+                    { "extensions": pq_ext(&sha256_hex("{ users { id } }")) },
+                    { "query": ECHO },
+                ]),
+                None,
+            ),
+        )
+        .await;
+        assert_eq!(a.status, StatusCode::OK);
+        let echo: serde_json::Value = serde_json::from_str(ECHO_DATA).unwrap();
+        assert_eq!(json(&a), serde_json::json!([echo, pqnf(), echo]));
+
+        assert_eq!(state.apq.as_ref().unwrap().len(), 2);
+        assert_eq!(count_of(&app).await, 6);
+    }
+
+    #[tokio::test]
+    async fn apq_mismatched_hash_is_rejected_and_not_remembered() {
+        let (state, app) = new_app(false, true);
+        let wrong = sha256_hex("{ users { id } }");
+        let mismatch = serde_json::json!({ "errors": [{
+            "message": "provided sha does not match query",
+            "extensions": { "code": "PERSISTED_QUERY_HASH_MISMATCH" }
+        }] });
+        let a = send(
+            &app,
+            post_json(
+                serde_json::json!({ "query": ECHO, "extensions": pq_ext(&wrong) }),
+                None,
+            ),
+        )
+        .await;
+        assert_eq!(a.status, StatusCode::OK);
+        assert_eq!(json(&a), mismatch);
+        let a = send(
+            &app,
+            get_params(&[
+                ("query", ECHO.to_string()),
+                ("extensions", pq_ext(&wrong).to_string()),
+            ]),
+        )
+        .await;
+        assert_eq!(a.status, StatusCode::OK);
+        assert_eq!(json(&a), mismatch);
+
+        assert_eq!(state.apq.as_ref().unwrap().len(), 0);
+        let a = send(
+            &app,
+            post_json(serde_json::json!({ "extensions": pq_ext(&wrong) }), None),
+        )
+        .await;
+        assert_eq!(json(&a), pqnf());
+    }
+
+    #[tokio::test]
+    async fn apq_invalid_extension_and_no_apq() {
+        let (_, app) = new_app(false, true);
+        let ext = serde_json::json!({ "persistedQuery": { "version": 2, "sha256Hash": "ab" } });
+        let a = send(
+            &app,
+            post_json(
+                serde_json::json!({ "query": ECHO, "extensions": ext }),
+                None,
+            ),
+        )
+        .await;
+        assert_eq!(a.status, StatusCode::BAD_REQUEST);
+
+        // With APQ off the extension is ignored, as by a server without APQ.
+        let (_, app) = new_app(false, false);
+        let hash = sha256_hex(ECHO);
+        let a = send(
+            &app,
+            post_json(
+                serde_json::json!({ "query": ECHO, "extensions": pq_ext("nope") }),
+                None,
+            ),
+        )
+        .await;
+        assert_eq!(a.text(), ECHO_DATA);
+        let a = send(
+            &app,
+            get_params(&[("extensions", pq_ext(&hash).to_string())]),
+        )
+        .await;
+        assert_eq!(a.status, StatusCode::BAD_REQUEST);
+        assert!(a.text().contains("missing `query` parameter"));
     }
 }
