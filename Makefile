@@ -71,7 +71,12 @@ unit:
 
 # Against a real Envoy and origin (key_properties already ran under `unit`).
 INTEGRATION_TESTS := $(filter-out key_properties,$(basename $(notdir $(wildcard tests/*.rs))))
-integration: tools build
+# A real GraphQL client (Apollo Client, pinned) for the persisted-query test.
+tests/apollo/node_modules: tests/apollo/package-lock.json
+	npm ci --prefix tests/apollo --no-audit --no-fund --loglevel=error
+	@touch $@
+
+integration: tools build tests/apollo/node_modules
 	$(CARGO) test -p graphql-cache $(addprefix --test ,$(INTEGRATION_TESTS)) -- --test-threads=2
 
 # The demo's own walkthrough asserts MISS -> HIT with age and an unchanged origin count.

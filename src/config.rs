@@ -77,6 +77,10 @@ pub struct Config {
     pub mutation_invalidation: MutationInvalidation,
     /// Slots of purge marks in shared data (bounds invalidation memory whatever the tags).
     pub tag_slots: u32,
+    /// Persisted queries (hash to text) remembered in shared data; 0 turns APQ off.
+    pub apq_slots: u32,
+    /// `shadow`: look up, store and count, but always forward and never change an answer.
+    pub shadow: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -156,6 +160,8 @@ impl Default for Config {
             purge: None,
             mutation_invalidation: MutationInvalidation::Entity,
             tag_slots: 4096,
+            apq_slots: 1024,
+            shadow: false,
         }
     }
 }
@@ -223,6 +229,8 @@ struct RawConfig {
     purge_token: Option<String>,
     mutation_invalidation: Option<String>,
     tag_slots: Option<u64>,
+    apq_slots: Option<u64>,
+    mode: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -581,6 +589,23 @@ impl Config {
             1,
             65_536,
         )?;
+        let apq_slots = bounded(
+            "apq_slots",
+            raw.apq_slots,
+            u64::from(d.apq_slots),
+            0,
+            65_536,
+        )?;
+        let shadow = match raw.mode.as_deref() {
+            None | Some("serve") => false,
+            Some("shadow") => true,
+            Some(other) => {
+                return Err(field_error(
+                    "mode",
+                    format!("{other:?} is not \"serve\" or \"shadow\""),
+                ))
+            }
+        };
         Ok(Config {
             ttl_seconds,
             stale_while_revalidate_seconds,
@@ -610,6 +635,8 @@ impl Config {
             purge,
             mutation_invalidation,
             tag_slots: u32::try_from(tag_slots).unwrap_or(u32::MAX),
+            apq_slots: u32::try_from(apq_slots).unwrap_or(u32::MAX),
+            shadow,
         })
     }
 

@@ -392,3 +392,29 @@ fn one_entry_for_every_accept_encoding_compressed_by_envoy() {
         );
     }
 }
+
+// ---- shadow mode -----------------------------------------------------------------------------
+
+#[test]
+fn shadow_mode_forwards_everything_unchanged_and_counts_would_be_hits() {
+    let (origin, envoy) = stack(r#"{"mode": "shadow"}"#);
+    let stable = "{ users { id name } }";
+    let direct = http(origin.port, Req::query(stable));
+    for _ in 0..3 {
+        let r = envoy.send(Req::query(stable));
+        assert_eq!(r.status, 200);
+        assert_eq!(r.body, direct.body, "byte-identical to the origin's answer");
+        assert_eq!(r.header("x-cache"), None, "no header without debug_headers");
+    }
+    assert_eq!(origin.count(), 4, "every request reached the origin");
+    assert_eq!(envoy.counter("shadow_misses"), 1);
+    assert_eq!(envoy.counter("shadow_hits"), 2);
+    assert_eq!(envoy.counter("shadow_mismatches"), 0);
+    // An answer that changes on every request: a would-be hit that would have been wrong.
+    envoy.send(Req::query(Q));
+    envoy.send(Req::query(Q));
+    assert_eq!(envoy.counter("shadow_mismatches"), 1);
+    assert_eq!(envoy.counter("hits"), 0);
+    let bypass = envoy.send(Req::query("mutation { bump }"));
+    assert_eq!(bypass.header("x-cache"), None);
+}

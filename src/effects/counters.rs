@@ -22,11 +22,14 @@ pub enum Counter {
     StaleMisses,
     StaleServed,
     Refreshes,
+    ShadowHits,
+    ShadowMisses,
+    ShadowMismatches,
 }
 
 impl Counter {
     /// Every counter, in the order of its index.
-    pub const ALL: [Counter; 20] = [
+    pub const ALL: [Counter; 23] = [
         Counter::Hits,
         Counter::Misses,
         Counter::Bypasses,
@@ -47,6 +50,9 @@ impl Counter {
         Counter::StaleMisses,
         Counter::StaleServed,
         Counter::Refreshes,
+        Counter::ShadowHits,
+        Counter::ShadowMisses,
+        Counter::ShadowMismatches,
     ];
 
     /// Position in [`Counter::ALL`], for a host that keeps metric ids in an array.
@@ -76,6 +82,9 @@ impl Counter {
             Counter::StaleMisses => "graphql_cache.stale_misses",
             Counter::StaleServed => "graphql_cache.stale_served",
             Counter::Refreshes => "graphql_cache.refreshes",
+            Counter::ShadowHits => "graphql_cache.shadow_hits",
+            Counter::ShadowMisses => "graphql_cache.shadow_misses",
+            Counter::ShadowMismatches => "graphql_cache.shadow_mismatches",
         }
     }
 }

@@ -22,6 +22,8 @@ pub enum Bypass {
     GetWithBody,
     /// A string form the GraphQL parser would decode wrongly (multi-line block string, `\b`).
     UnsupportedString,
+    /// A persisted query's hash the filter has not been taught: the origin answers it.
+    PersistedQueryUnknown,
     // Input that is broken or beyond configured limits: these also count as rejected inputs.
     BodyTooLarge,
     EmptyBody,
@@ -55,6 +57,7 @@ impl Bypass {
             Bypass::NoIdentity => "no-identity",
             Bypass::BodyNotDelivered => "body-not-delivered",
             Bypass::UnsupportedString => "unsupported-string",
+            Bypass::PersistedQueryUnknown => "persisted-query-unknown",
             Bypass::GetWithBody => "get-with-body",
             Bypass::BodyTooLarge => "body-too-large",
             Bypass::EmptyBody => "empty-body",
@@ -90,6 +93,7 @@ impl Bypass {
                 | Bypass::NoIdentity
                 | Bypass::BodyNotDelivered
                 | Bypass::UnsupportedString
+                | Bypass::PersistedQueryUnknown
                 | Bypass::GetWithBody
         )
     }

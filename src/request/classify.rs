@@ -3,6 +3,7 @@
 
 use crate::config::Config;
 use crate::invalidate::tags::OperationTags;
+use crate::request::apq::sha256_hex;
 use crate::request::bypass::Bypass;
 use crate::request::canonical::{canonicalize, CanonicalError, CanonicalOperation, OperationKind};
 use crate::request::http::{
@@ -51,7 +52,12 @@ pub struct Classified {
     pub key: CacheKey,
     pub operation: CanonicalOperation,
     pub policy: RequestPolicy,
+    /// A checked persisted-query hash and its text, to teach the table.
+    pub teaches: Option<Rc<(String, String)>>,
 }
+
+/// The method persisted queries are keyed with, GET or POST alike.
+const PERSISTED_METHOD: &[u8] = b"PERSISTED";
 
 /// What the filter keeps of a classification: small enough to memoize.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -60,6 +66,8 @@ pub struct Decided {
     pub policy: RequestPolicy,
     /// What the operation contributes to its entry's tags.
     pub operation: Rc<OperationTags>,
+    /// See [`Classified::teaches`].
+    pub teaches: Option<Rc<(String, String)>>,
 }
 
 impl From<Classified> for Decided {
@@ -71,6 +79,7 @@ impl From<Classified> for Decided {
                 name: c.operation.name,
                 root_fields: c.operation.root_fields,
             }),
+            teaches: c.teaches,
         }
     }
 }
@@ -141,7 +150,7 @@ pub fn classify_headers(
         return HeadersVerdict::NotHandled;
     }
     match head.method.as_slice() {
-        b"GET" => match classify_get(config, head, path, query_string) {
+        b"GET" => match classify_get(config, head, path, query_string, &no_persisted_queries) {
             Ok(c) => HeadersVerdict::Ready(c),
             Err(b) => HeadersVerdict::Bypass(b),
         },
@@ -189,9 +198,18 @@ pub fn classify_get(
     head: &RequestHead,
     path: &str,
     query_string: Option<&str>,
+    persisted: Resolve<'_>,
 ) -> Result<Classified, Bypass> {
     parse_get_query(query_string.unwrap_or_default())
-        .and_then(|req| identify(config, head, path, &req))
+        .and_then(|req| identify(config, head, path, req, persisted))
+}
+
+/// Finds the query text of a persisted-query hash (`request::apq`), for hash-only requests.
+pub type Resolve<'a> = &'a dyn Fn(&str) -> Option<String>;
+
+/// For callers without persisted queries: every hash is unknown.
+pub fn no_persisted_queries(_: &str) -> Option<String> {
+    None
 }
 
 /// The decision for a POST once its whole body is buffered.
@@ -200,21 +218,54 @@ pub fn classify_body(
     head: &RequestHead,
     body: &[u8],
 ) -> Result<Classified, Bypass> {
+    classify_post(config, head, body, &no_persisted_queries)
+}
+
+/// [`classify_body`] with persisted queries resolved by `persisted`.
+pub fn classify_post(
+    config: &Config,
+    head: &RequestHead,
+    body: &[u8],
+    persisted: Resolve<'_>,
+) -> Result<Classified, Bypass> {
     if body.len() > config.max_body_bytes {
         return Err(Bypass::BodyTooLarge);
     }
     // The whole path, query string included: some servers let URL parameters override the body.
     let full_path = std::str::from_utf8(&head.path).map_err(|_| Bypass::BadQueryString)?;
     let req = parse_post_body(body)?;
-    identify(config, head, full_path, &req)
+    identify(config, head, full_path, req, persisted)
+}
+
+/// A persisted query's text, from the request or the table. `Some(hash)` when the request taught
+/// a hash the filter checked itself (the exchange writes it to the table).
+fn resolve_persisted(
+    req: &mut GraphQlRequest,
+    persisted: Resolve<'_>,
+) -> Result<Option<String>, Bypass> {
+    let Some(p) = &req.persisted else {
+        return Ok(None);
+    };
+    if !p.with_query {
+        req.query = persisted(&p.sha256).ok_or(Bypass::PersistedQueryUnknown)?;
+        return Ok(None);
+    }
+    if sha256_hex(&req.query) == p.sha256 {
+        return Ok(Some(p.sha256.clone()));
+    }
+    // A mismatch teaches nothing, and the request is keyed as any other (its origin refuses it).
+    req.persisted = None;
+    Ok(None)
 }
 
 fn identify(
     config: &Config,
     head: &RequestHead,
     path: &str,
-    req: &GraphQlRequest,
+    mut req: GraphQlRequest,
+    persisted: Resolve<'_>,
 ) -> Result<Classified, Bypass> {
+    let teaches = resolve_persisted(&mut req, persisted)?;
     let operation = canonicalize(&req.query, req.operation_name.as_deref(), config.limits())
         .map_err(|e| match e {
             CanonicalError::TooDeep => Bypass::TooDeep,
@@ -236,11 +287,19 @@ fn identify(
         &operation,
         head.route,
     )?;
-    let key = build_key(&key_context(config, head, path), req, &operation);
+    let mut context = key_context(config, head, path);
+    // A persisted query's hash-only request (usually a GET) and its full-text twin (usually the
+    // POST after `PersistedQueryNotFound`) ask the same thing: one key for both.
+    if req.persisted.is_some() {
+        context.method = PERSISTED_METHOD;
+    }
+    let key = build_key(&context, &req, &operation);
+    let teaches = teaches.map(|sha256| Rc::new((sha256, req.query.clone())));
     Ok(Classified {
         key,
         operation,
         policy,
+        teaches,
     })
 }
 

@@ -19,6 +19,53 @@ pub struct GraphQlRequest {
     /// Other top-level body members or other GET parameters. Unknown to us, so they stay in the
     /// key rather than being guessed irrelevant.
     pub extra: Option<String>,
+    /// An Automatic Persisted Query (`extensions.persistedQuery`): its SHA-256 in lower-case hex,
+    /// and whether the request carried the query text too. Hash-only requests have an empty
+    /// `query` until the hash is resolved.
+    pub persisted: Option<Persisted>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Persisted {
+    pub sha256: String,
+    pub with_query: bool,
+}
+
+/// `extensions.persistedQuery` of Apollo's protocol: version 1 and a SHA-256 in hex.
+fn persisted_hash(extensions: Option<&str>) -> Option<String> {
+    let value: Value = serde_json::from_str(extensions?).ok()?;
+    let pq = value.get("persistedQuery")?;
+    if pq.get("version")?.as_u64()? != 1 {
+        return None;
+    }
+    let hash = pq.get("sha256Hash")?.as_str()?;
+    (hash.len() == 64 && hash.bytes().all(|b| b.is_ascii_hexdigit()))
+        .then(|| hash.to_ascii_lowercase())
+}
+
+/// The query text, or (with a persisted-query hash) none yet.
+fn query_or_persisted(
+    query: Option<String>,
+    extensions: Option<&str>,
+) -> Result<(String, Option<Persisted>), Bypass> {
+    let hash = persisted_hash(extensions);
+    match (query, hash) {
+        (Some(q), hash) => Ok((
+            q,
+            hash.map(|sha256| Persisted {
+                sha256,
+                with_query: true,
+            }),
+        )),
+        (None, Some(sha256)) => Ok((
+            String::new(),
+            Some(Persisted {
+                sha256,
+                with_query: false,
+            }),
+        )),
+        (None, None) => Err(Bypass::MissingQuery),
+    }
 }
 
 /// Whether a request's `content-type` says the body is JSON (`application/json`, any parameters).
@@ -40,8 +87,9 @@ pub fn parse_post_body(body: &[u8]) -> Result<GraphQlRequest, Bypass> {
         return Err(Bypass::NotAnObject);
     };
     let query = match map.remove("query") {
-        Some(Value::String(q)) => q,
-        _ => return Err(Bypass::MissingQuery),
+        Some(Value::String(q)) => Some(q),
+        None | Some(Value::Null) => None,
+        Some(_) => return Err(Bypass::MissingQuery),
     };
     let operation_name = match map.remove("operationName") {
         None | Some(Value::Null) => None,
@@ -50,6 +98,7 @@ pub fn parse_post_body(body: &[u8]) -> Result<GraphQlRequest, Bypass> {
     };
     let variables = json_object_member(map.remove("variables")).ok_or(Bypass::BadVariables)?;
     let extensions = json_object_member(map.remove("extensions")).ok_or(Bypass::BadExtensions)?;
+    let (query, persisted) = query_or_persisted(query, extensions.as_deref())?;
     let extra = if map.is_empty() {
         None
     } else {
@@ -61,6 +110,7 @@ pub fn parse_post_body(body: &[u8]) -> Result<GraphQlRequest, Bypass> {
         variables,
         extensions,
         extra,
+        persisted,
     })
 }
 
@@ -101,7 +151,6 @@ pub fn parse_get_query(query_string: &str) -> Result<GraphQlRequest, Bypass> {
             return Err(Bypass::BadQueryString);
         }
     }
-    let query = query.ok_or(Bypass::MissingQuery)?;
     let variables = match variables {
         None => None,
         Some(text) => parse_json_object_param(&text).ok_or(Bypass::BadVariables)?,
@@ -110,6 +159,7 @@ pub fn parse_get_query(query_string: &str) -> Result<GraphQlRequest, Bypass> {
         None => None,
         Some(text) => parse_json_object_param(&text).ok_or(Bypass::BadExtensions)?,
     };
+    let (query, persisted) = query_or_persisted(query, extensions.as_deref())?;
     let extra = if extra.is_empty() {
         None
     } else {
@@ -125,6 +175,7 @@ pub fn parse_get_query(query_string: &str) -> Result<GraphQlRequest, Bypass> {
         variables,
         extensions,
         extra,
+        persisted,
     })
 }
 
@@ -178,6 +229,37 @@ pub fn split_path(path: &str) -> (&str, Option<&str>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    const HASH: &str = "1c7e1e347f726166b5b1c55afd61f278cc9b45e00c108ec33d540a566379811b";
+
+    #[test]
+    fn persisted_queries_with_and_without_their_text() {
+        let ext = format!(r#"{{"persistedQuery":{{"version":1,"sha256Hash":"{HASH}"}}}}"#);
+        let hash_only = parse_post_body(format!(r#"{{"extensions":{ext}}}"#).as_bytes()).unwrap();
+        assert_eq!(hash_only.query, "");
+        assert_eq!(
+            hash_only.persisted,
+            Some(Persisted {
+                sha256: HASH.into(),
+                with_query: false
+            })
+        );
+        let full =
+            parse_post_body(format!(r#"{{"query":"{{ a }}","extensions":{ext}}}"#).as_bytes())
+                .unwrap();
+        assert!(full.persisted.unwrap().with_query);
+        let get = parse_get_query(&format!("extensions={ext}")).unwrap();
+        assert_eq!(get.persisted.map(|p| p.with_query), Some(false));
+        assert_eq!(
+            parse_get_query(r#"extensions={"persistedQuery":{"version":2,"sha256Hash":"x"}}"#),
+            Err(Bypass::MissingQuery),
+            "not a persisted query we know: no query, nothing to key"
+        );
+        assert_eq!(
+            parse_post_body(br#"{"extensions":{"a":1}}"#),
+            Err(Bypass::MissingQuery)
+        );
+    }
 
     #[test]
     fn post_body_parts() {

@@ -3,6 +3,7 @@
 //! head and body to key or bypass (`classify`, with its per-worker `memo`), and why a request
 //! passes through (`bypass`).
 
+pub mod apq;
 pub mod bypass;
 pub mod canonical;
 pub mod classify;

@@ -66,6 +66,16 @@ impl Capture {
         Chunk::More
     }
 
+    /// Copies a chunk already read, unless that would exceed `max_entry_bytes`.
+    pub fn push(&mut self, plugin: &Plugin, host: &impl RequestHost, bytes: &[u8]) -> Chunk {
+        if self.body.len().saturating_add(bytes.len()) > plugin.config.max_entry_bytes {
+            host.count(Counter::StoreSkipped);
+            return Chunk::TooLarge;
+        }
+        self.body.extend_from_slice(bytes);
+        Chunk::More
+    }
+
     /// The answer is complete: store it if it may be.
     pub fn finish(self, plugin: &Plugin, host: &impl RequestHost, key: &CacheKey, asked: &Asked) {
         let answer = Answer {

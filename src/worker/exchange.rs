@@ -2,6 +2,7 @@
 //! serve a hit, join or lead the shared fetch for a miss, label what goes back, and capture a
 //! plain miss for the cache. The host adapter calls one method per Envoy callback.
 
+use crate::cache::entry::Entry;
 use crate::cache::storable::Asked;
 use crate::coalesce::sharing::key_names_caller;
 use crate::coalesce::upstream::IDENTITY;
@@ -11,7 +12,7 @@ use crate::effects::host::RequestHost;
 use crate::invalidate::purge::Refusal;
 use crate::request::bypass::Bypass;
 use crate::request::classify::{
-    classify_body, classify_get, classify_headers, handles, memo_input, scope_key, Classified,
+    classify_get, classify_headers, classify_post, handles, memo_input, scope_key, Classified,
     Decided, HeadersVerdict, RequestHead,
 };
 use crate::request::http::split_path;
@@ -23,6 +24,7 @@ use crate::worker::join::{join, refresh, Joined, Miss};
 use crate::worker::lookup::{find, serve, Found};
 use crate::worker::purge::{self, purge_api, AtHeaders};
 use crate::worker::read::{read_head, read_identity, read_route};
+use crate::worker::shadow::Shadowed;
 use crate::worker::state::{Outcome, Plugin, Worker};
 use crate::worker::store::upstream_status;
 use crate::worker::watchdog::BodyArrival;
@@ -55,6 +57,11 @@ enum State {
     Served,
     /// An authorized purge request, reading its selectors.
     PurgeBody,
+    /// Shadow mode: looked up, sent upstream, its answer compared and stored.
+    Shadow {
+        key: CacheKey,
+        shadowed: Box<Shadowed>,
+    },
     /// A mutation going upstream: its answer is read (up to `max_entry_bytes`) for what it
     /// changed, and purged before its last byte reaches the client.
     Mutation {
@@ -110,7 +117,9 @@ impl Exchange {
             let decided = decide(cx, &head, b"", || {
                 let full = std::str::from_utf8(&head.path).map_err(|_| Bypass::BadQueryString)?;
                 let (path, query) = split_path(full);
-                classify_get(config, &head, path, query)
+                classify_get(config, &head, path, query, &|h| {
+                    cx.plugin.apq.lookup(cx.host, h)
+                })
             });
             return self.lookup_scoped(cx, decided, &head, None);
         }
@@ -174,7 +183,9 @@ impl Exchange {
         };
         let body = cx.host.request_body(body_size).unwrap_or_default();
         let config = &cx.plugin.config;
-        let decided = decide(cx, &head, &body, || classify_body(config, &head, &body));
+        let decided = decide(cx, &head, &body, || {
+            classify_post(config, &head, &body, &|h| cx.plugin.apq.lookup(cx.host, h))
+        });
         self.lookup_scoped(cx, decided, &head, Some(body))
     }
 
@@ -224,6 +235,9 @@ impl Exchange {
             };
         }
         match &self.state {
+            // Shadow mode never changes an answer (but for debugging).
+            State::Bypassed(_) if cx.plugin.config.shadow && !cx.plugin.config.debug_headers => {}
+            State::Shadow { .. } => self.shadow_headers(cx, end_of_stream),
             State::Bypassed(reason) => {
                 let reason = *reason;
                 cx.host.set_response_header(CACHE_HEADER, "BYPASS");
@@ -248,6 +262,10 @@ impl Exchange {
     ) -> Flow {
         if let State::Mutation { .. } = self.state {
             self.mutation_body(cx, body_size, end_of_stream);
+            return Flow::Continue;
+        }
+        if let State::Shadow { .. } = self.state {
+            self.shadow_body(cx, body_size, end_of_stream);
             return Flow::Continue;
         }
         let State::Missed { key, capture, .. } = &mut self.state else {
@@ -340,6 +358,9 @@ impl Exchange {
         };
         self.asked = Some(asked.clone());
         let config = &cx.plugin.config;
+        if config.shadow {
+            return self.shadow_lookup(cx, key, now);
+        }
         let miss = Miss {
             context: self.context,
             key,
@@ -496,6 +517,64 @@ impl Exchange {
     }
 }
 
+impl Exchange {
+    /// Shadow mode: count what the cache would have done, and let the request go upstream.
+    fn shadow_lookup<H: RequestHost>(&mut self, cx: &Ctx<H>, key: CacheKey, now: u64) -> Flow {
+        let found = find(cx.plugin, cx.worker, cx.host, &key, now);
+        let fresh = match &found {
+            Found::Fresh(bytes) => Entry::decode(bytes).ok(),
+            _ => None,
+        };
+        let shadowed = Shadowed::new(fresh.as_ref().map(|e| e.body));
+        cx.host.count(if shadowed.would_hit() {
+            Counter::ShadowHits
+        } else {
+            Counter::ShadowMisses
+        });
+        self.state = State::Shadow {
+            key,
+            shadowed: Box::new(shadowed),
+        };
+        Flow::Continue
+    }
+
+    fn shadow_headers<H: RequestHost>(&mut self, cx: &Ctx<H>, end_of_stream: bool) {
+        let lifetimes = self.asked.as_ref().map(|a| a.lifetimes).unwrap_or_default();
+        let State::Shadow { shadowed, .. } = &mut self.state else {
+            return;
+        };
+        if cx.plugin.config.debug_headers {
+            let label = if shadowed.would_hit() {
+                "SHADOW-HIT"
+            } else {
+                "SHADOW-MISS"
+            };
+            cx.host.set_response_header(CACHE_HEADER, label);
+        }
+        shadowed.capture = Capture::start(cx.plugin, cx.host, &lifetimes, end_of_stream).ok();
+        if end_of_stream {
+            self.shadow_body(cx, 0, true);
+        }
+    }
+
+    fn shadow_body<H: RequestHost>(&mut self, cx: &Ctx<H>, size: usize, end: bool) {
+        let State::Shadow { shadowed, .. } = &mut self.state else {
+            return;
+        };
+        shadowed.chunk(cx.plugin, cx.host, size);
+        if !end {
+            return;
+        }
+        let State::Shadow { key, shadowed } = std::mem::replace(&mut self.state, State::Served)
+        else {
+            return;
+        };
+        if let (Some(capture), Some(asked)) = (shadowed.finish(cx.host), &self.asked) {
+            capture.finish(cx.plugin, cx.host, &key, asked);
+        }
+    }
+}
+
 fn too_large() -> Refusal {
     Refusal {
         status: 413,
@@ -522,6 +601,15 @@ fn decide<H: RequestHost>(
         return known;
     }
     let decided = classify().map(Decided::from);
-    cx.worker.borrow_mut().memo.insert(input, decided.clone());
+    // An unknown persisted query may be taught any moment: asked again, not remembered.
+    if decided != Err(Bypass::PersistedQueryUnknown) {
+        cx.worker.borrow_mut().memo.insert(input, decided.clone());
+    }
+    if let Ok(Decided {
+        teaches: Some(t), ..
+    }) = &decided
+    {
+        cx.plugin.apq.learn(cx.host, &t.0, &t.1);
+    }
     decided
 }

@@ -16,6 +16,7 @@ pub mod join;
 pub mod lookup;
 pub mod purge;
 pub mod read;
+pub mod shadow;
 pub mod shared_fetch;
 pub mod stale;
 pub mod state;

@@ -788,3 +788,75 @@ fn a_held_purge_whose_body_never_comes_is_refused_not_sent_upstream() {
     assert!(a.host.resumed.borrow().is_empty());
     assert_eq!(a.reply(1).status, 503);
 }
+
+#[test]
+fn stale_while_revalidate_serves_at_once_and_refreshes_once_across_workers() {
+    let (a, b) = envoy(r#"{"ttl_seconds":1,"stale_while_revalidate_seconds":10}"#);
+    a.fill(1, QUERY, ANSWER);
+    a.host.advance(1001);
+    a.post(2, QUERY, &[]);
+    assert_eq!(a.reply(2).header("x-cache"), Some("STALE"));
+    assert_eq!(a.reply(2).body, ANSWER.as_bytes());
+    b.post(3, QUERY, &[]);
+    assert_eq!(
+        b.reply(3).header("x-cache"),
+        Some("STALE"),
+        "no wait on B either"
+    );
+    a.deliver_queue();
+    b.deliver_queue();
+    assert_eq!(a.tokens().len(), 2, "the fill and one refresh");
+    assert!(b.tokens().is_empty(), "B left it to A");
+    assert_eq!(a.host.counted(Counter::Refreshes), 1);
+    let refresh = a.tokens()[1];
+    a.callout_answers(refresh, ok(r#"{"data":{"users":[{"id":"2"}]}}"#));
+    assert!(b.hits(4, QUERY));
+    assert_eq!(b.reply(4).body, br#"{"data":{"users":[{"id":"2"}]}}"#);
+    a.assert_host_rules_kept();
+}
+
+#[test]
+fn stale_if_error_answers_every_waiter_when_the_cluster_refuses() {
+    let (a, b) = envoy(r#"{"ttl_seconds":1,"stale_if_error_seconds":30}"#);
+    a.fill(1, QUERY, ANSWER);
+    a.host.advance(1001);
+    a.host.refuse_dispatch.set(true);
+    a.post(2, QUERY, &[]);
+    b.post(3, QUERY, &[]);
+    a.deliver_queue();
+    assert_eq!(a.reply(2).header("x-cache"), Some("STALE"));
+    assert_eq!(a.reply(2).body, ANSWER.as_bytes());
+    b.deliver_queue();
+    assert_eq!(
+        b.reply(3).header("x-cache"),
+        Some("STALE"),
+        "followers elsewhere too"
+    );
+    // Past the window the failure reaches the client.
+    a.host.advance(30_000);
+    a.post(4, QUERY, &[]);
+    a.deliver_queue();
+    assert_eq!(a.reply(4).status, 503);
+    a.assert_host_rules_kept();
+}
+
+#[test]
+fn a_hash_only_request_is_keyed_as_its_full_text_twin() {
+    let (a, b) = envoy("{}");
+    let q = "{ users { id } }";
+    let hash = crate::request::apq::sha256_hex(q);
+    let ext = format!(r#"{{"persistedQuery":{{"version":1,"sha256Hash":"{hash}"}}}}"#);
+    let hash_only = format!(r#"{{"extensions":{ext}}}"#);
+    let (_, flow) = b.post(1, &hash_only, &[]);
+    assert_eq!(flow, Flow::Continue, "unknown: passes through");
+    assert_eq!(b.host.counted(Counter::RejectedInputs), 0);
+    let full = format!(r#"{{"query":"{q}","extensions":{ext}}}"#);
+    a.fill(2, &full, ANSWER);
+    assert!(b.hits(3, &hash_only), "taught once, known on every worker");
+    let forged = format!(r#"{{"query":"{{ posts {{ id }} }}","extensions":{ext}}}"#);
+    a.post(4, &forged, &[]);
+    assert!(
+        !a.hits(5, &forged),
+        "a forged hash is keyed as itself, not as the twin"
+    );
+}

@@ -9,6 +9,7 @@ use crate::coalesce::upstream::SharedFetch;
 use crate::coalesce::waiters::LocalFlights;
 use crate::config::Config;
 use crate::invalidate::marks::{PurgeTable, PurgeView};
+use crate::request::apq::ApqTable;
 use crate::request::bypass::Bypass;
 use crate::request::classify::Decided;
 use crate::request::key::CacheKey;
@@ -29,6 +30,7 @@ pub struct Plugin {
     pub table: SlotTable,
     pub flights: FlightTable,
     pub purges: PurgeTable,
+    pub apq: ApqTable,
 }
 
 impl Plugin {
@@ -37,6 +39,7 @@ impl Plugin {
             table: SlotTable::new(config.cache_slots),
             flights: FlightTable::new(config.flight_slots),
             purges: PurgeTable::new(config.tag_slots),
+            apq: ApqTable::new(config.apq_slots, config.max_body_bytes),
             config,
         }
     }

@@ -6,6 +6,7 @@ mod client;
 mod envoy;
 mod origin;
 
+#[allow(unused_imports)] // each test binary uses its own part
 pub use client::*;
 pub use envoy::*;
 pub use origin::*;
