@@ -115,6 +115,20 @@ pub enum IdentitySource {
 
 impl IdentitySource {
     /// The property path of a JWT claim in Envoy's dynamic metadata.
+    /// The property path of the verified token's issuer, beside the claim.
+    pub fn issuer_path(&self) -> Option<Vec<&str>> {
+        match self {
+            IdentitySource::JwtClaim { payload_key, .. } => Some(vec![
+                "metadata",
+                "filter_metadata",
+                "envoy.filters.http.jwt_authn",
+                payload_key,
+                "iss",
+            ]),
+            IdentitySource::Header(_) => None,
+        }
+    }
+
     pub fn property_path(&self) -> Option<Vec<&str>> {
         match self {
             IdentitySource::JwtClaim { payload_key, claim } => Some(vec![

@@ -6,6 +6,7 @@
 //! shared-data key. Every record carries its full key digest: two keys in one slot never share a
 //! response; the later one simply goes upstream on its own.
 
+use crate::coalesce::liveness::Alive;
 use crate::effects::store::{SharedStore, StoreError};
 use crate::request::key::CacheKey;
 
@@ -216,6 +217,7 @@ impl FlightTable {
         now_ms: u64,
         lease_ms: u64,
         mode: JoinMode,
+        alive: &Alive,
     ) -> Join {
         let may_lead = mode != JoinMode::FollowOnly;
         let name = self.slot_name(key);
@@ -231,12 +233,13 @@ impl FlightTable {
             };
             let record = value.as_deref().and_then(FlightRecord::decode);
             let next = match record {
+                // A leader whose worker stopped beating is treated as past its deadline.
                 Some(FlightRecord::InFlight {
                     digest,
                     owner,
                     deadline_ms,
                     mut watchers,
-                }) if deadline_ms > now_ms => {
+                }) if deadline_ms > now_ms && (owner == me || alive.contains(owner)) => {
                     if digest != key.digest {
                         return Join::Alone;
                     }
@@ -350,6 +353,7 @@ impl FlightTable {
         me: u64,
         queue: u32,
         now_ms: u64,
+        alive: &Alive,
     ) -> Peek {
         let name = self.slot_name(key);
         let (value, _) = store.get_cas(&name);
@@ -362,11 +366,23 @@ impl FlightTable {
                 deadline_ms,
                 owner,
                 watchers,
-            }) if digest == key.digest && deadline_ms > now_ms => {
+            }) if digest == key.digest
+                && deadline_ms > now_ms
+                && (owner == me || alive.contains(owner)) =>
+            {
                 if watchers.contains(&queue) || owner == me {
                     Peek::Waiting
                 } else {
-                    match self.join(store, key, me, queue, now_ms, 0, JoinMode::FollowOnly) {
+                    match self.join(
+                        store,
+                        key,
+                        me,
+                        queue,
+                        now_ms,
+                        0,
+                        JoinMode::FollowOnly,
+                        alive,
+                    ) {
                         Join::Follow => Peek::Waiting,
                         _ => Peek::Gone,
                     }
@@ -452,34 +468,82 @@ mod tests {
         t.precreate(&store);
         let k = key(1);
         assert_eq!(
-            t.join(&store, &k, W1, Q1, 0, 1000, JoinMode::MayLead),
+            t.join(
+                &store,
+                &k,
+                W1,
+                Q1,
+                0,
+                1000,
+                JoinMode::MayLead,
+                &Alive::everyone()
+            ),
             Join::Lead
         );
         assert_eq!(
-            t.join(&store, &k, W2, Q2, 1, 1000, JoinMode::MayLead),
+            t.join(
+                &store,
+                &k,
+                W2,
+                Q2,
+                1,
+                1000,
+                JoinMode::MayLead,
+                &Alive::everyone()
+            ),
             Join::Follow
         );
         assert_eq!(
-            t.join(&store, &k, W2, Q2, 2, 1000, JoinMode::MayLead),
+            t.join(
+                &store,
+                &k,
+                W2,
+                Q2,
+                2,
+                1000,
+                JoinMode::MayLead,
+                &Alive::everyone()
+            ),
             Join::Follow,
             "registered once"
         );
         assert_eq!(
-            t.join(&store, &k, W1, Q1, 3, 1000, JoinMode::MayLead),
+            t.join(
+                &store,
+                &k,
+                W1,
+                Q1,
+                3,
+                1000,
+                JoinMode::MayLead,
+                &Alive::everyone()
+            ),
             Join::Lead,
             "an owner without a local flight retakes its stale record, keeping the watchers"
         );
         let wake = t.complete(&store, &k, W1, Some(b"result".to_vec()), 10);
         assert_eq!(wake, vec![Q2]);
         assert_eq!(
-            t.peek(&store, &k, W2, Q2, 11),
+            t.peek(&store, &k, W2, Q2, 11, &Alive::everyone()),
             Peek::Done(Some(b"result".to_vec()))
         );
         t.clear_done(&store, &k, W1, 10);
-        assert_eq!(t.peek(&store, &k, W2, Q2, 12), Peek::Gone);
+        assert_eq!(
+            t.peek(&store, &k, W2, Q2, 12, &Alive::everyone()),
+            Peek::Gone
+        );
         // The next miss starts a new flight.
         assert_eq!(
-            t.join(&store, &k, W2, Q2, 13, 1000, JoinMode::MayLead),
+            t.join(
+                &store,
+                &k,
+                W2,
+                Q2,
+                13,
+                1000,
+                JoinMode::MayLead,
+                &Alive::everyone()
+            ),
             Join::Lead
         );
     }
@@ -490,7 +554,16 @@ mod tests {
         let t = FlightTable::new(4);
         let k = key(2);
         assert_eq!(
-            t.join(&store, &k, W1, Q1, 0, 1000, JoinMode::MayLead),
+            t.join(
+                &store,
+                &k,
+                W1,
+                Q1,
+                0,
+                1000,
+                JoinMode::MayLead,
+                &Alive::everyone()
+            ),
             Join::Lead,
             "works without precreate"
         );
@@ -506,16 +579,43 @@ mod tests {
         let store = MapStore::default();
         let t = FlightTable::new(4);
         let k = key(3);
-        t.join(&store, &k, W1, Q1, 0, 1000, JoinMode::MayLead);
-        t.join(&store, &k, W2, Q2, 0, 1000, JoinMode::MayLead);
+        t.join(
+            &store,
+            &k,
+            W1,
+            Q1,
+            0,
+            1000,
+            JoinMode::MayLead,
+            &Alive::everyone(),
+        );
+        t.join(
+            &store,
+            &k,
+            W2,
+            Q2,
+            0,
+            1000,
+            JoinMode::MayLead,
+            &Alive::everyone(),
+        );
         t.complete(&store, &k, W1, Some(b"old".to_vec()), 5);
         // A request arriving after completion fetches anew instead of reading the old result.
         assert_eq!(
-            t.join(&store, &k, W1, Q1, 6, 1000, JoinMode::MayLead),
+            t.join(
+                &store,
+                &k,
+                W1,
+                Q1,
+                6,
+                1000,
+                JoinMode::MayLead,
+                &Alive::everyone()
+            ),
             Join::Lead
         );
         assert_eq!(
-            t.peek(&store, &k, W2, Q2, 7),
+            t.peek(&store, &k, W2, Q2, 7, &Alive::everyone()),
             Peek::Waiting,
             "W2 re-registers on the new flight"
         );
@@ -527,18 +627,48 @@ mod tests {
         let t = FlightTable::new(4);
         let k = key(4);
         assert_eq!(
-            t.join(&store, &k, W1, Q1, 0, 100, JoinMode::MayLead),
+            t.join(
+                &store,
+                &k,
+                W1,
+                Q1,
+                0,
+                100,
+                JoinMode::MayLead,
+                &Alive::everyone()
+            ),
             Join::Lead
         );
-        assert_eq!(t.peek(&store, &k, W2, Q2, 100), Peek::Gone);
         assert_eq!(
-            t.join(&store, &k, W2, Q2, 100, 100, JoinMode::MayLead),
+            t.peek(&store, &k, W2, Q2, 100, &Alive::everyone()),
+            Peek::Gone
+        );
+        assert_eq!(
+            t.join(
+                &store,
+                &k,
+                W2,
+                Q2,
+                100,
+                100,
+                JoinMode::MayLead,
+                &Alive::everyone()
+            ),
             Join::Lead
         );
         // The old leader finishing late does not disturb the new flight.
         assert!(t.complete(&store, &k, W1, None, 150).is_empty());
         assert_eq!(
-            t.join(&store, &k, W1, Q1, 160, 100, JoinMode::MayLead),
+            t.join(
+                &store,
+                &k,
+                W1,
+                Q1,
+                160,
+                100,
+                JoinMode::MayLead,
+                &Alive::everyone()
+            ),
             Join::Follow
         );
     }
@@ -549,14 +679,68 @@ mod tests {
         let t = FlightTable::new(2);
         let k = key(10);
         assert_eq!(
-            t.join(&store, &k, W1, Q1, 0, 1000, JoinMode::FollowOnly),
+            t.join(
+                &store,
+                &k,
+                W1,
+                Q1,
+                0,
+                1000,
+                JoinMode::FollowOnly,
+                &Alive::everyone()
+            ),
             Join::Alone,
             "free slot, may not lead"
         );
-        t.join(&store, &k, W1, Q1, 0, 1000, JoinMode::MayLead);
+        t.join(
+            &store,
+            &k,
+            W1,
+            Q1,
+            0,
+            1000,
+            JoinMode::MayLead,
+            &Alive::everyone(),
+        );
         assert_eq!(
-            t.join(&store, &k, W2, Q2, 0, 1000, JoinMode::FollowOnly),
+            t.join(
+                &store,
+                &k,
+                W2,
+                Q2,
+                0,
+                1000,
+                JoinMode::FollowOnly,
+                &Alive::everyone()
+            ),
             Join::Follow
+        );
+    }
+
+    #[test]
+    fn a_leader_that_stopped_beating_is_replaced_at_once() {
+        let store = MapStore::default();
+        let t = FlightTable::new(2);
+        let k = key(13);
+        let only_w2 = Alive::read(&store, 0);
+        assert_eq!(
+            t.join(
+                &store,
+                &k,
+                W1,
+                Q1,
+                0,
+                10_000,
+                JoinMode::MayLead,
+                &Alive::everyone()
+            ),
+            Join::Lead
+        );
+        // W1's VM is gone (it never beats): W2 does not follow it for ten seconds.
+        assert_eq!(t.peek(&store, &k, W2, Q2, 1, &only_w2), Peek::Gone);
+        assert_eq!(
+            t.join(&store, &k, W2, Q2, 1, 10_000, JoinMode::MayLead, &only_w2),
+            Join::Lead
         );
     }
 
@@ -566,11 +750,29 @@ mod tests {
         let t = FlightTable::new(2);
         let k = key(12);
         assert_eq!(
-            t.join(&store, &k, W1, Q1, 0, 1000, JoinMode::LeadOnly),
+            t.join(
+                &store,
+                &k,
+                W1,
+                Q1,
+                0,
+                1000,
+                JoinMode::LeadOnly,
+                &Alive::everyone()
+            ),
             Join::Lead
         );
         assert_eq!(
-            t.join(&store, &k, W2, Q2, 0, 1000, JoinMode::LeadOnly),
+            t.join(
+                &store,
+                &k,
+                W2,
+                Q2,
+                0,
+                1000,
+                JoinMode::LeadOnly,
+                &Alive::everyone()
+            ),
             Join::Alone
         );
         assert_eq!(
@@ -586,7 +788,16 @@ mod tests {
         let t = FlightTable::new(1);
         let k = key(11);
         assert_eq!(
-            t.join(&store, &k, W1, Q1, 0, 1000, JoinMode::MayLead),
+            t.join(
+                &store,
+                &k,
+                W1,
+                Q1,
+                0,
+                1000,
+                JoinMode::MayLead,
+                &Alive::everyone()
+            ),
             Join::Lead
         );
         // A worker that saw the slot missing a moment ago creates it now: its write must fail.
@@ -596,7 +807,16 @@ mod tests {
             Err(StoreError::CasMismatch)
         );
         assert_eq!(
-            t.join(&store, &k, W2, Q2, 1, 1000, JoinMode::MayLead),
+            t.join(
+                &store,
+                &k,
+                W2,
+                Q2,
+                1,
+                1000,
+                JoinMode::MayLead,
+                &Alive::everyone()
+            ),
             Join::Follow
         );
     }
@@ -606,14 +826,35 @@ mod tests {
         let store = MapStore::default();
         let t = FlightTable::new(1);
         assert_eq!(
-            t.join(&store, &key(5), W1, Q1, 0, 1000, JoinMode::MayLead),
+            t.join(
+                &store,
+                &key(5),
+                W1,
+                Q1,
+                0,
+                1000,
+                JoinMode::MayLead,
+                &Alive::everyone()
+            ),
             Join::Lead
         );
         assert_eq!(
-            t.join(&store, &key(6), W2, Q2, 0, 1000, JoinMode::MayLead),
+            t.join(
+                &store,
+                &key(6),
+                W2,
+                Q2,
+                0,
+                1000,
+                JoinMode::MayLead,
+                &Alive::everyone()
+            ),
             Join::Alone
         );
-        assert_eq!(t.peek(&store, &key(6), W2, Q2, 0), Peek::Gone);
+        assert_eq!(
+            t.peek(&store, &key(6), W2, Q2, 0, &Alive::everyone()),
+            Peek::Gone
+        );
     }
 
     #[test]
@@ -621,15 +862,42 @@ mod tests {
         let store = MapStore::default();
         let t = FlightTable::new(1);
         let k = key(7);
-        t.join(&store, &k, 0, 0, 0, 1000, JoinMode::MayLead);
+        t.join(
+            &store,
+            &k,
+            0,
+            0,
+            0,
+            1000,
+            JoinMode::MayLead,
+            &Alive::everyone(),
+        );
         for q in 1..=MAX_WATCHERS as u32 {
             assert_eq!(
-                t.join(&store, &k, u64::from(q), q, 0, 1000, JoinMode::MayLead),
+                t.join(
+                    &store,
+                    &k,
+                    u64::from(q),
+                    q,
+                    0,
+                    1000,
+                    JoinMode::MayLead,
+                    &Alive::everyone()
+                ),
                 Join::Follow
             );
         }
         assert_eq!(
-            t.join(&store, &k, 999, 999, 0, 1000, JoinMode::MayLead),
+            t.join(
+                &store,
+                &k,
+                999,
+                999,
+                0,
+                1000,
+                JoinMode::MayLead,
+                &Alive::everyone()
+            ),
             Join::Alone
         );
     }
@@ -639,9 +907,30 @@ mod tests {
         let store = MapStore::default();
         let t = FlightTable::new(2);
         let k = key(8);
-        t.join(&store, &k, W1, Q1, 0, 1000, JoinMode::MayLead);
-        t.join(&store, &k, W2, Q2, 0, 1000, JoinMode::MayLead);
+        t.join(
+            &store,
+            &k,
+            W1,
+            Q1,
+            0,
+            1000,
+            JoinMode::MayLead,
+            &Alive::everyone(),
+        );
+        t.join(
+            &store,
+            &k,
+            W2,
+            Q2,
+            0,
+            1000,
+            JoinMode::MayLead,
+            &Alive::everyone(),
+        );
         assert_eq!(t.complete(&store, &k, W1, None, 1), vec![Q2]);
-        assert_eq!(t.peek(&store, &k, W2, Q2, 2), Peek::Done(None));
+        assert_eq!(
+            t.peek(&store, &k, W2, Q2, 2, &Alive::everyone()),
+            Peek::Done(None)
+        );
     }
 }

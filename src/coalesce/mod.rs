@@ -6,6 +6,7 @@
 //! to whoever `sharing` allows, and other workers hear of it through `wakeup` messages.
 
 pub mod flights;
+pub mod liveness;
 pub mod relay;
 pub mod sharing;
 pub mod upstream;

@@ -5,28 +5,45 @@ use crate::cache::storable::body_storable;
 use crate::coalesce::relay::Response;
 use crate::request::rules::Scope;
 
-/// Whether the key names the caller, so that every request sharing it is the same caller: a
-/// private entry is scoped to the identity, and `vary_headers` (by default `authorization` and
-/// `cookie`) put the caller's credentials into the key.
-pub fn key_names_caller(scope: Scope, vary_headers: &[String]) -> bool {
-    scope == Scope::Private || !vary_headers.is_empty()
+/// Whether the key names the caller for this request, so that every request sharing it is the
+/// same caller: a private entry is scoped to the identity, or the request carries one of the
+/// `vary_headers` (by default `authorization` and `cookie`), whose value is then in the key.
+/// Configured vary headers the request does not carry name nobody.
+pub fn key_names_caller(scope: Scope, vary_values: &[Option<Vec<u8>>]) -> bool {
+    scope == Scope::Private
+        || vary_values
+            .iter()
+            .any(|v| v.as_ref().is_some_and(|v| !v.is_empty()))
 }
 
 /// Whether `response`, fetched for one request, may answer the others waiting on its key.
 /// Personal or varying answers never may; when the key does not name the caller, only answers
-/// that cannot depend on who asked.
+/// that cannot depend on who asked; when it does, only answers the same caller gets again.
 pub fn followers_may_share(
     response: &Response,
     vary_headers: &[String],
     key_names_caller: bool,
 ) -> bool {
-    response.shareable(vary_headers).is_ok() && (key_names_caller || caller_independent(response))
+    response.shareable(vary_headers).is_ok()
+        && if key_names_caller {
+            same_for_the_same_caller(response)
+        } else {
+            caller_independent(response)
+        }
 }
 
 /// A clean GraphQL result, or a gateway failure (which every waiter must see, as the leader did).
-/// A 401/403 or a GraphQL `errors` answer may be about the leader's credentials only.
+/// A 401/403, a 4xx about the request (a CSRF check, a per-IP 429) or a GraphQL `errors` answer
+/// may be about the leader alone.
 fn caller_independent(r: &Response) -> bool {
     r.status >= 500 || (r.status == 200 && body_storable(&r.body).is_ok())
+}
+
+/// For requests with the same credentials: what those credentials get (any 2xx, a 401/403/404,
+/// gateway failures), not what may depend on the connection or on timing (a 429 per IP, a
+/// 400 from a CSRF or preflight check, 408).
+fn same_for_the_same_caller(r: &Response) -> bool {
+    matches!(r.status, 200..=299 | 401 | 403 | 404) || r.status >= 500
 }
 
 #[cfg(test)]
@@ -47,11 +64,35 @@ mod tests {
     const JSON: (&str, &str) = ("content-type", "application/json");
 
     #[test]
-    fn the_key_names_the_caller_when_private_or_keyed_by_credentials() {
-        let vary = vec!["authorization".to_string()];
+    fn the_key_names_the_caller_when_private_or_keyed_by_credentials_it_carries() {
         assert!(key_names_caller(Scope::Private, &[]));
-        assert!(key_names_caller(Scope::Public, &vary));
+        assert!(key_names_caller(
+            Scope::Public,
+            &[None, Some(b"Bearer a".to_vec())]
+        ));
         assert!(!key_names_caller(Scope::Public, &[]));
+        assert!(
+            !key_names_caller(Scope::Public, &[None, None]),
+            "configured but absent: nobody"
+        );
+        assert!(!key_names_caller(Scope::Public, &[Some(Vec::new())]));
+    }
+
+    #[test]
+    fn the_same_caller_shares_what_its_credentials_get_not_per_connection_answers() {
+        let json = [JSON];
+        for status in [200, 204, 401, 403, 404, 500, 503] {
+            assert!(
+                followers_may_share(&answer(status, &json, "{}"), &[], true),
+                "{status}"
+            );
+        }
+        for status in [400, 408, 429] {
+            assert!(
+                !followers_may_share(&answer(status, &json, "{}"), &[], true),
+                "{status}"
+            );
+        }
     }
 
     #[test]

@@ -67,6 +67,9 @@ impl Reply {
     }
 }
 
+/// A callout response: its headers and body.
+pub type CalloutAnswer = (Vec<(String, Vec<u8>)>, Vec<u8>);
+
 /// One worker's host. `context` is the request whose callback is running (for `RequestHost`).
 pub struct FakeHost {
     pub store: Rc<MapStore>,
@@ -104,6 +107,9 @@ pub struct FakeHost {
     pub response_headers: RefCell<Vec<(String, Vec<u8>)>>,
     pub response_chunk: RefCell<Vec<u8>>,
     pub headers_set: RefCell<Vec<(String, String)>>,
+    /// The callout response being delivered: headers, body.
+    pub callout: RefCell<CalloutAnswer>,
+    pub callout_body_reads: Cell<u32>,
 }
 
 impl FakeHost {
@@ -148,6 +154,8 @@ impl FakeHost {
             response_headers: RefCell::default(),
             response_chunk: RefCell::default(),
             headers_set: RefCell::default(),
+            callout: RefCell::default(),
+            callout_body_reads: Cell::new(0),
         }
     }
 
@@ -262,6 +270,17 @@ impl Host for FakeHost {
         self.next_token.set(token + 1);
         self.dispatched.borrow_mut().push((token, request.clone()));
         Ok(token)
+    }
+
+    fn callout_headers(&self) -> Vec<(String, Vec<u8>)> {
+        self.callout.borrow().0.clone()
+    }
+
+    fn callout_body(&self, size: usize) -> Option<Vec<u8>> {
+        self.callout_body_reads
+            .set(self.callout_body_reads.get() + 1);
+        let callout = self.callout.borrow();
+        Some(callout.1[..size.min(callout.1.len())].to_vec())
     }
 
     fn answer(&self, context: u32, status: u16, headers: Vec<(&str, &str)>, body: &[u8]) -> bool {

@@ -51,6 +51,13 @@ pub trait Host: SharedStore {
     /// response with the returned token.
     fn dispatch(&self, request: &Callout, timeout_ms: u64) -> Result<u32, Refused>;
 
+    /// The headers of the callout response being delivered (root context, after an answer with
+    /// headers only).
+    fn callout_headers(&self) -> Vec<(String, Vec<u8>)>;
+
+    /// The body of the callout response being delivered, `size` bytes.
+    fn callout_body(&self, size: usize) -> Option<Vec<u8>>;
+
     /// Answers the paused request `context` of this worker with a local reply. `false` when that
     /// request is gone (its client left).
     fn answer(&self, context: u32, status: u16, headers: Vec<(&str, &str)>, body: &[u8]) -> bool;

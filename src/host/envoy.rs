@@ -5,7 +5,6 @@ use super::metrics::Metrics;
 use crate::effects::counters::Counter;
 use crate::effects::host::{Callout, Host, LogLevel, Refused, RequestHost};
 use crate::effects::store::{SharedStore, StoreError};
-use crate::worker::shared_fetch::FetchResult;
 use proxy_wasm::hostcalls;
 use proxy_wasm::types::{BufferType, MapType, Status};
 use std::time::{Duration, UNIX_EPOCH};
@@ -72,6 +71,16 @@ impl Host for Envoy<'_> {
         .map_err(|_| Refused)
     }
 
+    fn callout_headers(&self) -> Vec<(String, Vec<u8>)> {
+        hostcalls::get_map_bytes(MapType::HttpCallResponseHeaders).unwrap_or_default()
+    }
+
+    fn callout_body(&self, size: usize) -> Option<Vec<u8>> {
+        hostcalls::get_buffer(BufferType::HttpCallResponseBody, 0, size)
+            .ok()
+            .flatten()
+    }
+
     fn answer(&self, context: u32, status: u16, headers: Vec<(&str, &str)>, body: &[u8]) -> bool {
         if hostcalls::set_effective_context(context).is_err() {
             return false;
@@ -130,20 +139,6 @@ impl RequestHost for Envoy<'_> {
         hostcalls::get_buffer(BufferType::HttpResponseBody, 0, size)
             .ok()
             .flatten()
-    }
-}
-
-/// The callout's answer, read only when it has headers (reading after a reset traps the VM).
-pub fn callout_result(num_headers: usize, body_size: usize) -> FetchResult {
-    if num_headers == 0 {
-        return FetchResult::Reset;
-    }
-    FetchResult::Answer {
-        headers: hostcalls::get_map_bytes(MapType::HttpCallResponseHeaders).unwrap_or_default(),
-        body: hostcalls::get_buffer(BufferType::HttpCallResponseBody, 0, body_size)
-            .ok()
-            .flatten()
-            .unwrap_or_default(),
     }
 }
 

@@ -1,12 +1,12 @@
 //! The root context: one per worker VM. Loads the configuration, owns the worker's state and
 //! hands its callbacks (queue, callout answers, timer) to `crate::worker`.
 
-use super::envoy::{callout_result, dequeue_all, Envoy};
+use super::envoy::{dequeue_all, Envoy};
 use super::filter::CacheFilter;
 use super::metrics::Metrics;
 use crate::worker::configure::configure;
 use crate::worker::followers::on_messages;
-use crate::worker::shared_fetch::on_fetch_response;
+use crate::worker::shared_fetch::on_callout;
 use crate::worker::state::{Plugin, Worker};
 use crate::worker::tick::{on_tick, TICK};
 use proxy_wasm::hostcalls;
@@ -51,8 +51,14 @@ impl Context for CacheRoot {
         body_size: usize,
         _num_trailers: usize,
     ) {
-        let result = callout_result(num_headers, body_size);
-        on_fetch_response(&self.plugin, &self.worker, &self.host(), token_id, result);
+        on_callout(
+            &self.plugin,
+            &self.worker,
+            &self.host(),
+            token_id,
+            num_headers,
+            body_size,
+        );
     }
 }
 

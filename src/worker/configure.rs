@@ -4,6 +4,7 @@
 use crate::config::{Config, ConfigError};
 use crate::effects::host::{Host, LogLevel};
 use crate::worker::state::{Plugin, Worker};
+use crate::worker::tick::heartbeat;
 use std::cell::RefCell;
 
 pub const NO_QUEUE_LOG: &str = "graphql-cache: no wake-up queue; coalescing off";
@@ -26,6 +27,8 @@ pub fn configure(
     if plugin.config.coalesce {
         ensure_queue(worker, host);
         plugin.flights.precreate(host);
+        // Alive from the start: a flight led before the first tick is followed, not taken over.
+        heartbeat(&plugin, worker, host, host.now_ms());
     }
     if plugin.config.invalidation_on() {
         plugin.purges.precreate(host);

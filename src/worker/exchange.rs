@@ -8,7 +8,7 @@ use crate::coalesce::sharing::key_names_caller;
 use crate::coalesce::upstream::IDENTITY;
 use crate::config::{MutationInvalidation, PurgeApi};
 use crate::effects::counters::Counter;
-use crate::effects::host::RequestHost;
+use crate::effects::host::{LogLevel, RequestHost};
 use crate::invalidate::purge::Refusal;
 use crate::request::bypass::Bypass;
 use crate::request::classify::{
@@ -27,7 +27,7 @@ use crate::worker::read::{read_head, read_identity, read_route};
 use crate::worker::shadow::Shadowed;
 use crate::worker::state::{Outcome, Plugin, Worker};
 use crate::worker::store::upstream_status;
-use crate::worker::watchdog::BodyArrival;
+use crate::worker::watchdog::{BodyArrival, OPTION_OFF_LOG};
 use std::cell::RefCell;
 
 /// What the callback tells Envoy.
@@ -155,14 +155,20 @@ impl Exchange {
     ) -> Flow {
         match self.state {
             State::AwaitingBody(_) | State::PurgeBody => {
-                let arrival = {
-                    let mut w = cx.worker.borrow_mut();
-                    let released =
-                        w.watchdog.watching() && w.outcomes.remove(&self.context).is_some();
-                    w.watchdog.body_arrived(released)
-                };
-                if arrival == BodyArrival::AlreadyReleased {
-                    return self.bypass(cx, Bypass::BodyNotDelivered);
+                let watching = cx.worker.borrow().watchdog.watching();
+                if watching {
+                    let now = cx.host.now_ms();
+                    let arrival = {
+                        let mut w = cx.worker.borrow_mut();
+                        let released = w.outcomes.remove(&self.context).is_some();
+                        w.watchdog.body_arrived(self.context, now, released)
+                    };
+                    if let BodyArrival::AlreadyReleased { concluded } = arrival {
+                        if concluded {
+                            cx.host.log(LogLevel::Error, OPTION_OFF_LOG);
+                        }
+                        return self.bypass(cx, Bypass::BodyNotDelivered);
+                    }
                 }
             }
             // Decided at the headers (a GET with a body): it stays held until answered or released.
@@ -367,7 +373,7 @@ impl Exchange {
             head,
             body,
             asked,
-            key_names_caller: key_names_caller(decided.policy.scope, &config.vary_headers),
+            key_names_caller: key_names_caller(decided.policy.scope, &head.vary),
             now,
         };
         match find(cx.plugin, cx.worker, cx.host, &key, now) {
@@ -390,8 +396,10 @@ impl Exchange {
         // The origin answers what may be stored uncompressed (see `coalesce::upstream`).
         cx.host.set_request_header("accept-encoding", IDENTITY);
         // A conditional request goes alone: its answer may be a 304 meant for its validators.
+        let too_large = cx.worker.borrow().too_large.contains(&key);
         if config.coalesce
             && !head.conditional()
+            && !too_large
             && join(cx.plugin, cx.worker, cx.host, miss) == Joined::Waiting
         {
             self.state = State::Waiting { key };

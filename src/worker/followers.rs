@@ -3,6 +3,7 @@
 //! flight done or gone.
 
 use crate::coalesce::flights::Peek;
+use crate::coalesce::liveness::Alive;
 use crate::coalesce::relay::Response;
 use crate::coalesce::wakeup::Message;
 use crate::effects::host::Host;
@@ -92,7 +93,11 @@ pub fn check(plugin: &Plugin, worker: &RefCell<Worker>, host: &impl Host, key: &
     if !following {
         return false;
     }
-    match plugin.flights.peek(host, key, id, queue, host.now_ms()) {
+    let now = host.now_ms();
+    match plugin
+        .flights
+        .peek(host, key, id, queue, now, &Alive::read(host, now))
+    {
         Peek::Waiting => false,
         Peek::Done(Some(bytes)) => {
             let response = Response::decode_from_flight(&bytes, key);

@@ -4,6 +4,7 @@
 
 use crate::cache::storable::Asked;
 use crate::coalesce::flights::{Join, JoinMode};
+use crate::coalesce::liveness::Alive;
 use crate::coalesce::upstream::{upstream_request, SharedFetch};
 use crate::coalesce::waiters::LocalJoin;
 use crate::effects::counters::Counter;
@@ -60,10 +61,16 @@ pub fn join(
         return Joined::Alone;
     };
     let lease = plugin.lease_ms();
-    match plugin
-        .flights
-        .join(host, &key, id, queue, now, lease, JoinMode::MayLead)
-    {
+    match plugin.flights.join(
+        host,
+        &key,
+        id,
+        queue,
+        now,
+        lease,
+        JoinMode::MayLead,
+        &Alive::read(host, now),
+    ) {
         Join::Lead => {
             worker.borrow_mut().waiters.start(key, true, context, now);
             if !lead(plugin, worker, host, fetch) {
@@ -96,10 +103,16 @@ pub fn refresh(
         return false;
     };
     let lease = plugin.lease_ms();
-    if plugin
-        .flights
-        .join(host, &key, id, queue, now, lease, JoinMode::LeadOnly)
-        != Join::Lead
+    if plugin.flights.join(
+        host,
+        &key,
+        id,
+        queue,
+        now,
+        lease,
+        JoinMode::LeadOnly,
+        &Alive::read(host, now),
+    ) != Join::Lead
     {
         return false;
     }

@@ -87,8 +87,26 @@ pub fn read_identity(
                 .collect();
             (!values.is_empty()).then(|| values.join(&b","[..]))
         }
-        Some(source @ IdentitySource::JwtClaim { .. }) => host.property(&source.property_path()?),
+        // Keyed by issuer and claim: two providers writing one payload key may both have a
+        // `sub` "1234" for two different people.
+        Some(source @ IdentitySource::JwtClaim { .. }) => {
+            let claim = host.property(&source.property_path()?)?;
+            let issuer = source
+                .issuer_path()
+                .and_then(|p| host.property(&p))
+                .unwrap_or_default();
+            Some(issued_identity(&issuer, &claim))
+        }
     }
+}
+
+/// Issuer and claim in one unambiguous byte string (the issuer's length first).
+fn issued_identity(issuer: &[u8], claim: &[u8]) -> Vec<u8> {
+    let mut id = Vec::with_capacity(4 + issuer.len() + claim.len());
+    id.extend_from_slice(&(issuer.len() as u32).to_le_bytes());
+    id.extend_from_slice(issuer);
+    id.extend_from_slice(claim);
+    id
 }
 
 /// Per-route overrides from `filter_metadata.<namespace>` on the matched route.
@@ -210,7 +228,23 @@ mod tests {
             .unwrap()
             .join(".");
         h.properties.borrow_mut().insert(path, b"alice".to_vec());
-        assert_eq!(read_identity(&by_jwt, &h, &head), Some(b"alice".to_vec()));
+        let no_issuer = read_identity(&by_jwt, &h, &head).unwrap();
+        let iss = by_jwt
+            .identity
+            .as_ref()
+            .and_then(|s| s.issuer_path())
+            .unwrap()
+            .join(".");
+        h.properties
+            .borrow_mut()
+            .insert(iss.clone(), b"https://a.example".to_vec());
+        let from_a = read_identity(&by_jwt, &h, &head).unwrap();
+        h.properties
+            .borrow_mut()
+            .insert(iss, b"https://b.example".to_vec());
+        let from_b = read_identity(&by_jwt, &h, &head).unwrap();
+        assert_ne!(from_a, from_b, "one sub from two issuers: two people");
+        assert_ne!(from_a, no_issuer);
         assert_eq!(read_identity(&Config::default(), &h, &head), None);
     }
 }

@@ -202,7 +202,11 @@ fn answered_waiters_keep_their_local_reply_and_released_ones_are_labelled() {
     let (mut follower, _) = a.post(2, QUERY, &[]);
     a.deliver_queue();
     let token = a.tokens()[0];
-    a.callout_answers(token, answer(200, &[("content-type", "text/html")], "<p>"));
+    let no_store = [
+        ("content-type", "application/json"),
+        ("cache-control", "no-store"),
+    ];
+    a.callout_answers(token, answer(200, &no_store, ANSWER));
     // Envoy now runs each answered request's response callbacks.
     a.host.headers_set.borrow_mut().clear();
     assert_eq!(leader.on_response_headers(&a.cx(), false), Flow::Continue);
@@ -213,7 +217,7 @@ fn answered_waiters_keep_their_local_reply_and_released_ones_are_labelled() {
     );
     assert_eq!(
         a.reply(1).header("x-cache-reason"),
-        Some("content-type"),
+        Some("no-store"),
         "the leader is told why nothing was stored"
     );
 }
@@ -472,6 +476,7 @@ fn answers_that_may_be_about_the_caller_reach_only_the_caller_unless_keyed_by_it
 #[test]
 fn held_bodies_that_never_come_are_let_go_and_posts_stop_being_held() {
     let (a, _b) = envoy("{}");
+    let mut held = Vec::new();
     for ctx in 1..=3 {
         a.host.context.set(ctx);
         *a.host.request_headers.borrow_mut() = vec![
@@ -479,13 +484,22 @@ fn held_bodies_that_never_come_are_let_go_and_posts_stop_being_held() {
             (":path".into(), b"/graphql".to_vec()),
             ("content-type".into(), b"application/json".to_vec()),
         ];
+        *a.host.request_body.borrow_mut() = QUERY.as_bytes().to_vec();
         let mut x = Exchange::new(ctx);
         assert_eq!(x.on_request_headers(&a.cx(), false), Flow::Pause);
-        std::mem::forget(x);
+        held.push(x);
     }
     a.host.advance(1000);
     a.tick();
     assert_eq!(*a.host.resumed.borrow(), vec![1, 2, 3]);
+    // Envoy had their bodies all along: once let go, each arrives at once.
+    for (i, x) in held.iter_mut().enumerate() {
+        a.host.context.set(i as u32 + 1);
+        assert_eq!(
+            x.on_request_body(&a.cx(), QUERY.len(), true),
+            Flow::Continue
+        );
+    }
     let errors: Vec<_> = a
         .host
         .logs
@@ -498,7 +512,29 @@ fn held_bodies_that_never_come_are_let_go_and_posts_stop_being_held() {
     a.host.context.set(4);
     let mut x = Exchange::new(4);
     assert_eq!(x.on_request_headers(&a.cx(), false), Flow::Continue);
-    assert_eq!(a.host.counted(Counter::Bypasses), 1);
+    assert_eq!(a.host.counted(Counter::Bypasses), 4);
+}
+
+#[test]
+fn slow_uploads_at_startup_do_not_turn_post_caching_off() {
+    let (a, _b) = envoy("{}");
+    for ctx in 1..=5 {
+        a.host.context.set(ctx);
+        *a.host.request_headers.borrow_mut() = vec![
+            (":method".into(), b"POST".to_vec()),
+            (":path".into(), b"/graphql".to_vec()),
+            ("content-type".into(), b"application/json".to_vec()),
+        ];
+        let mut x = Exchange::new(ctx);
+        x.on_request_headers(&a.cx(), false);
+        std::mem::forget(x);
+    }
+    a.host.advance(1000);
+    a.tick();
+    assert_eq!(a.host.resumed.borrow().len(), 5, "let go, never hung");
+    // Their bodies never come (or come late): POSTs are still held and cached.
+    let (_, flow) = a.post(6, QUERY, &[]);
+    assert_eq!(flow, Flow::Pause);
 }
 
 #[test]
@@ -859,4 +895,66 @@ fn a_hash_only_request_is_keyed_as_its_full_text_twin() {
         !a.hits(5, &forged),
         "a forged hash is keyed as itself, not as the twin"
     );
+}
+
+#[test]
+fn an_answer_over_max_entry_bytes_never_enters_the_vm_and_everyone_goes_upstream() {
+    let (a, b) = envoy(r#"{"max_entry_bytes":1024}"#);
+    let token = one_flight_on_two_workers(&a, &b);
+    a.host.begin_callback();
+    crate::worker::shared_fetch::on_callout(&a.plugin, &a.worker, &a.host, token, 3, 1_000_000);
+    assert_eq!(
+        a.host.callout_body_reads.get(),
+        0,
+        "the body stayed in Envoy"
+    );
+    let mut resumed = a.host.resumed.borrow().clone();
+    resumed.sort_unstable();
+    assert_eq!(
+        resumed,
+        vec![1, 2, 3],
+        "the leader too: the router streams it"
+    );
+    assert_eq!(
+        a.worker.borrow().outcomes.get(&1),
+        Some(&crate::worker::state::Outcome::Released("too-large"))
+    );
+    b.deliver_queue();
+    assert_eq!(
+        b.host.resumed.borrow().len(),
+        2,
+        "watchers are told to go themselves"
+    );
+}
+
+#[test]
+fn requests_without_credentials_never_share_a_caller_dependent_answer() {
+    // vary_headers is the default (authorization, cookie), but nobody sends them.
+    let (a, _b) = envoy("{}");
+    a.post(1, QUERY, &[]);
+    a.post(2, QUERY, &[]);
+    a.deliver_queue();
+    let token = a.tokens()[0];
+    a.callout_answers(
+        token,
+        answer(401, &[("content-type", "application/json")], "{}"),
+    );
+    assert_eq!(a.reply(1).status, 401);
+    assert_eq!(
+        *a.host.resumed.borrow(),
+        vec![2],
+        "the follower asks for itself"
+    );
+    // The same credentials share a 401, but not a per-connection 429.
+    let (a, _b) = envoy("{}");
+    let auth = [("authorization", "Bearer x")];
+    a.post(1, QUERY, &auth);
+    a.post(2, QUERY, &auth);
+    a.deliver_queue();
+    let token = a.tokens()[0];
+    a.callout_answers(
+        token,
+        answer(429, &[("content-type", "application/json")], "{}"),
+    );
+    assert_eq!(*a.host.resumed.borrow(), vec![2]);
 }

@@ -25,6 +25,32 @@ pub enum FetchResult {
         headers: Vec<(String, Vec<u8>)>,
         body: Vec<u8>,
     },
+    /// A body over `max_entry_bytes`: left in Envoy, never copied into the VM; every waiter goes
+    /// upstream on its own (the router streams it), so memory stays bounded by configuration.
+    TooLarge,
+}
+
+/// Root: a callout answered; reads it (never after a reset, never a body over the bound) and
+/// finishes its flight.
+pub fn on_callout(
+    plugin: &Plugin,
+    worker: &RefCell<Worker>,
+    host: &impl Host,
+    token: u32,
+    num_headers: usize,
+    body_size: usize,
+) {
+    let result = if num_headers == 0 {
+        FetchResult::Reset
+    } else if body_size > plugin.config.max_entry_bytes {
+        FetchResult::TooLarge
+    } else {
+        FetchResult::Answer {
+            headers: host.callout_headers(),
+            body: host.callout_body(body_size).unwrap_or_default(),
+        }
+    };
+    on_fetch_response(plugin, worker, host, token, result);
 }
 
 /// Envoy's words for the failures the filter reports itself, so clients see what Envoy says.
@@ -91,6 +117,19 @@ pub fn on_fetch_response(
             finish(plugin, worker, host, &fetch, Ok(failure), &fetch_failed());
             return;
         }
+        FetchResult::TooLarge => {
+            host.count(Counter::StoreSkipped);
+            worker.borrow_mut().too_large.insert(fetch.key);
+            finish(
+                plugin,
+                worker,
+                host,
+                &fetch,
+                Err("too-large"),
+                &Stored::default(),
+            );
+            return;
+        }
         FetchResult::Answer { headers, body } => (headers, body),
     };
     // An answer without a readable status is a bad gateway, as Envoy would call it.
@@ -104,19 +143,19 @@ pub fn on_fetch_response(
         body: &body,
     };
     let stored = store_answer(plugin, host, &fetch.key, answer_in, &fetch.asked);
-    let response = Response::from_upstream(status, headers, body).map_err(|_| ());
+    let response = Response::from_upstream(status, headers, body).map_err(|_| "not-relayable");
     finish(plugin, worker, host, &fetch, response, &stored);
 }
 
 /// Ends a flight: tells watching workers, then answers (or releases) this worker's waiters.
-/// `response` is `Err` when the answer cannot be relayed; everyone then goes upstream.
+/// `response` is `Err(reason)` when the answer cannot be relayed; everyone then goes upstream.
 /// What storing did is shown to the leader in the debug headers.
 fn finish(
     plugin: &Plugin,
     worker: &RefCell<Worker>,
     host: &impl Host,
     fetch: &SharedFetch,
-    response: Result<Response, ()>,
+    response: Result<Response, &'static str>,
     stored: &Stored,
 ) {
     let now = host.now_ms();
@@ -163,7 +202,7 @@ fn finish(
                 answer(plugin, worker, host, ctx, r, Label::COALESCED, &fetch.key)
             }
             Ok(_) => release(worker, host, ctx, "not-shareable"),
-            Err(()) => release(worker, host, ctx, "not-relayable"),
+            Err(reason) => release(worker, host, ctx, reason),
         }
     }
 }

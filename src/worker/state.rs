@@ -20,6 +20,8 @@ use std::collections::{HashMap, HashSet};
 /// Requests larger than this are classified every time rather than memoized, which bounds the
 /// memo at `key_memo_entries` x 8 KiB per worker.
 const MEMO_MAX_INPUT: usize = 8 * 1024;
+/// Keys remembered as answering too large to share.
+const TOO_LARGE_KEPT: usize = 1024;
 /// A flight's lease outlives its fetch timeout by this much before it counts as lost.
 pub const LEASE_GRACE_MS: u64 = 2000;
 
@@ -92,6 +94,44 @@ pub struct Worker {
     pub purges: PurgeView,
     /// Held purge requests: the body watchdog answers these rather than let them go upstream.
     pub held_purges: HashSet<u32>,
+    /// When this worker last wrote its heartbeat (0: never).
+    pub last_beat_ms: u64,
+    /// Keys whose shared fetch answered over `max_entry_bytes`: their next misses go upstream
+    /// alone (streamed by the router) instead of fetching it twice.
+    pub too_large: BoundedSet,
+}
+
+/// At most `capacity` keys, the oldest forgotten first.
+#[derive(Debug, Default)]
+pub struct BoundedSet {
+    capacity: usize,
+    keys: HashSet<CacheKey>,
+    order: std::collections::VecDeque<CacheKey>,
+}
+
+impl BoundedSet {
+    pub fn new(capacity: usize) -> Self {
+        BoundedSet {
+            capacity,
+            ..BoundedSet::default()
+        }
+    }
+
+    pub fn insert(&mut self, key: CacheKey) {
+        if self.capacity == 0 || !self.keys.insert(key) {
+            return;
+        }
+        self.order.push_back(key);
+        while self.order.len() > self.capacity {
+            if let Some(old) = self.order.pop_front() {
+                self.keys.remove(&old);
+            }
+        }
+    }
+
+    pub fn contains(&self, key: &CacheKey) -> bool {
+        self.keys.contains(key)
+    }
 }
 
 impl Worker {
@@ -109,6 +149,8 @@ impl Worker {
             hot: HotCache::new(config.local_cache_bytes),
             purges: PurgeView::default(),
             held_purges: HashSet::new(),
+            last_beat_ms: 0,
+            too_large: BoundedSet::new(TOO_LARGE_KEPT),
         }
     }
 
@@ -117,5 +159,24 @@ impl Worker {
         self.memo = Memo::new(config.key_memo_entries, MEMO_MAX_INPUT);
         self.hot = HotCache::new(config.local_cache_bytes);
         self.purges = PurgeView::default();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_bounded_set_forgets_the_oldest() {
+        let mut s = BoundedSet::new(2);
+        let k = |n| CacheKey { digest: [n; 32] };
+        s.insert(k(1));
+        s.insert(k(2));
+        s.insert(k(1));
+        s.insert(k(3));
+        assert!(!s.contains(&k(1)) && s.contains(&k(2)) && s.contains(&k(3)));
+        let mut off = BoundedSet::new(0);
+        off.insert(k(1));
+        assert!(!off.contains(&k(1)));
     }
 }

@@ -2,15 +2,15 @@
 //! `max_wait_ms` and waiters of fetches that were lost; checks followed flights nobody woke this
 //! worker for; empties finished records once their watchers had time to read them.
 
+use crate::coalesce::liveness::{self, HEARTBEAT_MS};
 use crate::coalesce::waiters::LocalFlight;
 use crate::effects::counters::Counter;
-use crate::effects::host::{Host, LogLevel};
+use crate::effects::host::Host;
 use crate::request::key::CacheKey;
 use crate::worker::answer::release;
 use crate::worker::followers::check;
 use crate::worker::shared_fetch::abandon;
 use crate::worker::state::{Plugin, Worker};
-use crate::worker::watchdog::OPTION_OFF_LOG;
 use std::cell::RefCell;
 use std::time::Duration;
 
@@ -23,18 +23,33 @@ pub const LOST_WAKEUP_MS: u64 = 500;
 
 pub fn on_tick(plugin: &Plugin, worker: &RefCell<Worker>, host: &impl Host) {
     let now = host.now_ms();
+    heartbeat(plugin, worker, host, now);
     release_hung_bodies(worker, host, now);
     release_expired(plugin, worker, host, now);
     check_unwoken(plugin, worker, host, now);
     clear_published(plugin, worker, host, now);
 }
 
+/// Tells other workers this one is alive, so they follow its flights (see `coalesce::liveness`).
+pub fn heartbeat(plugin: &Plugin, worker: &RefCell<Worker>, host: &impl Host, now: u64) {
+    if !plugin.config.coalesce {
+        return;
+    }
+    let (id, last) = {
+        let w = worker.borrow();
+        (w.id, w.last_beat_ms)
+    };
+    if last != 0 && now.saturating_sub(last) < HEARTBEAT_MS {
+        return;
+    }
+    if liveness::beat(host, id, now).is_ok() {
+        worker.borrow_mut().last_beat_ms = now;
+    }
+}
+
 fn release_hung_bodies(worker: &RefCell<Worker>, host: &impl Host, now: u64) {
     let hung = worker.borrow_mut().watchdog.take_hung(now);
-    if hung.concluded {
-        host.log(LogLevel::Error, OPTION_OFF_LOG);
-    }
-    for context in hung.contexts {
+    for context in hung {
         // A purge request never goes upstream: it is refused instead.
         if worker.borrow_mut().held_purges.remove(&context) {
             let body =

@@ -1,13 +1,19 @@
 //! The body-hold watchdog. Without the plugin option `allow_on_headers_stop_iteration`, Envoy
 //! never delivers the body of a request whose headers the filter held, and the request would
-//! hang. Until a body has arrived after a hold (proof the option is on), held requests are
-//! watched; after `HELD_FOR_BODY_MS` they are let go, and after `HUNG_TO_CONCLUDE` of them the
-//! worker stops holding POST bodies (and says so, once, in the log).
+//! hang. Until a body has arrived during a hold (proof the option is on), held requests are
+//! watched; after `HELD_FOR_BODY_MS` they are let go. The worker stops holding POST bodies only on
+//! evidence that Envoy had the body all along: a released request whose body then arrives within
+//! `PROMPT_MS`, `HUNG_TO_CONCLUDE` times. A slow or hostile client is released the same way, but
+//! its body comes late (or never), so it proves nothing and cannot turn POST caching off.
 
 /// How long a held request may wait for its body before it is let go.
 pub const HELD_FOR_BODY_MS: u64 = 1000;
-/// Hung requests before concluding the option is off (one slow client proves nothing).
+/// A body arriving this soon after its request was let go was already in Envoy's buffer.
+pub const PROMPT_MS: u64 = 100;
+/// Such requests before concluding the option is off.
 pub const HUNG_TO_CONCLUDE: u32 = 3;
+/// Released requests remembered while their body may still arrive.
+const RELEASED_KEPT: usize = 64;
 
 pub const OPTION_OFF_LOG: &str = "graphql-cache: request bodies never arrived after the filter \
      held the headers: set `allow_on_headers_stop_iteration: true` in the wasm filter's plugin \
@@ -16,14 +22,16 @@ pub const OPTION_OFF_LOG: &str = "graphql-cache: request bodies never arrived af
 
 #[derive(Debug, Default)]
 pub struct BodyWatchdog {
-    /// A body arrived after a hold: the option is on, held requests cannot hang.
+    /// A body arrived during a hold: the option is on, held requests cannot hang.
     body_after_pause_seen: bool,
     /// Until then, the requests held for their body, and since when.
     held: Vec<(u32, u64)>,
-    /// Held requests were found hanging: POST bodies are no longer held on this worker.
+    /// Requests let go, and when, while their body may still come.
+    released: Vec<(u32, u64)>,
+    /// Envoy held bodies it had: POST bodies are no longer held on this worker.
     bodies_not_delivered: bool,
-    /// Held requests let go so far.
-    hung_released: u32,
+    /// Released requests whose body came promptly after.
+    evidence: u32,
 }
 
 /// What a body callback means for a held request.
@@ -31,15 +39,9 @@ pub struct BodyWatchdog {
 pub enum BodyArrival {
     /// Read it and decide.
     Proceed,
-    /// The watchdog let this request go already: its body proves nothing, pass it through.
-    AlreadyReleased,
-}
-
-/// Requests the watchdog lets go now, and whether it just concluded the option is off.
-#[derive(Debug, Default, PartialEq, Eq)]
-pub struct Hung {
-    pub contexts: Vec<u32>,
-    pub concluded: bool,
+    /// The watchdog let this request go already: pass it through. `concluded` when this body
+    /// was the evidence that settled it (log it, once).
+    AlreadyReleased { concluded: bool },
 }
 
 impl BodyWatchdog {
@@ -57,16 +59,27 @@ impl BodyWatchdog {
 
     /// A body callback came for a held request; `released` says whether the watchdog already let
     /// it go.
-    pub fn body_arrived(&mut self, released: bool) -> BodyArrival {
+    pub fn body_arrived(&mut self, context: u32, now_ms: u64, released: bool) -> BodyArrival {
         if self.body_after_pause_seen {
             return BodyArrival::Proceed;
         }
-        if released {
-            return BodyArrival::AlreadyReleased;
+        if !released {
+            self.body_after_pause_seen = true;
+            self.held.clear();
+            self.released.clear();
+            return BodyArrival::Proceed;
         }
-        self.body_after_pause_seen = true;
-        self.held.clear();
-        BodyArrival::Proceed
+        let at = self.released.iter().position(|(c, _)| *c == context);
+        let prompt = at.is_some_and(|i| now_ms.saturating_sub(self.released[i].1) <= PROMPT_MS);
+        if let Some(i) = at {
+            self.released.swap_remove(i);
+        }
+        if prompt {
+            self.evidence = self.evidence.saturating_add(1);
+        }
+        let concluded = !self.bodies_not_delivered && self.evidence >= HUNG_TO_CONCLUDE;
+        self.bodies_not_delivered |= concluded;
+        BodyArrival::AlreadyReleased { concluded }
     }
 
     pub fn watching(&self) -> bool {
@@ -78,28 +91,28 @@ impl BodyWatchdog {
         if !self.held.is_empty() {
             self.held.retain(|(c, _)| *c != context);
         }
+        if !self.released.is_empty() {
+            self.released.retain(|(c, _)| *c != context);
+        }
     }
 
-    /// Takes the requests held for `HELD_FOR_BODY_MS` or more.
-    pub fn take_hung(&mut self, now_ms: u64) -> Hung {
+    /// Takes the requests held for `HELD_FOR_BODY_MS` or more, to be let go now.
+    pub fn take_hung(&mut self, now_ms: u64) -> Vec<u32> {
         if self.body_after_pause_seen || self.held.is_empty() {
-            return Hung::default();
+            return Vec::new();
         }
         let (hung, keep): (Vec<_>, Vec<_>) = self
             .held
             .drain(..)
             .partition(|(_, since)| now_ms.saturating_sub(*since) >= HELD_FOR_BODY_MS);
         self.held = keep;
-        if hung.is_empty() {
-            return Hung::default();
+        for (context, _) in &hung {
+            if self.released.len() >= RELEASED_KEPT {
+                self.released.remove(0);
+            }
+            self.released.push((*context, now_ms));
         }
-        self.hung_released = self.hung_released.saturating_add(hung.len() as u32);
-        let concluded = !self.bodies_not_delivered && self.hung_released >= HUNG_TO_CONCLUDE;
-        self.bodies_not_delivered |= concluded;
-        Hung {
-            contexts: hung.into_iter().map(|(c, _)| c).collect(),
-            concluded,
-        }
+        hung.into_iter().map(|(c, _)| c).collect()
     }
 }
 
@@ -108,52 +121,75 @@ mod tests {
     use super::*;
 
     #[test]
-    fn held_requests_are_let_go_and_three_conclude_once() {
+    fn bodies_that_come_promptly_after_release_conclude_once() {
         let mut w = BodyWatchdog::default();
         w.hold(1, 0);
         w.hold(2, 500);
-        assert_eq!(w.take_hung(999), Hung::default());
-        assert_eq!(
-            w.take_hung(1000),
-            Hung {
-                contexts: vec![1],
-                concluded: false
-            }
-        );
+        assert!(w.take_hung(999).is_empty());
+        assert_eq!(w.take_hung(1000), vec![1]);
         w.hold(3, 1000);
-        assert_eq!(w.take_hung(2000).contexts, vec![2, 3]);
-        assert!(!w.may_hold(), "three hung requests: the option is off");
-        w.hold(4, 2000);
-        let later = w.take_hung(3000);
-        assert_eq!(later.contexts, vec![4]);
-        assert!(!later.concluded, "said once");
+        assert_eq!(w.take_hung(2000), vec![2, 3]);
+        assert_eq!(
+            w.body_arrived(1, 1001, true),
+            BodyArrival::AlreadyReleased { concluded: false }
+        );
+        assert_eq!(
+            w.body_arrived(2, 2010, true),
+            BodyArrival::AlreadyReleased { concluded: false }
+        );
+        assert!(w.may_hold());
+        assert_eq!(
+            w.body_arrived(3, 2050, true),
+            BodyArrival::AlreadyReleased { concluded: true }
+        );
+        assert!(
+            !w.may_hold(),
+            "three bodies Envoy had all along: the option is off"
+        );
+        w.hold(4, 3000);
+        w.take_hung(4000);
+        assert_eq!(
+            w.body_arrived(4, 4000, true),
+            BodyArrival::AlreadyReleased { concluded: false },
+            "said once"
+        );
     }
 
     #[test]
-    fn a_body_after_a_hold_ends_the_watch() {
+    fn slow_or_hostile_clients_prove_nothing() {
+        let mut w = BodyWatchdog::default();
+        for ctx in 1..=10 {
+            w.hold(ctx, 0);
+        }
+        assert_eq!(w.take_hung(1000).len(), 10);
+        // Their bodies trickle in long after they were let go, or never.
+        for ctx in 1..=5 {
+            w.body_arrived(ctx, 1000 + PROMPT_MS + 1, true);
+        }
+        assert!(w.may_hold(), "POST caching stays on");
+    }
+
+    #[test]
+    fn a_body_during_a_hold_ends_the_watch() {
         let mut w = BodyWatchdog::default();
         w.hold(1, 0);
-        assert_eq!(w.body_arrived(false), BodyArrival::Proceed);
+        assert_eq!(w.body_arrived(1, 10, false), BodyArrival::Proceed);
         assert!(!w.watching());
         w.hold(2, 0);
-        assert_eq!(w.take_hung(10_000), Hung::default());
+        assert!(w.take_hung(10_000).is_empty());
         assert!(w.may_hold());
     }
 
     #[test]
-    fn a_released_request_s_late_body_proves_nothing() {
-        let mut w = BodyWatchdog::default();
-        w.hold(1, 0);
-        w.take_hung(1000);
-        assert_eq!(w.body_arrived(true), BodyArrival::AlreadyReleased);
-        assert!(w.watching());
-    }
-
-    #[test]
-    fn requests_that_end_are_forgotten() {
+    fn requests_that_end_are_forgotten_and_memory_is_bounded() {
         let mut w = BodyWatchdog::default();
         w.hold(1, 0);
         w.forget(1);
-        assert_eq!(w.take_hung(5000), Hung::default());
+        assert!(w.take_hung(5000).is_empty());
+        for ctx in 0..1000 {
+            w.hold(ctx, 0);
+        }
+        w.take_hung(1000);
+        assert!(w.released.len() <= RELEASED_KEPT);
     }
 }
