@@ -14,7 +14,7 @@ export ENVOY_BIN := $(ENVOY)
 export GRAPHQL_CACHE_WASM := $(CURDIR)/$(WASM)
 export ORIGIN_BIN := $(CURDIR)/$(ORIGIN)
 
-.PHONY: help tools build wasm origin test lint unit integration validate demo demo-check bench bench-micro clean
+.PHONY: help tools build wasm origin test lint unit integration validate demo demo-check bench bench-micro fuzz clean
 
 help:
 	@echo "make demo   - build, start the origin and Envoy with the filter, and walk through it with curl"
@@ -22,6 +22,7 @@ help:
 	@echo "make build  - build $(WASM) and the origin"
 	@echo "make bench  - benchmarks through Envoy (writes bench/results/)"
 	@echo "make bench-micro - criterion benchmarks of the key path"
+	@echo "make fuzz   - coverage-guided fuzzing of every parser and decoder (FUZZ_SECONDS each)"
 
 # --- tools ------------------------------------------------------------------------------------
 $(TOOLS)/.rust-target:
@@ -50,6 +51,7 @@ build: wasm origin
 # --- test -------------------------------------------------------------------------------------
 lint: $(TOOLS)/.rust-target
 	$(CARGO) fmt --all -- --check
+	cd fuzz && $(CARGO) fmt -- --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 	$(CARGO) clippy --release --target wasm32-wasip1 -p graphql-cache -- -D warnings
 
@@ -67,10 +69,10 @@ validate: $(ENVOY) build
 # property tests; no Envoy needed.
 unit:
 	$(CARGO) test --workspace --lib --bins
-	$(CARGO) test -p graphql-cache --test key_properties
+	$(CARGO) test -p graphql-cache --test key_properties --test fuzz_corpus
 
 # Against a real Envoy and origin (key_properties already ran under `unit`).
-INTEGRATION_TESTS := $(filter-out key_properties,$(basename $(notdir $(wildcard tests/*.rs))))
+INTEGRATION_TESTS := $(filter-out key_properties fuzz_corpus,$(basename $(notdir $(wildcard tests/*.rs))))
 # A real GraphQL client (Apollo Client, pinned) for the persisted-query test.
 tests/apollo/node_modules: tests/apollo/package-lock.json
 	npm ci --prefix tests/apollo --no-audit --no-fund --loglevel=error
@@ -92,6 +94,18 @@ demo: tools build
 
 bench: tools build
 	bench/run.sh
+
+# Coverage-guided fuzzing (libFuzzer via cargo-fuzz; RUSTC_BOOTSTRAP lets the stable toolchain
+# build it): every target for FUZZ_SECONDS, growing fuzz/corpus/<target>/ (which `make unit`
+# replays). FUZZ_TARGETS=a,b runs some; FUZZ_JOBS runs that many targets at once.
+FUZZ_SECONDS ?= 60
+FUZZ_JOBS ?= 2
+fuzz:
+	@command -v cargo-fuzz >/dev/null || $(CARGO) install cargo-fuzz --locked
+	cd fuzz && RUSTC_BOOTSTRAP=1 $(CARGO) fuzz build -O
+	FUZZ_SECONDS=$(FUZZ_SECONDS) FUZZ_JOBS=$(FUZZ_JOBS) fuzz/run.sh $(subst $(comma), ,$(FUZZ_TARGETS))
+
+comma := ,
 
 # Native criterion benchmarks of the key path and entry encoding (about a minute).
 bench-micro:

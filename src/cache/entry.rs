@@ -117,7 +117,7 @@ impl<'a> Entry<'a> {
         digest.copy_from_slice(r.take(32)?);
         let stored_at_ms = r.u64()?;
         let expires_at_ms = r.u64()?;
-        let _keep_until = r.u64()?;
+        let keep_until = r.u64()?;
         let stale_ms = r.u64()?;
         let error_ms = r.u64()?;
         let upstream_age_s = r.u64()?;
@@ -144,7 +144,7 @@ impl<'a> Entry<'a> {
         if r.pos != bytes.len() {
             return Err(DecodeError::Corrupt);
         }
-        Ok(Entry {
+        let entry = Entry {
             digest,
             stored_at_ms,
             expires_at_ms,
@@ -157,7 +157,12 @@ impl<'a> Entry<'a> {
             tag_hashes,
             tags,
             body,
-        })
+        };
+        // Derived, stored for `peek`: a record that disagrees with itself is not ours.
+        if entry.keep_until_ms() != keep_until {
+            return Err(DecodeError::Corrupt);
+        }
+        Ok(entry)
     }
 
     /// Until when the entry is worth keeping: its expiry, or the end of its stale windows.

@@ -6,7 +6,7 @@
 
 use crate::cache::entry::{DecodeError, Entry};
 use crate::effects::store::{SharedStore, StoreError};
-use crate::request::key::CacheKey;
+use crate::request::key::{CacheKey, SlotKey};
 
 #[derive(Debug, PartialEq, Eq)]
 pub enum Lookup {
@@ -36,19 +36,21 @@ pub struct Stored {
 #[derive(Debug, Clone, Copy)]
 pub struct SlotTable {
     slots: u32,
+    secret: SlotKey,
 }
 
 const SLOT_PREFIX: &str = "graphql-cache/v1/slot/";
 
 impl SlotTable {
-    pub fn new(slots: u32) -> Self {
+    pub fn new(slots: u32, secret: SlotKey) -> Self {
         SlotTable {
             slots: slots.max(1),
+            secret,
         }
     }
 
     pub fn slot_name(&self, key: &CacheKey) -> String {
-        format!("{SLOT_PREFIX}{}", key.slot(self.slots))
+        format!("{SLOT_PREFIX}{}", key.slot(self.slots, &self.secret))
     }
 
     pub fn lookup(&self, store: &impl SharedStore, key: &CacheKey, now_ms: u64) -> Lookup {
@@ -116,7 +118,7 @@ mod tests {
     #[test]
     fn store_then_hit_then_expire() {
         let store = MapStore::default();
-        let t = SlotTable::new(8);
+        let t = SlotTable::new(8, SlotKey::default());
         let k = key(1);
         assert_eq!(t.lookup(&store, &k, 0), Lookup::Miss(MissKind::Empty));
         t.insert(&store, &k, &entry(&k, 100), 0).unwrap();
@@ -131,7 +133,7 @@ mod tests {
     #[test]
     fn a_collision_is_a_miss_and_an_eviction() {
         let store = MapStore::default();
-        let t = SlotTable::new(1);
+        let t = SlotTable::new(1, SlotKey::default());
         let (a, b) = (key(1), key(2));
         assert_eq!(
             t.insert(&store, &a, &entry(&a, 100), 0),
@@ -153,7 +155,7 @@ mod tests {
     #[test]
     fn foreign_and_emptied_slots_are_misses() {
         let store = MapStore::default();
-        let t = SlotTable::new(4);
+        let t = SlotTable::new(4, SlotKey::default());
         let k = key(3);
         let name = t.slot_name(&k);
         store.set(&name, b"old format").unwrap();
@@ -165,7 +167,7 @@ mod tests {
     #[test]
     fn the_number_of_keys_is_bounded_by_the_slot_count() {
         let store = MapStore::default();
-        let t = SlotTable::new(16);
+        let t = SlotTable::new(16, SlotKey::default());
         for i in 0..=255u8 {
             let k = key(i);
             t.insert(&store, &k, &entry(&k, 10), 0).unwrap();

@@ -8,7 +8,7 @@
 
 use crate::coalesce::liveness::Alive;
 use crate::effects::store::{SharedStore, StoreError};
-use crate::request::key::CacheKey;
+use crate::request::key::{CacheKey, SlotKey};
 
 const MAGIC: &[u8; 4] = b"GQLF";
 const VERSION: u8 = 1;
@@ -103,6 +103,10 @@ impl FlightRecord {
         match tag {
             TAG_IN_FLIGHT => {
                 let n = *rest.first()? as usize;
+                // The encoder never writes more.
+                if n > MAX_WATCHERS {
+                    return None;
+                }
                 let list = rest.get(1..1 + 4 * n)?;
                 if rest.len() != 1 + 4 * n {
                     return None;
@@ -173,12 +177,14 @@ pub enum Peek {
 #[derive(Debug, Clone, Copy)]
 pub struct FlightTable {
     slots: u32,
+    secret: SlotKey,
 }
 
 impl FlightTable {
-    pub fn new(slots: u32) -> Self {
+    pub fn new(slots: u32, secret: SlotKey) -> Self {
         FlightTable {
             slots: slots.max(1),
+            secret,
         }
     }
 
@@ -191,7 +197,7 @@ impl FlightTable {
     }
 
     fn slot_name(&self, key: &CacheKey) -> String {
-        self.slot_name_at(key.slot(self.slots))
+        self.slot_name_at(key.slot(self.slots, &self.secret))
     }
 
     /// Creates the slot keys that do not exist yet, so that claims can use CAS (Envoy has no
@@ -464,7 +470,7 @@ mod tests {
     #[test]
     fn one_leader_per_key_across_workers() {
         let store = MapStore::default();
-        let t = FlightTable::new(16);
+        let t = FlightTable::new(16, SlotKey::default());
         t.precreate(&store);
         let k = key(1);
         assert_eq!(
@@ -551,7 +557,7 @@ mod tests {
     #[test]
     fn without_watchers_nothing_is_kept() {
         let store = MapStore::default();
-        let t = FlightTable::new(4);
+        let t = FlightTable::new(4, SlotKey::default());
         let k = key(2);
         assert_eq!(
             t.join(
@@ -577,7 +583,7 @@ mod tests {
     #[test]
     fn a_done_record_is_not_a_cache() {
         let store = MapStore::default();
-        let t = FlightTable::new(4);
+        let t = FlightTable::new(4, SlotKey::default());
         let k = key(3);
         t.join(
             &store,
@@ -624,7 +630,7 @@ mod tests {
     #[test]
     fn an_expired_leader_is_replaced() {
         let store = MapStore::default();
-        let t = FlightTable::new(4);
+        let t = FlightTable::new(4, SlotKey::default());
         let k = key(4);
         assert_eq!(
             t.join(
@@ -676,7 +682,7 @@ mod tests {
     #[test]
     fn a_re_registering_follower_never_takes_over() {
         let store = MapStore::default();
-        let t = FlightTable::new(2);
+        let t = FlightTable::new(2, SlotKey::default());
         let k = key(10);
         assert_eq!(
             t.join(
@@ -720,7 +726,7 @@ mod tests {
     #[test]
     fn a_leader_that_stopped_beating_is_replaced_at_once() {
         let store = MapStore::default();
-        let t = FlightTable::new(2);
+        let t = FlightTable::new(2, SlotKey::default());
         let k = key(13);
         let only_w2 = Alive::read(&store, 0);
         assert_eq!(
@@ -747,7 +753,7 @@ mod tests {
     #[test]
     fn a_refresh_leads_or_leaves_it_never_watches() {
         let store = MapStore::default();
-        let t = FlightTable::new(2);
+        let t = FlightTable::new(2, SlotKey::default());
         let k = key(12);
         assert_eq!(
             t.join(
@@ -785,7 +791,7 @@ mod tests {
     #[test]
     fn creating_a_slot_never_overwrites_one_just_created() {
         let store = MapStore::default();
-        let t = FlightTable::new(1);
+        let t = FlightTable::new(1, SlotKey::default());
         let k = key(11);
         assert_eq!(
             t.join(
@@ -824,7 +830,7 @@ mod tests {
     #[test]
     fn keys_sharing_a_slot_never_share_a_flight() {
         let store = MapStore::default();
-        let t = FlightTable::new(1);
+        let t = FlightTable::new(1, SlotKey::default());
         assert_eq!(
             t.join(
                 &store,
@@ -860,7 +866,7 @@ mod tests {
     #[test]
     fn watchers_are_bounded() {
         let store = MapStore::default();
-        let t = FlightTable::new(1);
+        let t = FlightTable::new(1, SlotKey::default());
         let k = key(7);
         t.join(
             &store,
@@ -905,7 +911,7 @@ mod tests {
     #[test]
     fn a_failed_or_unshareable_fetch_tells_watchers_to_go_upstream() {
         let store = MapStore::default();
-        let t = FlightTable::new(2);
+        let t = FlightTable::new(2, SlotKey::default());
         let k = key(8);
         t.join(
             &store,

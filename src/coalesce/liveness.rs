@@ -20,7 +20,8 @@ pub const SILENT_MS: u64 = 2000;
 /// Entries silent this long are dropped from the record.
 const FORGET_MS: u64 = 10_000;
 
-fn encode(entries: &[(u64, u64)]) -> Vec<u8> {
+/// The record as stored in shared data.
+pub fn encode(entries: &[(u64, u64)]) -> Vec<u8> {
     let mut out = Vec::with_capacity(5 + entries.len() * 16);
     out.extend_from_slice(MAGIC);
     out.push(VERSION);
@@ -32,7 +33,7 @@ fn encode(entries: &[(u64, u64)]) -> Vec<u8> {
 }
 
 /// `(worker id, last heartbeat ms)`; empty for anything this version did not write.
-fn decode(bytes: &[u8]) -> Vec<(u64, u64)> {
+pub fn decode(bytes: &[u8]) -> Vec<(u64, u64)> {
     if bytes.len() < 5
         || &bytes[..4] != MAGIC
         || bytes[4] != VERSION

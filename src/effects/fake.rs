@@ -232,6 +232,14 @@ impl Host for FakeHost {
         self.clock.get() * 1000
     }
 
+    fn random_u64(&self) -> u64 {
+        // Different per host, different per call: enough to tell secrets apart in tests.
+        let n = self.next_token.get();
+        self.next_token.set(n + 1);
+        let seed = (Rc::as_ptr(&self.store) as u64) ^ (u64::from(n) << 32);
+        seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1
+    }
+
     fn count(&self, counter: Counter) {
         *self.counters.borrow_mut().entry(counter).or_default() += 1;
     }

@@ -36,6 +36,9 @@ pub trait Host: SharedStore {
         self.now_us() / 1000
     }
 
+    /// Random bits (WASI's `random_get` in Envoy), for secrets and ids.
+    fn random_u64(&self) -> u64;
+
     /// Counting never fails a request: a host that cannot count ignores it.
     fn count(&self, counter: Counter);
 

@@ -7,6 +7,8 @@ use crate::effects::host::{Callout, Host, LogLevel, Refused, RequestHost};
 use crate::effects::store::{SharedStore, StoreError};
 use proxy_wasm::hostcalls;
 use proxy_wasm::types::{BufferType, MapType, Status};
+use std::collections::hash_map::RandomState;
+use std::hash::BuildHasher;
 use std::time::{Duration, UNIX_EPOCH};
 
 pub struct Envoy<'a> {
@@ -33,6 +35,11 @@ impl Host for Envoy<'_> {
             .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
             .map(|d| d.as_micros() as u64)
             .unwrap_or_default()
+    }
+
+    fn random_u64(&self) -> u64 {
+        // WASI's random_get seeds RandomState; each instance is keyed anew.
+        RandomState::new().hash_one(0x736c_6f74u64)
     }
 
     fn count(&self, counter: Counter) {

@@ -110,7 +110,8 @@ impl PurgeView {
         }
     }
 
-    fn encode(&self) -> Vec<u8> {
+    /// The table as stored in shared data.
+    pub fn encode(&self) -> Vec<u8> {
         let mut out = Vec::with_capacity(HEADER + self.slots.len() * SLOT_BYTES);
         out.extend_from_slice(MAGIC);
         out.push(VERSION);
@@ -131,7 +132,7 @@ impl PurgeView {
     /// `None` for anything this version did not write. A table written with another slot count
     /// (before a reload that changed `tag_slots`) cannot be mapped slot by slot: its marks count
     /// for everything (too much, never too little).
-    fn decode(bytes: &[u8], slot_count: u32) -> Option<PurgeView> {
+    pub fn decode(bytes: &[u8], slot_count: u32) -> Option<PurgeView> {
         if bytes.get(..4)? != MAGIC || *bytes.get(4)? != VERSION {
             return None;
         }

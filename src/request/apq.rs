@@ -48,7 +48,8 @@ impl ApqTable {
     pub fn lookup(&self, store: &impl SharedStore, sha256: &str) -> Option<String> {
         let bytes = store.get(&self.slot_name(sha256)?)?;
         let (hash, query) = decode(&bytes)?;
-        (hash == sha256).then(|| query.to_string())
+        // Checked again on the way out: shared data outlives this build and is not ours alone.
+        (hash == sha256 && sha256_hex(query) == sha256).then(|| query.to_string())
     }
 
     /// Teaches `sha256 -> query` if the hash is right and the slot does not hold it already.
@@ -71,7 +72,8 @@ impl ApqTable {
     }
 }
 
-fn encode(sha256: &str, query: &str) -> Vec<u8> {
+/// A record as stored in a slot.
+pub fn encode(sha256: &str, query: &str) -> Vec<u8> {
     let mut out = Vec::with_capacity(5 + 64 + query.len());
     out.extend_from_slice(MAGIC);
     out.push(VERSION);
@@ -81,7 +83,7 @@ fn encode(sha256: &str, query: &str) -> Vec<u8> {
 }
 
 /// `None` for anything this version did not write.
-fn decode(bytes: &[u8]) -> Option<(&str, &str)> {
+pub fn decode(bytes: &[u8]) -> Option<(&str, &str)> {
     if bytes.get(..4)? != MAGIC || *bytes.get(4)? != VERSION {
         return None;
     }

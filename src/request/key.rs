@@ -7,6 +7,7 @@ use crate::request::canonical::CanonicalOperation;
 use crate::request::http::GraphQlRequest;
 use sha2::{Digest, Sha256};
 use std::fmt::Write;
+use std::hash::Hasher;
 
 /// Bumped whenever the meaning of the key changes, so old entries stop matching.
 const KEY_FORMAT: &[u8] = b"graphql-cache/key/v2";
@@ -57,13 +58,21 @@ impl CacheKey {
         }
     }
 
-    /// Which of `slots` slots this key lives in.
-    pub fn slot(&self, slots: u32) -> u32 {
-        let mut head = [0u8; 8];
-        head.copy_from_slice(&self.digest[..8]);
-        (u64::from_le_bytes(head) % u64::from(slots.max(1))) as u32
+    /// Which of `slots` slots this key lives in, under the deployment's secret `slot_key`: a
+    /// client can compute a key's digest, but not which other requests share its slot, so it
+    /// cannot aim requests at a hot key's slot to evict it or break its coalescing.
+    pub fn slot(&self, slots: u32, slot_key: &SlotKey) -> u32 {
+        #[allow(deprecated)] // SipHash-2-4 with keys: stable, and a PRF, which is what is needed.
+        let mut h = std::hash::SipHasher::new_with_keys(slot_key.0, slot_key.1);
+        h.write(&self.digest);
+        (h.finish() % u64::from(slots.max(1))) as u32
     }
 }
+
+/// The secret that places keys in slots; one per deployment, kept in shared data (see
+/// `worker::configure`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SlotKey(pub u64, pub u64);
 
 struct KeyWriter(Sha256);
 
@@ -209,9 +218,14 @@ mod tests {
     #[test]
     fn slot_is_in_range_and_stable() {
         let k = key(r#"{"query":"{a}"}"#);
-        assert!(k.slot(7) < 7);
-        assert_eq!(k.slot(7), k.slot(7));
-        assert_eq!(k.slot(1), 0);
+        let secret = SlotKey(1, 2);
+        assert!(k.slot(7, &secret) < 7);
+        assert_eq!(k.slot(7, &secret), k.slot(7, &secret));
+        assert_eq!(k.slot(1, &secret), 0);
+        let spread: std::collections::HashSet<u32> = (0..64u64)
+            .map(|n| k.slot(1 << 20, &SlotKey(n, 0)))
+            .collect();
+        assert!(spread.len() > 60, "the secret decides the slot");
         assert_eq!(k.hex().len(), 64);
     }
 }

@@ -3,6 +3,7 @@
 
 use crate::config::{Config, ConfigError};
 use crate::effects::host::{Host, LogLevel};
+use crate::request::key::SlotKey;
 use crate::worker::state::{Plugin, Worker};
 use crate::worker::tick::heartbeat;
 use std::cell::RefCell;
@@ -23,7 +24,7 @@ pub fn configure(
         host.log(LogLevel::Error, &format!("graphql-cache: {e}"));
     })?;
     worker.borrow_mut().reconfigure(&config);
-    let plugin = Plugin::new(config);
+    let plugin = Plugin::new(config, slot_key(host));
     if plugin.config.coalesce {
         ensure_queue(worker, host);
         plugin.flights.precreate(host);
@@ -34,6 +35,30 @@ pub fn configure(
         plugin.purges.precreate(host);
     }
     Ok(plugin)
+}
+
+const SECRET_KEY: &str = "graphql-cache/v1/slot-secret";
+/// See `coalesce::flights`: creating a key with this token never overwrites one just created.
+const CREATE_CAS: u32 = u32::MAX;
+
+/// The deployment's slot secret: made once, by the first VM that looks, from WASI's randomness,
+/// and shared by every worker (they must agree on where a key lives). If shared data cannot
+/// hold it, slots are still addressed, only guessably.
+pub fn slot_key(host: &impl Host) -> SlotKey {
+    let read = || {
+        let bytes = host.get(SECRET_KEY)?;
+        let k0 = u64::from_le_bytes(bytes.get(..8)?.try_into().ok()?);
+        let k1 = u64::from_le_bytes(bytes.get(8..16)?.try_into().ok()?);
+        Some(SlotKey(k0, k1))
+    };
+    if let Some(key) = read() {
+        return key;
+    }
+    let mut fresh = host.random_u64().to_le_bytes().to_vec();
+    fresh.extend_from_slice(&host.random_u64().to_le_bytes());
+    // A mismatch: another VM made it first; use theirs.
+    let _ = host.set_cas(SECRET_KEY, &fresh, Some(CREATE_CAS));
+    read().unwrap_or_default()
 }
 
 fn ensure_queue(worker: &RefCell<Worker>, host: &impl Host) {
@@ -47,5 +72,25 @@ fn ensure_queue(worker: &RefCell<Worker>, host: &impl Host) {
     match host.register_queue(&queue_name(id)) {
         Some(token) => worker.borrow_mut().queue = Some(token),
         None => host.log(LogLevel::Warn, NO_QUEUE_LOG),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::effects::fake::FakeHost;
+
+    #[test]
+    fn every_worker_of_an_envoy_agrees_on_one_random_secret() {
+        let a = FakeHost::new();
+        let b = FakeHost::sibling(&a);
+        let ka = slot_key(&a);
+        assert_ne!(ka, SlotKey::default());
+        assert_eq!(slot_key(&b), ka, "the second VM reads the first one's");
+        assert_ne!(
+            slot_key(&FakeHost::new()),
+            ka,
+            "another Envoy, another secret"
+        );
     }
 }

@@ -12,7 +12,7 @@ use crate::invalidate::marks::{PurgeTable, PurgeView};
 use crate::request::apq::ApqTable;
 use crate::request::bypass::Bypass;
 use crate::request::classify::Decided;
-use crate::request::key::CacheKey;
+use crate::request::key::{CacheKey, SlotKey};
 use crate::request::memo::Memo;
 use crate::worker::watchdog::BodyWatchdog;
 use std::collections::{HashMap, HashSet};
@@ -36,10 +36,10 @@ pub struct Plugin {
 }
 
 impl Plugin {
-    pub fn new(config: Config) -> Plugin {
+    pub fn new(config: Config, secret: SlotKey) -> Plugin {
         Plugin {
-            table: SlotTable::new(config.cache_slots),
-            flights: FlightTable::new(config.flight_slots),
+            table: SlotTable::new(config.cache_slots, secret),
+            flights: FlightTable::new(config.flight_slots, secret),
             purges: PurgeTable::new(config.tag_slots),
             apq: ApqTable::new(config.apq_slots, config.max_body_bytes),
             config,
@@ -54,7 +54,7 @@ impl Plugin {
 
 impl Default for Plugin {
     fn default() -> Self {
-        Plugin::new(Config::default())
+        Plugin::new(Config::default(), SlotKey::default())
     }
 }
 

@@ -1,0 +1,195 @@
+//! The properties every fuzz target checks, shared with `tests/fuzz_corpus.rs`, which replays the
+//! kept corpus on the stable toolchain in `make test`. A property that fails panics: that is what
+//! libFuzzer reports as a crash. Every function takes arbitrary bytes from outside.
+#![allow(clippy::panic)]
+
+use graphql_cache::cache::entry::Entry;
+use graphql_cache::coalesce::flights::FlightRecord;
+use graphql_cache::coalesce::liveness;
+use graphql_cache::coalesce::wakeup::Message;
+use graphql_cache::config::Config;
+use graphql_cache::invalidate::marks::PurgeView;
+use graphql_cache::invalidate::purge::parse_selectors;
+use graphql_cache::invalidate::tags::{entry_tags, find_in_answer, KeyFields, MAX_TAGS};
+use graphql_cache::request::apq;
+use graphql_cache::request::canonical::{canonicalize, Limits};
+use graphql_cache::request::classify::{
+    classify_body, classify_get, no_persisted_queries, RequestHead,
+};
+use graphql_cache::request::http::{parse_get_query, parse_post_body};
+
+/// One property check over arbitrary bytes.
+pub type Check = fn(&[u8]);
+
+pub const TARGETS: &[(&str, Check)] = &[
+    ("post_body", post_body),
+    ("get_query", get_query),
+    ("canonical", canonical),
+    ("entry", entry),
+    ("flight_record", flight_record),
+    ("wakeup", wakeup),
+    ("apq_record", apq_record),
+    ("purge_body", purge_body),
+    ("purge_marks", purge_marks),
+    ("answer_tags", answer_tags),
+    ("liveness", liveness_record),
+    ("config", config),
+];
+
+fn head(method: &str, path: &str) -> RequestHead {
+    RequestHead {
+        method: method.as_bytes().to_vec(),
+        path: path.as_bytes().to_vec(),
+        authority: b"fuzz.example".to_vec(),
+        content_type: Some(b"application/json".to_vec()),
+        vary: vec![None, None],
+        ..RequestHead::default()
+    }
+}
+
+/// Canonical printing is a fixed point: printing the printed text gives the same text.
+fn assert_canonical_fixed_point(text: &str) {
+    let limits = Limits {
+        max_depth: 32,
+        max_fields: 2000,
+    };
+    if let Ok(op) = canonicalize(text, None, limits) {
+        let again = canonicalize(&op.text, None, limits);
+        match again {
+            Ok(second) => assert_eq!(second.text, op.text, "canonical text is not a fixed point"),
+            Err(e) => panic!(
+                "the canonical text does not parse again: {e:?}\n{}",
+                op.text
+            ),
+        }
+    }
+}
+
+pub fn post_body(data: &[u8]) {
+    let config = Config::default();
+    let h = head("POST", "/graphql");
+    let first = classify_body(&config, &h, data);
+    let second = classify_body(&config, &h, data);
+    assert_eq!(
+        first.as_ref().map(|c| c.key).ok(),
+        second.as_ref().map(|c| c.key).ok(),
+        "one request, two keys"
+    );
+    if let Ok(req) = parse_post_body(data) {
+        assert_canonical_fixed_point(&req.query);
+    }
+}
+
+pub fn get_query(data: &[u8]) {
+    let Ok(query) = std::str::from_utf8(data) else {
+        return;
+    };
+    let config = Config::default();
+    let h = head("GET", "/graphql");
+    let a = classify_get(&config, &h, "/graphql", Some(query), &no_persisted_queries);
+    let b = classify_get(&config, &h, "/graphql", Some(query), &no_persisted_queries);
+    assert_eq!(a.map(|c| c.key).ok(), b.map(|c| c.key).ok());
+    if let Ok(req) = parse_get_query(query) {
+        assert_canonical_fixed_point(&req.query);
+    }
+}
+
+pub fn canonical(data: &[u8]) {
+    if let Ok(text) = std::str::from_utf8(data) {
+        assert_canonical_fixed_point(text);
+    }
+}
+
+/// A decoder accepts exactly what its encoder writes.
+pub fn entry(data: &[u8]) {
+    if let Ok(e) = Entry::decode(data) {
+        assert_eq!(
+            e.encode(),
+            data,
+            "entry decoded from bytes it would not write"
+        );
+        let peeked = Entry::peek(data).unwrap_or_else(|e| panic!("decodes but peek fails: {e:?}"));
+        assert_eq!(peeked.expires_at_ms, e.expires_at_ms);
+    }
+}
+
+pub fn flight_record(data: &[u8]) {
+    if let Some(r) = FlightRecord::decode(data) {
+        assert_eq!(r.encode(), data);
+    }
+}
+
+pub fn wakeup(data: &[u8]) {
+    if let Some(m) = Message::decode(data) {
+        assert_eq!(m.encode(), data);
+    }
+}
+
+pub fn apq_record(data: &[u8]) {
+    if let Some((hash, query)) = apq::decode(data) {
+        assert_eq!(apq::encode(hash, query), data);
+    }
+}
+
+pub fn purge_body(data: &[u8]) {
+    if let Ok(selectors) = parse_selectors(data) {
+        assert!(!selectors.is_empty());
+        for s in &selectors {
+            if let Some(tag) = &s.tag {
+                assert!(
+                    ["entity:", "type:", "operation:", "field:"]
+                        .iter()
+                        .any(|p| tag.starts_with(p)),
+                    "{tag}"
+                );
+            }
+        }
+    }
+}
+
+pub fn purge_marks(data: &[u8]) {
+    for slots in [1, 4096] {
+        if let Some(view) = PurgeView::decode(data, slots) {
+            assert!(
+                view.slots.len() <= data.len() / 20,
+                "allocated past the input"
+            );
+            // Decoded with the count it was written with, it encodes back to the same bytes.
+            if view.slot_count == slots && data.get(5..9) == Some(&slots.to_le_bytes()[..]) {
+                let mut sorted = view.clone();
+                sorted.epoch = 0;
+                let again = PurgeView::decode(&sorted.encode(), slots);
+                assert_eq!(again, Some(sorted));
+            }
+        }
+    }
+}
+
+pub fn answer_tags(data: &[u8]) {
+    if let Some(found) = find_in_answer(data, &KeyFields::default()) {
+        let tags = entry_tags(Some("Op"), &["f".to_string()], &found);
+        assert!(tags.len() <= MAX_TAGS);
+        assert_eq!(tags[0], "operation:Op", "coarse tags first");
+    }
+}
+
+pub fn liveness_record(data: &[u8]) {
+    let entries = liveness::decode(data);
+    if !entries.is_empty() {
+        assert_eq!(liveness::encode(&entries), data[..5 + entries.len() * 16]);
+    }
+}
+
+pub fn config(data: &[u8]) {
+    match Config::parse(data) {
+        Ok(c) => {
+            assert!(c.cache_slots >= 1 && c.flight_slots >= 1 && c.tag_slots >= 1);
+            assert!(c.max_entry_bytes >= 1024);
+            assert!(c
+                .purge
+                .as_ref()
+                .is_none_or(|p| p.token.chars().count() >= 16));
+        }
+        Err(e) => assert!(!e.to_string().is_empty()),
+    }
+}
