@@ -14,7 +14,7 @@ export ENVOY_BIN := $(ENVOY)
 export GRAPHQL_CACHE_WASM := $(CURDIR)/$(WASM)
 export ORIGIN_BIN := $(CURDIR)/$(ORIGIN)
 
-.PHONY: help tools build wasm origin test lint unit integration validate demo demo-check bench bench-micro fuzz clean
+.PHONY: help tools build wasm origin test lint unit integration validate demo demo-check bench bench-micro fuzz soak clean
 
 help:
 	@echo "make demo   - build, start the origin and Envoy with the filter, and walk through it with curl"
@@ -22,6 +22,7 @@ help:
 	@echo "make build  - build $(WASM) and the origin"
 	@echo "make bench  - benchmarks through Envoy (writes bench/results/)"
 	@echo "make bench-micro - criterion benchmarks of the key path"
+	@echo "make soak   - a million distinct keys through Envoy, RSS sampled (bounded memory)"
 	@echo "make fuzz   - coverage-guided fuzzing of every parser and decoder (FUZZ_SECONDS each)"
 
 # --- tools ------------------------------------------------------------------------------------
@@ -106,6 +107,10 @@ fuzz:
 	FUZZ_SECONDS=$(FUZZ_SECONDS) FUZZ_JOBS=$(FUZZ_JOBS) fuzz/run.sh $(subst $(comma), ,$(FUZZ_TARGETS))
 
 comma := ,
+
+# A million distinct keys through Envoy in bounded steps; prints Envoy's RSS at each (~2 min).
+soak: tools build
+	bench/run.sh --soak
 
 # Native criterion benchmarks of the key path and entry encoding (about a minute).
 bench-micro:

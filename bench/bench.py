@@ -180,12 +180,12 @@ def start_origin(args):
     return p
 
 
-def start_envoy(yaml_text, workdir):
+def start_envoy(yaml_text, workdir, concurrency=1):
     path = pathlib.Path(workdir) / "envoy.yaml"
     path.write_text(yaml_text)
     log = open(pathlib.Path(workdir) / "envoy.log", "w")
     p = subprocess.Popen(
-        ["taskset", "-c", ENVOY_CPU, ENVOY, "-c", str(path), "--concurrency", "1",
+        ["taskset", "-c", ENVOY_CPU, ENVOY, "-c", str(path), "--concurrency", str(concurrency),
          "--use-dynamic-base-id", "-l", "warning"], stdout=log, stderr=subprocess.STDOUT)
     wait_http(f"http://127.0.0.1:{ADMIN}/ready")
     return p

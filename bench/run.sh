@@ -12,4 +12,7 @@ if ! command -v wrk >/dev/null; then
 fi
 py="$root/.tools/venv/bin/python"
 "$py" -c 'import matplotlib' 2>/dev/null || "$root/.tools/venv/bin/pip" install --quiet --disable-pip-version-check matplotlib
+if [ "${1:-}" = "--soak" ]; then
+  exec "$py" "$root/bench/soak.py"
+fi
 exec "$py" "$root/bench/bench.py" "$@"

@@ -30,7 +30,13 @@ After binding, prints `listening on IP:PORT` to stdout.
 GraphQL is served on every path except /_origin/*; control endpoints:
   GET /_origin/count, POST /_origin/reset, GET /_origin/health,
   GET /_origin/last-body (raw body of the last GraphQL request)
-Per-request headers: x-origin-delay-ms, x-origin-status, x-origin-header (repeatable)";
+Per-request headers: x-origin-delay-ms, x-origin-status, x-origin-header (repeatable),
+  x-origin-fault: send the answer broken on the wire (HTTP/1.1), then close the connection:
+    reset-mid-body       status, headers (chunked) and half the body, no final chunk
+    truncated            content-length of the whole body, only half of it
+    overlong             content-length of the whole body, the body and more bytes after it
+    stall-after-headers  status and headers (content-length of the whole body), then nothing
+                         for x-origin-delay-ms (here the stall, not a delay; default 5000)";
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Config {

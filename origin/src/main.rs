@@ -6,6 +6,8 @@
 mod apq;
 mod args;
 mod auth;
+mod conn;
+mod fault;
 mod guard;
 mod schema;
 mod server;
@@ -15,8 +17,6 @@ use std::io::Write;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
-
-use axum::serve::ListenerExt;
 
 use crate::args::{Command, Config};
 
@@ -94,9 +94,6 @@ async fn run(config: Config) -> ExitCode {
         config.apq,
     ));
     let app = server::router(state, config.gzip);
-    let listener = listener.tap_io(|tcp| {
-        let _ = tcp.set_nodelay(true);
-    });
 
     {
         // Exactly one line, flushed, so a harness can read the port.
@@ -117,7 +114,7 @@ async fn run(config: Config) -> ExitCode {
 
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let server = tokio::spawn(
-        axum::serve(listener, app)
+        conn::serve(listener, app)
             .with_graceful_shutdown(async move {
                 let _ = stop_rx.await;
             })

@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use axum::body::{Body, Bytes};
-use axum::extract::{Request, State};
+use axum::extract::{ConnectInfo, Request, State};
 use axum::http::header::{ALLOW, CONTENT_TYPE};
 use axum::http::{Extensions, HeaderMap, HeaderName, HeaderValue, Method, StatusCode, Version};
 use axum::response::Response;
@@ -17,6 +17,8 @@ use tower_http::compression::CompressionLayer;
 
 use crate::apq::{PersistedQueries, Rejection, APQ_CAPACITY};
 use crate::args::{parse_delay, MAX_DELAY_MS};
+use crate::conn::Conn;
+use crate::fault::{Fault, Plan, DEFAULT_STALL, HDR_FAULT};
 use crate::guard::{max_nesting, MAX_NESTING};
 use crate::schema::{OriginSchema, RequestMeta, OBJECT_BUDGET};
 
@@ -64,6 +66,7 @@ impl AppState {
 /// The whole service. With `gzip`, GraphQL responses (not the control
 /// endpoints) are gzip-compressed when the request's `accept-encoding`
 /// accepts gzip, whatever their size, and carry `vary: accept-encoding`.
+/// `x-origin-fault` is applied last, to the bytes that go on the wire.
 pub fn router(state: Arc<AppState>, gzip: bool) -> Router {
     let graphql_service = Router::new().fallback(graphql).with_state(state.clone());
     let graphql_service = if gzip {
@@ -78,6 +81,8 @@ pub fn router(state: Arc<AppState>, gzip: bool) -> Router {
     } else {
         graphql_service
     };
+    let graphql_service =
+        graphql_service.layer(axum::middleware::map_response(crate::fault::apply));
     Router::new()
         .route("/_origin/count", get(count))
         .route("/_origin/reset", post(reset))
@@ -156,20 +161,33 @@ async fn control_not_found() -> Response {
 /// Test controls read from the request headers.
 #[derive(Debug)]
 struct Controls {
+    /// Before answering.
     delay: Duration,
     status: Option<StatusCode>,
     extra_headers: Vec<(HeaderName, HeaderValue)>,
+    fault: Option<Fault>,
+    /// How long `stall-after-headers` stalls.
+    stall: Duration,
 }
 
 fn parse_controls(headers: &HeaderMap, default_delay: Duration) -> Result<Controls, String> {
-    let delay = match headers.get(HDR_DELAY) {
-        None => default_delay,
+    let fault = match headers.get(HDR_FAULT) {
+        None => None,
+        Some(v) => Some(Fault::parse(v.as_bytes())?),
+    };
+    let delay_header = match headers.get(HDR_DELAY) {
+        None => None,
         Some(v) => {
             let s = v
                 .to_str()
                 .map_err(|_| format!("invalid {HDR_DELAY} header"))?;
-            Duration::from_millis(parse_delay(s, HDR_DELAY)?)
+            Some(Duration::from_millis(parse_delay(s, HDR_DELAY)?))
         }
+    };
+    // With `stall-after-headers` the header times the stall, not the answer.
+    let (delay, stall) = match (fault, delay_header) {
+        (Some(Fault::StallAfterHeaders), d) => (default_delay, d.unwrap_or(DEFAULT_STALL)),
+        (_, d) => (d.unwrap_or(default_delay), DEFAULT_STALL),
     };
     let status = match headers.get(HDR_STATUS) {
         None => None,
@@ -184,6 +202,8 @@ fn parse_controls(headers: &HeaderMap, default_delay: Duration) -> Result<Contro
         delay,
         status,
         extra_headers,
+        fault,
+        stall,
     })
 }
 
@@ -347,6 +367,30 @@ async fn handle_graphql(
         Ok(c) => c,
         Err(msg) => return (error_response(StatusCode::BAD_REQUEST, &msg), Vec::new()),
     };
+    let plan = controls.fault.map(|fault| Plan {
+        fault,
+        stall: controls.stall,
+        // Raw bytes only make sense on an HTTP/1.x connection of the origin's own listener.
+        tap: parts
+            .extensions
+            .get::<ConnectInfo<Conn>>()
+            .filter(|_| parts.version <= Version::HTTP_11)
+            .map(|info| info.0.tap.clone()),
+    });
+    let (mut resp, extra) = answer_graphql(state, seq, parts, body, controls).await;
+    if let Some(plan) = plan {
+        resp.extensions_mut().insert(plan);
+    }
+    (resp, extra)
+}
+
+async fn answer_graphql(
+    state: &AppState,
+    seq: u64,
+    parts: axum::http::request::Parts,
+    body: Body,
+    controls: Controls,
+) -> (Response, Vec<(HeaderName, HeaderValue)>) {
     let extra = controls.extra_headers;
 
     // Read the whole body first, whatever the method (so a forced status
@@ -521,6 +565,38 @@ mod tests {
         assert!(parse_extra_header(b"no colon").is_err());
         assert!(parse_extra_header(b": empty name").is_err());
         assert!(parse_extra_header(b"bad name: x").is_err());
+    }
+
+    #[test]
+    fn fault_controls_and_the_stall() {
+        let default = Duration::from_millis(7);
+        let headers = |list: &[(&'static str, &'static str)]| {
+            let mut h = HeaderMap::new();
+            for (n, v) in list {
+                h.insert(*n, HeaderValue::from_static(v));
+            }
+            h
+        };
+        let c = parse_controls(&headers(&[]), default).unwrap();
+        assert_eq!((c.fault, c.delay), (None, default));
+        let c = parse_controls(&headers(&[(HDR_DELAY, "20")]), default).unwrap();
+        assert_eq!(c.delay, Duration::from_millis(20));
+        let c = parse_controls(
+            &headers(&[(HDR_FAULT, "truncated"), (HDR_DELAY, "20")]),
+            default,
+        )
+        .unwrap();
+        assert_eq!(
+            (c.fault, c.delay),
+            (Some(Fault::Truncated), Duration::from_millis(20))
+        );
+        // The stall takes the delay header (5 s without it); the answer is not delayed by it.
+        let stall = (HDR_FAULT, "stall-after-headers");
+        let c = parse_controls(&headers(&[stall]), default).unwrap();
+        assert_eq!((c.delay, c.stall), (default, DEFAULT_STALL));
+        let c = parse_controls(&headers(&[stall, (HDR_DELAY, "300")]), default).unwrap();
+        assert_eq!((c.delay, c.stall), (default, Duration::from_millis(300)));
+        assert!(parse_controls(&headers(&[(HDR_FAULT, "nope")]), default).is_err());
     }
 
     #[test]
@@ -701,6 +777,43 @@ mod tests {
         }
         // The counter still counts GraphQL requests only.
         assert_eq!(count_of(&app).await, 10);
+    }
+
+    #[tokio::test]
+    async fn faults_without_the_origins_listener() {
+        let (_, app) = new_app(false, true);
+        let mut req = post_json(serde_json::json!({ "query": ECHO }), None);
+        req.headers_mut()
+            .insert(HDR_FAULT, HeaderValue::from_static("truncated"));
+        let resp = app.clone().oneshot(req).await.unwrap();
+        assert_eq!(resp.status(), StatusCode::OK);
+        // Declares the whole answer, carries half of it (hyper then closes the connection).
+        assert_eq!(
+            resp.headers()["content-length"],
+            ECHO_DATA.len().to_string()
+        );
+        let body = axum::body::to_bytes(resp.into_body(), usize::MAX)
+            .await
+            .unwrap();
+        assert_eq!(&body[..], &ECHO_DATA.as_bytes()[..ECHO_DATA.len() / 2]);
+
+        let mut req = post_json(serde_json::json!({ "query": ECHO }), None);
+        req.headers_mut()
+            .insert(HDR_FAULT, HeaderValue::from_static("reset-mid-body"));
+        let resp = app.clone().oneshot(req).await.unwrap();
+        assert!(resp.headers().get("content-length").is_none());
+        assert!(axum::body::to_bytes(resp.into_body(), usize::MAX)
+            .await
+            .is_err());
+
+        // Overlong needs the connection's raw path, which a bare router has not.
+        let mut req = post_json(serde_json::json!({ "query": ECHO }), None);
+        req.headers_mut()
+            .insert(HDR_FAULT, HeaderValue::from_static("overlong"));
+        let a = send(&app, req).await;
+        assert_eq!(a.status, StatusCode::BAD_REQUEST);
+        assert!(a.text().contains("overlong needs"));
+        assert_eq!(count_of(&app).await, 3);
     }
 
     #[tokio::test]

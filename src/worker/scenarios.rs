@@ -274,6 +274,17 @@ fn a_reset_answers_every_waiter_as_envoy_would_and_stores_nothing() {
 }
 
 #[test]
+fn a_reset_at_the_fetch_timeout_is_a_timeout() {
+    let (a, _b) = envoy(r#"{"fetch_timeout_ms":1000}"#);
+    a.post(1, QUERY, &[]);
+    a.deliver_queue();
+    let token = a.tokens()[0];
+    a.host.advance(1000);
+    a.callout_answers(token, FetchResult::Reset);
+    assert_eq!(a.reply(1).status, 504);
+}
+
+#[test]
 fn a_refused_callout_is_a_failed_fetch_answered_after_every_dispatch() {
     let (a, _b) = envoy("{}");
     a.host.refuse_dispatch.set(true);

@@ -56,6 +56,7 @@ pub fn on_callout(
 /// Envoy's words for the failures the filter reports itself, so clients see what Envoy says.
 const RESET_MESSAGE: &str =
     "upstream connect error or disconnect/reset before headers. reset reason: connection termination";
+const TIMEOUT_MESSAGE: &str = "upstream request timeout";
 const REFUSED_MESSAGE: &str = "upstream connect error: the shared fetch could not be sent";
 
 fn fetch_failed() -> Stored {
@@ -113,7 +114,14 @@ pub fn on_fetch_response(
     let (headers, body) = match result {
         FetchResult::Reset => {
             host.count(Counter::FetchFailures);
-            let failure = Response::failure(503, RESET_MESSAGE);
+            // Envoy ends a callout that timed out after the headers as a reset: tell it apart by
+            // the clock, and answer as Envoy's router does for a timeout.
+            let elapsed = host.now_ms().saturating_sub(fetch.dispatched_ms);
+            let failure = if elapsed >= plugin.config.fetch_timeout_ms {
+                Response::failure(504, TIMEOUT_MESSAGE)
+            } else {
+                Response::failure(503, RESET_MESSAGE)
+            };
             finish(plugin, worker, host, &fetch, Ok(failure), &fetch_failed());
             return;
         }

@@ -1,0 +1,29 @@
+-- wrk script for `make soak`: every request a new GraphQL key (a distinct echo value), SOAK_COUNT
+-- requests split over the threads, numbered from SOAK_START; the thread stops when its share is
+-- sent.
+local start = tonumber(os.getenv("SOAK_START") or "0")
+local count = tonumber(os.getenv("SOAK_COUNT") or "1000")
+local threads = tonumber(os.getenv("SOAK_THREADS") or "1")
+local counter = 0
+local id = 0
+local share = 0
+
+function setup(thread)
+  thread:set("id", id)
+  id = id + 1
+end
+
+function init(args)
+  share = math.floor(count / threads)
+  counter = 0
+end
+
+function request()
+  if counter >= share then
+    wrk.thread:stop()
+  end
+  local n = start + id * share + counter
+  counter = counter + 1
+  local body = '{"query":"{ echo(value: \\"k' .. n .. '\\") }"}'
+  return wrk.format("POST", "/graphql", { ["Content-Type"] = "application/json" }, body)
+end
