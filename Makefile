@@ -93,7 +93,11 @@ test: lint unit validate integration demo-check
 demo: tools build
 	ENVOY=$(ENVOY) WASM=$(WASM) ORIGIN=$(ORIGIN) envoy/demo.sh
 
-bench: tools build
+FLOOR_WASM := bench/floor/target/wasm32-wasip1/release/wasm_floor.wasm
+floor: $(TOOLS)/.rust-target
+	$(CARGO) build --release --target wasm32-wasip1 --manifest-path bench/floor/Cargo.toml
+
+bench: tools build floor
 	bench/run.sh
 
 # Coverage-guided fuzzing (libFuzzer via cargo-fuzz; RUSTC_BOOTSTRAP lets the stable toolchain
