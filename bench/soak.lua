@@ -5,12 +5,14 @@ local start = tonumber(os.getenv("SOAK_START") or "0")
 local count = tonumber(os.getenv("SOAK_COUNT") or "1000")
 local threads = tonumber(os.getenv("SOAK_THREADS") or "1")
 local counter = 0
-local id = 0
 local share = 0
+-- A global, not a local: `thread:set` writes each thread's globals.
+next_id = 0
+id = 0
 
 function setup(thread)
-  thread:set("id", id)
-  id = id + 1
+  thread:set("id", next_id)
+  next_id = next_id + 1
 end
 
 function init(args)

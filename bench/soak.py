@@ -59,7 +59,7 @@ def main():
             misses = c.get("misses", 0)
             if misses < target * 0.99:
                 print(f"  only {misses} of {target} keys were sent in time (raise SOAK_RATE's margin)")
-            rows.append((target, rss_mb(envoy.pid), c.get("stores", 0), c.get("evictions", 0), c.get("misses", 0)))
+            rows.append((target, rss_mb(envoy.pid), c.get("stores", 0), c.get("evictions", 0), misses))
             print(f"  {target:>9} keys  Envoy RSS {rows[-1][1]:8.1f} MiB  stores {rows[-1][2]}  evictions {rows[-1][3]}",
                   flush=True)
     finally:

@@ -425,6 +425,24 @@ mod tests {
         CacheKey { digest: [n; 32] }
     }
 
+    /// A miss joining with a 1 s lease, every worker alive.
+    fn join(t: &FlightTable, s: &MapStore, k: &CacheKey, me: u64, q: u32, now: u64) -> Join {
+        t.join(
+            s,
+            k,
+            me,
+            q,
+            now,
+            1000,
+            JoinMode::MayLead,
+            &Alive::everyone(),
+        )
+    }
+
+    fn peek(t: &FlightTable, s: &MapStore, k: &CacheKey, me: u64, q: u32, now: u64) -> Peek {
+        t.peek(s, k, me, q, now, &Alive::everyone())
+    }
+
     #[test]
     fn records_round_trip_and_garbage_is_free() {
         let a = FlightRecord::InFlight {
@@ -473,85 +491,28 @@ mod tests {
         let t = FlightTable::new(16, SlotKey::default());
         t.precreate(&store);
         let k = key(1);
+        assert_eq!(join(&t, &store, &k, W1, Q1, 0), Join::Lead);
+        assert_eq!(join(&t, &store, &k, W2, Q2, 1), Join::Follow);
         assert_eq!(
-            t.join(
-                &store,
-                &k,
-                W1,
-                Q1,
-                0,
-                1000,
-                JoinMode::MayLead,
-                &Alive::everyone()
-            ),
-            Join::Lead
-        );
-        assert_eq!(
-            t.join(
-                &store,
-                &k,
-                W2,
-                Q2,
-                1,
-                1000,
-                JoinMode::MayLead,
-                &Alive::everyone()
-            ),
-            Join::Follow
-        );
-        assert_eq!(
-            t.join(
-                &store,
-                &k,
-                W2,
-                Q2,
-                2,
-                1000,
-                JoinMode::MayLead,
-                &Alive::everyone()
-            ),
+            join(&t, &store, &k, W2, Q2, 2),
             Join::Follow,
             "registered once"
         );
         assert_eq!(
-            t.join(
-                &store,
-                &k,
-                W1,
-                Q1,
-                3,
-                1000,
-                JoinMode::MayLead,
-                &Alive::everyone()
-            ),
+            join(&t, &store, &k, W1, Q1, 3),
             Join::Lead,
             "an owner without a local flight retakes its stale record, keeping the watchers"
         );
         let wake = t.complete(&store, &k, W1, Some(b"result".to_vec()), 10);
         assert_eq!(wake, vec![Q2]);
         assert_eq!(
-            t.peek(&store, &k, W2, Q2, 11, &Alive::everyone()),
+            peek(&t, &store, &k, W2, Q2, 11),
             Peek::Done(Some(b"result".to_vec()))
         );
         t.clear_done(&store, &k, W1, 10);
-        assert_eq!(
-            t.peek(&store, &k, W2, Q2, 12, &Alive::everyone()),
-            Peek::Gone
-        );
+        assert_eq!(peek(&t, &store, &k, W2, Q2, 12), Peek::Gone);
         // The next miss starts a new flight.
-        assert_eq!(
-            t.join(
-                &store,
-                &k,
-                W2,
-                Q2,
-                13,
-                1000,
-                JoinMode::MayLead,
-                &Alive::everyone()
-            ),
-            Join::Lead
-        );
+        assert_eq!(join(&t, &store, &k, W2, Q2, 13), Join::Lead);
     }
 
     #[test]
@@ -560,16 +521,7 @@ mod tests {
         let t = FlightTable::new(4, SlotKey::default());
         let k = key(2);
         assert_eq!(
-            t.join(
-                &store,
-                &k,
-                W1,
-                Q1,
-                0,
-                1000,
-                JoinMode::MayLead,
-                &Alive::everyone()
-            ),
+            join(&t, &store, &k, W1, Q1, 0),
             Join::Lead,
             "works without precreate"
         );
@@ -585,43 +537,13 @@ mod tests {
         let store = MapStore::default();
         let t = FlightTable::new(4, SlotKey::default());
         let k = key(3);
-        t.join(
-            &store,
-            &k,
-            W1,
-            Q1,
-            0,
-            1000,
-            JoinMode::MayLead,
-            &Alive::everyone(),
-        );
-        t.join(
-            &store,
-            &k,
-            W2,
-            Q2,
-            0,
-            1000,
-            JoinMode::MayLead,
-            &Alive::everyone(),
-        );
+        join(&t, &store, &k, W1, Q1, 0);
+        join(&t, &store, &k, W2, Q2, 0);
         t.complete(&store, &k, W1, Some(b"old".to_vec()), 5);
         // A request arriving after completion fetches anew instead of reading the old result.
+        assert_eq!(join(&t, &store, &k, W1, Q1, 6), Join::Lead);
         assert_eq!(
-            t.join(
-                &store,
-                &k,
-                W1,
-                Q1,
-                6,
-                1000,
-                JoinMode::MayLead,
-                &Alive::everyone()
-            ),
-            Join::Lead
-        );
-        assert_eq!(
-            t.peek(&store, &k, W2, Q2, 7, &Alive::everyone()),
+            peek(&t, &store, &k, W2, Q2, 7),
             Peek::Waiting,
             "W2 re-registers on the new flight"
         );
@@ -645,10 +567,7 @@ mod tests {
             ),
             Join::Lead
         );
-        assert_eq!(
-            t.peek(&store, &k, W2, Q2, 100, &Alive::everyone()),
-            Peek::Gone
-        );
+        assert_eq!(peek(&t, &store, &k, W2, Q2, 100), Peek::Gone);
         assert_eq!(
             t.join(
                 &store,
@@ -698,16 +617,7 @@ mod tests {
             Join::Alone,
             "free slot, may not lead"
         );
-        t.join(
-            &store,
-            &k,
-            W1,
-            Q1,
-            0,
-            1000,
-            JoinMode::MayLead,
-            &Alive::everyone(),
-        );
+        join(&t, &store, &k, W1, Q1, 0);
         assert_eq!(
             t.join(
                 &store,
@@ -793,74 +703,23 @@ mod tests {
         let store = MapStore::default();
         let t = FlightTable::new(1, SlotKey::default());
         let k = key(11);
-        assert_eq!(
-            t.join(
-                &store,
-                &k,
-                W1,
-                Q1,
-                0,
-                1000,
-                JoinMode::MayLead,
-                &Alive::everyone()
-            ),
-            Join::Lead
-        );
+        assert_eq!(join(&t, &store, &k, W1, Q1, 0), Join::Lead);
         // A worker that saw the slot missing a moment ago creates it now: its write must fail.
         let name = t.slot_name(&k);
         assert_eq!(
             store.set_cas(&name, b"", Some(CREATE_CAS)),
             Err(StoreError::CasMismatch)
         );
-        assert_eq!(
-            t.join(
-                &store,
-                &k,
-                W2,
-                Q2,
-                1,
-                1000,
-                JoinMode::MayLead,
-                &Alive::everyone()
-            ),
-            Join::Follow
-        );
+        assert_eq!(join(&t, &store, &k, W2, Q2, 1), Join::Follow);
     }
 
     #[test]
     fn keys_sharing_a_slot_never_share_a_flight() {
         let store = MapStore::default();
         let t = FlightTable::new(1, SlotKey::default());
-        assert_eq!(
-            t.join(
-                &store,
-                &key(5),
-                W1,
-                Q1,
-                0,
-                1000,
-                JoinMode::MayLead,
-                &Alive::everyone()
-            ),
-            Join::Lead
-        );
-        assert_eq!(
-            t.join(
-                &store,
-                &key(6),
-                W2,
-                Q2,
-                0,
-                1000,
-                JoinMode::MayLead,
-                &Alive::everyone()
-            ),
-            Join::Alone
-        );
-        assert_eq!(
-            t.peek(&store, &key(6), W2, Q2, 0, &Alive::everyone()),
-            Peek::Gone
-        );
+        assert_eq!(join(&t, &store, &key(5), W1, Q1, 0), Join::Lead);
+        assert_eq!(join(&t, &store, &key(6), W2, Q2, 0), Join::Alone);
+        assert_eq!(peek(&t, &store, &key(6), W2, Q2, 0), Peek::Gone);
     }
 
     #[test]
@@ -868,44 +727,11 @@ mod tests {
         let store = MapStore::default();
         let t = FlightTable::new(1, SlotKey::default());
         let k = key(7);
-        t.join(
-            &store,
-            &k,
-            0,
-            0,
-            0,
-            1000,
-            JoinMode::MayLead,
-            &Alive::everyone(),
-        );
+        join(&t, &store, &k, 0, 0, 0);
         for q in 1..=MAX_WATCHERS as u32 {
-            assert_eq!(
-                t.join(
-                    &store,
-                    &k,
-                    u64::from(q),
-                    q,
-                    0,
-                    1000,
-                    JoinMode::MayLead,
-                    &Alive::everyone()
-                ),
-                Join::Follow
-            );
+            assert_eq!(join(&t, &store, &k, u64::from(q), q, 0), Join::Follow);
         }
-        assert_eq!(
-            t.join(
-                &store,
-                &k,
-                999,
-                999,
-                0,
-                1000,
-                JoinMode::MayLead,
-                &Alive::everyone()
-            ),
-            Join::Alone
-        );
+        assert_eq!(join(&t, &store, &k, 999, 999, 0), Join::Alone);
     }
 
     #[test]
@@ -913,30 +739,9 @@ mod tests {
         let store = MapStore::default();
         let t = FlightTable::new(2, SlotKey::default());
         let k = key(8);
-        t.join(
-            &store,
-            &k,
-            W1,
-            Q1,
-            0,
-            1000,
-            JoinMode::MayLead,
-            &Alive::everyone(),
-        );
-        t.join(
-            &store,
-            &k,
-            W2,
-            Q2,
-            0,
-            1000,
-            JoinMode::MayLead,
-            &Alive::everyone(),
-        );
+        join(&t, &store, &k, W1, Q1, 0);
+        join(&t, &store, &k, W2, Q2, 0);
         assert_eq!(t.complete(&store, &k, W1, None, 1), vec![Q2]);
-        assert_eq!(
-            t.peek(&store, &k, W2, Q2, 2, &Alive::everyone()),
-            Peek::Done(None)
-        );
+        assert_eq!(peek(&t, &store, &k, W2, Q2, 2), Peek::Done(None));
     }
 }

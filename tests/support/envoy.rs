@@ -166,6 +166,12 @@ impl Envoy {
         Envoy::start_yaml(&render_envoy_yaml(opts, origin_port), opts.concurrency)
     }
 
+    /// Starts Envoy on a complete bootstrap written by the test.
+    pub fn start_bootstrap(config: &str, concurrency: u32) -> Envoy {
+        Envoy::start_yaml(config, concurrency)
+            .unwrap_or_else(|log| panic!("Envoy failed to start:\n{log}"))
+    }
+
     fn start_yaml(config: &str, concurrency: u32) -> Result<Envoy, String> {
         let dir = scratch_dir("envoy");
         let yaml = dir.join("envoy.yaml");
