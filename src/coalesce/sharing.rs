@@ -5,15 +5,20 @@ use crate::cache::storable::body_storable;
 use crate::coalesce::relay::Response;
 use crate::request::rules::Scope;
 
+/// Request headers that carry credentials: when one of them is in the key, requests sharing
+/// the key are the same caller. Other vary headers (`origin`, a tenant header) name no user.
+const CREDENTIAL_HEADERS: &[&str] = &["authorization", "cookie", "proxy-authorization"];
+
 /// Whether the key names the caller for this request, so that every request sharing it is the
-/// same caller: a private entry is scoped to the identity, or the request carries one of the
-/// `vary_headers` (by default `authorization` and `cookie`), whose value is then in the key.
-/// Configured vary headers the request does not carry name nobody.
-pub fn key_names_caller(scope: Scope, vary_values: &[Option<Vec<u8>>]) -> bool {
+/// same caller: a private entry is scoped to the identity, or the request carries a credential
+/// header among the `vary_headers` (`names`, with this request's `values` in the same order).
+/// Configured headers a request does not send name nobody.
+pub fn key_names_caller(scope: Scope, names: &[String], values: &[Option<Vec<u8>>]) -> bool {
     scope == Scope::Private
-        || vary_values
-            .iter()
-            .any(|v| v.as_ref().is_some_and(|v| !v.is_empty()))
+        || names.iter().zip(values).any(|(name, value)| {
+            CREDENTIAL_HEADERS.contains(&name.as_str())
+                && value.as_ref().is_some_and(|v| !v.is_empty())
+        })
 }
 
 /// Whether `response`, fetched for one request, may answer the others waiting on its key.
@@ -65,17 +70,27 @@ mod tests {
 
     #[test]
     fn the_key_names_the_caller_when_private_or_keyed_by_credentials_it_carries() {
-        assert!(key_names_caller(Scope::Private, &[]));
+        let names: Vec<String> = ["authorization", "origin"].map(String::from).to_vec();
+        assert!(key_names_caller(Scope::Private, &[], &[]));
         assert!(key_names_caller(
             Scope::Public,
-            &[None, Some(b"Bearer a".to_vec())]
+            &names,
+            &[Some(b"Bearer a".to_vec()), None]
         ));
-        assert!(!key_names_caller(Scope::Public, &[]));
+        assert!(!key_names_caller(Scope::Public, &[], &[]));
         assert!(
-            !key_names_caller(Scope::Public, &[None, None]),
+            !key_names_caller(Scope::Public, &names, &[None, None]),
             "configured but absent: nobody"
         );
-        assert!(!key_names_caller(Scope::Public, &[Some(Vec::new())]));
+        assert!(!key_names_caller(
+            Scope::Public,
+            &names,
+            &[Some(Vec::new()), None]
+        ));
+        assert!(
+            !key_names_caller(Scope::Public, &names, &[None, Some(b"https://a".to_vec())]),
+            "an origin is not a user"
+        );
     }
 
     #[test]

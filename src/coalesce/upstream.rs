@@ -8,6 +8,19 @@ use crate::request::key::CacheKey;
 
 pub const IDENTITY: &str = "identity";
 
+/// Request headers that shape the answer for one client only (conditional and range requests).
+fn one_client(name: &str) -> bool {
+    matches!(
+        name,
+        "if-none-match"
+            | "if-modified-since"
+            | "if-match"
+            | "if-unmodified-since"
+            | "if-range"
+            | "range"
+    )
+}
+
 /// The callout for a request: the original method, path, authority, end-to-end headers and
 /// body. `None` when a header is not text (the callout API takes text only): such a request is
 /// not coalesced and goes upstream itself.
@@ -24,8 +37,10 @@ pub fn upstream_request(
     ];
     for (name, value) in &head.headers {
         // `expect: 100-continue` is about the client's upload, which is already complete;
-        // `accept-encoding` is the filter's choice (see below).
-        if !is_end_to_end(name) || name == "expect" || name == "accept-encoding" {
+        // `accept-encoding` is the filter's choice (see below); validators and ranges belong to
+        // one client's request, and the shared answer must be the whole one.
+        if !is_end_to_end(name) || name == "expect" || name == "accept-encoding" || one_client(name)
+        {
             continue;
         }
         headers.push((name.clone(), text(value)?));
@@ -70,6 +85,8 @@ mod tests {
                 ("connection".into(), b"keep-alive".to_vec()),
                 ("authorization".into(), b"Bearer a".to_vec()),
                 ("accept-encoding".into(), b"gzip, br".to_vec()),
+                ("if-none-match".into(), b"\"v1\"".to_vec()),
+                ("range".into(), b"bytes=0-10".to_vec()),
             ],
             ..Default::default()
         }

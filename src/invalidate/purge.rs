@@ -2,14 +2,16 @@
 //! (a JSON array of selectors). A request is checked whole before anything is purged: one bad
 //! selector and nothing changes.
 
-use crate::invalidate::tags::{entity_tag, field_tag, operation_tag, scalar_text, type_tag};
+use crate::invalidate::tags::{
+    entity_purge_tags, field_tag, operation_tag, scalar_text, type_purge_tags,
+};
 use serde_json::Value;
 
-/// What one selector purges: a tag, or everything; `soft` leaves entries stale instead of gone.
+/// What one selector purges: tags, or everything; `soft` leaves entries stale instead of gone.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Selector {
-    /// `None` for `{"kind":"all"}`.
-    pub tag: Option<String>,
+    /// Empty for `{"kind":"all"}`.
+    pub tags: Vec<String>,
     pub soft: bool,
 }
 
@@ -92,14 +94,14 @@ fn selector(item: &Value) -> Result<Selector, String> {
     if let Some(extra) = map.keys().find(|k| !allowed.contains(&k.as_str())) {
         return Err(format!("unknown member \"{extra}\" for kind \"{kind}\""));
     }
-    let tag = match kind {
-        "entity" => Some(entity_tag(&text("type")?, &text("id")?)),
-        "type" => Some(type_tag(&text("type")?)),
-        "operation" => Some(operation_tag(&text("name")?)),
-        "field" => Some(field_tag(&text("name")?)),
-        _ => None,
+    let tags = match kind {
+        "entity" => entity_purge_tags(&text("type")?, &text("id")?),
+        "type" => type_purge_tags(&text("type")?),
+        "operation" => vec![operation_tag(&text("name")?)],
+        "field" => vec![field_tag(&text("name")?)],
+        _ => Vec::new(),
     };
-    Ok(Selector { tag, soft })
+    Ok(Selector { tags, soft })
 }
 
 #[cfg(test)]
@@ -131,9 +133,12 @@ mod tests {
                  {"kind":"all"}]"#,
         )
         .unwrap();
-        let tags: Vec<_> = got.iter().map(|s| s.tag.as_deref()).collect();
+        let first: Vec<_> = got
+            .iter()
+            .map(|s| s.tags.first().map(String::as_str))
+            .collect();
         assert_eq!(
-            tags,
+            first,
             vec![
                 Some("entity:User:1"),
                 Some("type:User"),
@@ -142,6 +147,7 @@ mod tests {
                 None
             ]
         );
+        assert!(got[0].tags.contains(&"entities:User".to_string()));
         assert!(got[1].soft && !got[0].soft);
     }
 

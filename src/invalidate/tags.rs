@@ -52,6 +52,15 @@ pub fn entity_tag(typename: &str, id: &str) -> String {
     format!("entity:{typename}:{id}")
 }
 
+/// Stands for every `entity:<T>:…` tag of an entry that had too many entities of `T` to list:
+/// an entity purge of `T` marks it too.
+pub fn entities_tag(typename: &str) -> String {
+    format!("entities:{typename}")
+}
+
+/// An entry whose answer had more objects than were read: any entity or type purge reaches it.
+pub const OVERFLOW_TAG: &str = "overflow";
+
 pub fn operation_tag(name: &str) -> String {
     format!("operation:{name}")
 }
@@ -66,6 +75,8 @@ pub struct Found {
     pub types: Vec<String>,
     /// `(type, id)`
     pub entities: Vec<(String, String)>,
+    /// The answer had more than `MAX_OBJECTS` objects: some were not read.
+    pub truncated: bool,
 }
 
 /// Reads the types and entities of a GraphQL answer. `None` when the body is not a JSON object
@@ -84,6 +95,7 @@ pub fn find_in_answer(body: &[u8], key_fields: &KeyFields) -> Option<Found> {
             Value::Object(map) => {
                 visited += 1;
                 if visited > MAX_OBJECTS {
+                    found.truncated = true;
                     break;
                 }
                 if let Some(Value::String(t)) = map.get(TYPENAME) {
@@ -137,16 +149,43 @@ pub fn scalar_text(value: &Value) -> Option<String> {
 }
 
 /// An entry's tags: the operation's, then what its answer names, coarse first, at most
-/// [`MAX_TAGS`].
+/// [`MAX_TAGS`]. When the entities do not all fit, none is listed and each type that had some
+/// gets its `entities:` tag instead, so an entity purge still reaches the entry (too much, never
+/// too little); an answer cut short at `MAX_OBJECTS` gets [`OVERFLOW_TAG`].
 pub fn entry_tags(operation: Option<&str>, root_fields: &[String], found: &Found) -> Vec<String> {
     let mut tags = Vec::new();
+    if found.truncated {
+        tags.push(OVERFLOW_TAG.to_string());
+    }
     tags.extend(operation.map(operation_tag));
     tags.extend(root_fields.iter().map(|f| field_tag(f)));
     tags.extend(found.types.iter().map(|t| type_tag(t)));
-    tags.extend(found.entities.iter().map(|(t, id)| entity_tag(t, id)));
     tags.dedup();
+    if tags.len() + found.entities.len() <= MAX_TAGS {
+        tags.extend(found.entities.iter().map(|(t, id)| entity_tag(t, id)));
+    } else {
+        let mut typed: Vec<&str> = found.entities.iter().map(|(t, _)| t.as_str()).collect();
+        typed.sort_unstable();
+        typed.dedup();
+        tags.extend(typed.into_iter().map(entities_tag));
+    }
     tags.truncate(MAX_TAGS);
     tags
+}
+
+/// What an entity purge marks: the entity's tag, and the tags that stand for it in entries that
+/// could not list it.
+pub fn entity_purge_tags(typename: &str, id: &str) -> Vec<String> {
+    vec![
+        entity_tag(typename, id),
+        entities_tag(typename),
+        OVERFLOW_TAG.to_string(),
+    ]
+}
+
+/// What a type purge marks (see [`entity_purge_tags`]).
+pub fn type_purge_tags(typename: &str) -> Vec<String> {
+    vec![type_tag(typename), OVERFLOW_TAG.to_string()]
 }
 
 #[cfg(test)]
@@ -203,11 +242,21 @@ mod tests {
             found.entities.push(("User".into(), i.to_string()));
         }
         let tags = entry_tags(Some("GetUsers"), &["users".to_string()], &found);
-        assert_eq!(tags.len(), MAX_TAGS);
         assert_eq!(
-            &tags[..3],
-            &["operation:GetUsers", "field:users", "type:User"]
+            tags,
+            vec![
+                "operation:GetUsers",
+                "field:users",
+                "type:User",
+                "entities:User"
+            ],
+            "too many entities to list: the type stands for them"
         );
+        found.entities.truncate(10);
+        let tags = entry_tags(Some("GetUsers"), &["users".to_string()], &found);
+        assert_eq!(tags.len(), 13);
         assert_eq!(tags[3], "entity:User:0");
+        found.truncated = true;
+        assert_eq!(entry_tags(None, &[], &found)[0], OVERFLOW_TAG);
     }
 }

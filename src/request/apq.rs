@@ -7,7 +7,9 @@
 //! never answers for another hash.
 
 use crate::effects::store::SharedStore;
+use crate::request::key::SlotKey;
 use sha2::{Digest, Sha256};
+use std::hash::Hasher;
 
 const SLOT_PREFIX: &str = "graphql-cache/v1/apq/";
 const MAGIC: &[u8; 4] = b"GQLA";
@@ -25,23 +27,32 @@ pub fn sha256_hex(query: &str) -> String {
 pub struct ApqTable {
     slots: u32,
     max_query_bytes: usize,
+    secret: SlotKey,
 }
 
 impl ApqTable {
     /// `slots` 0 turns persisted queries off (hash-only requests pass through).
-    pub fn new(slots: u32, max_query_bytes: usize) -> Self {
+    pub fn new(slots: u32, max_query_bytes: usize, secret: SlotKey) -> Self {
         ApqTable {
             slots,
             max_query_bytes,
+            secret,
         }
     }
 
+    /// Placed by the deployment's secret, like cache slots: a client cannot aim queries at the
+    /// slot of a hot hash to evict it.
     fn slot_name(&self, sha256: &str) -> Option<String> {
-        if self.slots == 0 || sha256.len() < 16 {
+        if self.slots == 0 {
             return None;
         }
-        let head = u64::from_str_radix(&sha256[..16], 16).ok()?;
-        Some(format!("{SLOT_PREFIX}{}", head % u64::from(self.slots)))
+        #[allow(deprecated)] // SipHash-2-4 with keys: a stable PRF.
+        let mut h = std::hash::SipHasher::new_with_keys(self.secret.0, self.secret.1);
+        h.write(sha256.as_bytes());
+        Some(format!(
+            "{SLOT_PREFIX}{}",
+            h.finish() % u64::from(self.slots)
+        ))
     }
 
     /// The query text whose SHA-256 is `sha256` (lower-case hex), if it was taught.
@@ -100,7 +111,7 @@ mod tests {
     #[test]
     fn only_checked_hashes_are_learned() {
         let store = MapStore::default();
-        let t = ApqTable::new(16, 1024);
+        let t = ApqTable::new(16, 1024, SlotKey(1, 2));
         let q = "{ users { id } }";
         let h = sha256_hex(q);
         assert_eq!(t.lookup(&store, &h), None);
@@ -117,7 +128,7 @@ mod tests {
     #[test]
     fn bounded_by_slots_and_size_and_off_at_zero() {
         let store = MapStore::default();
-        let t = ApqTable::new(4, 64);
+        let t = ApqTable::new(4, 64, SlotKey(1, 2));
         for i in 0..100 {
             let q = format!("{{ f{i} }}");
             t.learn(&store, &sha256_hex(&q), &q);
@@ -125,7 +136,7 @@ mod tests {
         assert!(store.0.borrow().len() <= 4);
         let big = "x".repeat(65);
         assert!(!t.learn(&store, &sha256_hex(&big), &big));
-        let off = ApqTable::new(0, 1024);
+        let off = ApqTable::new(0, 1024, SlotKey(1, 2));
         assert!(!off.learn(&store, &sha256_hex("{ a }"), "{ a }"));
         assert_eq!(off.lookup(&store, &sha256_hex("{ a }")), None);
     }

@@ -54,6 +54,8 @@ pub struct Classified {
     pub policy: RequestPolicy,
     /// A checked persisted-query hash and its text, to teach the table.
     pub teaches: Option<Rc<(String, String)>>,
+    /// A persisted query sent by its hash alone (resolved from the table).
+    pub hash_only: bool,
 }
 
 /// The method persisted queries are keyed with, GET or POST alike.
@@ -68,6 +70,8 @@ pub struct Decided {
     pub operation: Rc<OperationTags>,
     /// See [`Classified::teaches`].
     pub teaches: Option<Rc<(String, String)>>,
+    /// See [`Classified::hash_only`].
+    pub hash_only: bool,
 }
 
 impl From<Classified> for Decided {
@@ -80,6 +84,7 @@ impl From<Classified> for Decided {
                 root_fields: c.operation.root_fields,
             }),
             teaches: c.teaches,
+            hash_only: c.hash_only,
         }
     }
 }
@@ -265,6 +270,7 @@ fn identify(
     mut req: GraphQlRequest,
     persisted: Resolve<'_>,
 ) -> Result<Classified, Bypass> {
+    let hash_only = req.persisted.as_ref().is_some_and(|p| !p.with_query);
     let teaches = resolve_persisted(&mut req, persisted)?;
     let operation = canonicalize(&req.query, req.operation_name.as_deref(), config.limits())
         .map_err(|e| match e {
@@ -300,6 +306,7 @@ fn identify(
         operation,
         policy,
         teaches,
+        hash_only,
     })
 }
 

@@ -20,7 +20,7 @@ use crate::request::key::CacheKey;
 use crate::request::rules::{Lifetimes, Scope};
 use crate::worker::answer::{CACHE_HEADER, KEY_HEADER, REASON_HEADER};
 use crate::worker::capture::{Capture, Chunk};
-use crate::worker::join::{join, refresh, Joined, Miss};
+use crate::worker::join::{join, refresh, Joined, Miss, Refresh};
 use crate::worker::lookup::{find, serve, Found};
 use crate::worker::purge::{self, purge_api, AtHeaders};
 use crate::worker::read::{read_head, read_identity, read_route};
@@ -155,20 +155,27 @@ impl Exchange {
     ) -> Flow {
         match self.state {
             State::AwaitingBody(_) | State::PurgeBody => {
-                let watching = cx.worker.borrow().watchdog.watching();
+                // Let go by the watchdog: the request is upstream already, whatever comes now.
+                let (released, watching) = {
+                    let mut w = cx.worker.borrow_mut();
+                    (
+                        w.outcomes.remove(&self.context).is_some(),
+                        w.watchdog.watching(),
+                    )
+                };
                 if watching {
                     let now = cx.host.now_ms();
-                    let arrival = {
-                        let mut w = cx.worker.borrow_mut();
-                        let released = w.outcomes.remove(&self.context).is_some();
-                        w.watchdog.body_arrived(self.context, now, released)
-                    };
-                    if let BodyArrival::AlreadyReleased { concluded } = arrival {
-                        if concluded {
-                            cx.host.log(LogLevel::Error, OPTION_OFF_LOG);
-                        }
-                        return self.bypass(cx, Bypass::BodyNotDelivered);
+                    let arrival =
+                        cx.worker
+                            .borrow_mut()
+                            .watchdog
+                            .body_arrived(self.context, now, released);
+                    if let BodyArrival::AlreadyReleased { concluded: true } = arrival {
+                        cx.host.log(LogLevel::Error, OPTION_OFF_LOG);
                     }
+                }
+                if released {
+                    return self.bypass(cx, Bypass::BodyNotDelivered);
                 }
             }
             // Decided at the headers (a GET with a body): it stays held until answered or released.
@@ -242,13 +249,16 @@ impl Exchange {
         }
         match &self.state {
             // Shadow mode never changes an answer (but for debugging).
-            State::Bypassed(_) if cx.plugin.config.shadow && !cx.plugin.config.debug_headers => {}
             State::Shadow { .. } => self.shadow_headers(cx, end_of_stream),
             State::Bypassed(reason) => {
                 let reason = *reason;
-                cx.host.set_response_header(CACHE_HEADER, "BYPASS");
-                if cx.plugin.config.debug_headers {
-                    cx.host.set_response_header(REASON_HEADER, reason.as_str());
+                // Shadow mode never changes an answer (but for debugging); mutations still purge.
+                let config = &cx.plugin.config;
+                if !config.shadow || config.debug_headers {
+                    cx.host.set_response_header(CACHE_HEADER, "BYPASS");
+                    if config.debug_headers {
+                        cx.host.set_response_header(REASON_HEADER, reason.as_str());
+                    }
                 }
                 if reason == Bypass::Mutation && !end_of_stream {
                     self.watch_mutation(cx);
@@ -318,6 +328,15 @@ impl Exchange {
         if reason.is_rejected_input() {
             cx.host.count(Counter::RejectedInputs);
         }
+        // A mutation's answer is read for what it changed: uncompressed (the compressor in front
+        // still encodes it for its client). Shadow mode changes no request.
+        let config = &cx.plugin.config;
+        if reason == Bypass::Mutation
+            && config.mutation_invalidation != MutationInvalidation::Off
+            && !config.shadow
+        {
+            cx.host.set_request_header("accept-encoding", IDENTITY);
+        }
         self.state = State::Bypassed(reason);
         Flow::Continue
     }
@@ -367,27 +386,35 @@ impl Exchange {
         if config.shadow {
             return self.shadow_lookup(cx, key, now);
         }
-        let miss = Miss {
+        let names_caller = key_names_caller(decided.policy.scope, &config.vary_headers, &head.vary);
+        let miss = |body: Option<Vec<u8>>| Miss {
             context: self.context,
             key,
             head,
             body,
-            asked,
-            key_names_caller: key_names_caller(decided.policy.scope, &head.vary),
+            asked: asked.clone(),
+            key_names_caller: names_caller,
             now,
         };
+        // A hash-only persisted query resolved here sends the hash alone: an origin that does not
+        // know it would answer `PersistedQueryNotFound` for everyone, so it never fetches for
+        // others.
+        let may_fetch_for_others = config.coalesce && !decided.hash_only;
         match find(cx.plugin, cx.worker, cx.host, &key, now) {
             Found::Fresh(entry) if serve(cx.plugin, cx.host, &entry, &key, now, "HIT", head) => {
                 cx.host.count(Counter::Hits);
                 self.state = State::Served;
                 return Flow::Pause;
             }
-            Found::Stale(entry) if serve(cx.plugin, cx.host, &entry, &key, now, "STALE", head) => {
+            // Stale only while a refresh runs (or has just been started): otherwise a miss.
+            Found::Stale(entry)
+                if may_fetch_for_others
+                    && refresh(cx.plugin, cx.worker, cx.host, miss(body.clone()))
+                        != Refresh::Impossible
+                    && serve(cx.plugin, cx.host, &entry, &key, now, "STALE", head) =>
+            {
                 cx.host.count(Counter::StaleServed);
                 self.state = State::Served;
-                if config.coalesce {
-                    refresh(cx.plugin, cx.worker, cx.host, miss);
-                }
                 return Flow::Pause;
             }
             _ => {}
@@ -397,10 +424,10 @@ impl Exchange {
         cx.host.set_request_header("accept-encoding", IDENTITY);
         // A conditional request goes alone: its answer may be a 304 meant for its validators.
         let too_large = cx.worker.borrow().too_large.contains(&key);
-        if config.coalesce
+        if may_fetch_for_others
             && !head.conditional()
             && !too_large
-            && join(cx.plugin, cx.worker, cx.host, miss) == Joined::Waiting
+            && join(cx.plugin, cx.worker, cx.host, miss(body)) == Joined::Waiting
         {
             self.state = State::Waiting { key };
             return Flow::Pause;
@@ -489,7 +516,10 @@ impl Exchange {
         }
         let headers = cx.host.response_headers();
         let status = upstream_status(&headers).unwrap_or(0);
-        if status == 200 {
+        let encoded = headers.iter().any(|(n, v)| {
+            n == "content-encoding" && !v.trim_ascii().eq_ignore_ascii_case(b"identity")
+        });
+        if status == 200 && !encoded {
             self.state = State::Mutation {
                 body: Some(Vec::new()),
                 status,

@@ -84,25 +84,39 @@ pub fn join(
     Joined::Waiting
 }
 
+/// What became of a refresh.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refresh {
+    /// This worker now refreshes the key.
+    Started,
+    /// A worker fetches the key already.
+    Running,
+    /// No refresh can run for this request (no wake-up queue, a header the callout cannot
+    /// carry): its stale entry must not be served as if one did.
+    Impossible,
+}
+
 /// Starts a background refresh of a stale entry, unless some worker already fetches the key.
-/// Returns whether this worker now refreshes it.
 pub fn refresh(
     plugin: &Plugin,
     worker: &RefCell<Worker>,
     host: &impl RequestHost,
     miss: Miss<'_>,
-) -> bool {
+) -> Refresh {
     let (key, now) = (miss.key, miss.now);
     if worker.borrow().waiters.contains(&key) {
-        return false;
+        return Refresh::Running;
     }
     let Some(fetch) = shared_fetch(plugin, host, miss) else {
-        return false;
+        return Refresh::Impossible;
     };
     let Some((id, queue)) = identity(worker) else {
-        return false;
+        return Refresh::Impossible;
     };
     let lease = plugin.lease_ms();
+    let alive = Alive::read(host, now);
+    // In flight elsewhere, or its slot busy with another key: someone fetches, or the next
+    // request tries again.
     if plugin.flights.join(
         host,
         &key,
@@ -111,17 +125,17 @@ pub fn refresh(
         now,
         lease,
         JoinMode::LeadOnly,
-        &Alive::read(host, now),
+        &alive,
     ) != Join::Lead
     {
-        return false;
+        return Refresh::Running;
     }
     worker.borrow_mut().waiters.start_refresh(key, now);
     if !lead(plugin, worker, host, fetch) {
-        return false;
+        return Refresh::Impossible;
     }
     host.count(Counter::Refreshes);
-    true
+    Refresh::Started
 }
 
 fn shared_fetch(plugin: &Plugin, host: &impl RequestHost, miss: Miss<'_>) -> Option<SharedFetch> {

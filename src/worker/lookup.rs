@@ -87,13 +87,13 @@ pub fn find(
 }
 
 /// Within stale-while-revalidate: expired less than its window ago, or soft-purged (stale from
-/// now on) with a window at all.
+/// then on) with its window not yet over.
 fn may_serve_stale(bytes: &[u8], now: u64, marks: Verdict) -> bool {
     let Ok(e) = Entry::decode(bytes) else {
         return false;
     };
     match marks {
-        Verdict::Stale => e.stale_ms > 0,
+        Verdict::Stale => e.stale_ms > 0 && now < e.stale_until_ms(),
         _ => now < e.stale_until_ms(),
     }
 }

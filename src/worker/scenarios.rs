@@ -804,7 +804,9 @@ fn a_mutation_purges_the_entities_it_returns() {
     let mutation =
         r#"{"query":"mutation { updateUser(id: 1, name: \"A\") { __typename id name } }"}"#;
     let (mut x, flow) = b.post(3, mutation, &[]);
-    assert_eq!(flow, Flow::Continue, "the mutation goes upstream untouched");
+    assert_eq!(flow, Flow::Continue, "the mutation goes upstream");
+    let asked_for = crate::effects::host::RequestHost::request_header(&b.host, "accept-encoding");
+    assert_eq!(asked_for.as_deref(), Some(&b"identity"[..]), "its answer is read uncompressed");
     *b.host.response_headers.borrow_mut() = vec![
         (":status".into(), b"200".to_vec()),
         ("content-type".into(), b"application/json".to_vec()),
@@ -912,8 +914,14 @@ fn a_hash_only_request_is_keyed_as_its_full_text_twin() {
 fn an_answer_over_max_entry_bytes_never_enters_the_vm_and_everyone_goes_upstream() {
     let (a, b) = envoy(r#"{"max_entry_bytes":1024}"#);
     let token = one_flight_on_two_workers(&a, &b);
+    *a.host.callout.borrow_mut() = (vec![(":status".into(), b"200".to_vec())], Vec::new());
+    let key = a.worker.borrow().fetches[&token].key;
     a.host.begin_callback();
     crate::worker::shared_fetch::on_callout(&a.plugin, &a.worker, &a.host, token, 3, 1_000_000);
+    assert!(
+        a.worker.borrow().too_large.contains(&key),
+        "a 200 that large: remembered"
+    );
     assert_eq!(
         a.host.callout_body_reads.get(),
         0,
@@ -968,4 +976,76 @@ fn requests_without_credentials_never_share_a_caller_dependent_answer() {
         answer(429, &[("content-type", "application/json")], "{}"),
     );
     assert_eq!(*a.host.resumed.borrow(), vec![2]);
+}
+
+#[test]
+fn no_stale_answer_without_a_refresh_to_replace_it() {
+    // Without coalescing there is no shared fetch to refresh with: expired is a miss.
+    let (a, _b) =
+        envoy(r#"{"ttl_seconds":1,"stale_while_revalidate_seconds":10,"coalesce":false}"#);
+    let (mut x, _) = a.post(1, QUERY, &[]);
+    *a.host.response_headers.borrow_mut() = vec![
+        (":status".into(), b"200".to_vec()),
+        ("content-type".into(), b"application/json".to_vec()),
+    ];
+    x.on_response_headers(&a.cx(), false);
+    *a.host.response_chunk.borrow_mut() = ANSWER.as_bytes().to_vec();
+    x.on_response_body(&a.cx(), ANSWER.len(), true);
+    a.host.advance(1001);
+    let (_, flow) = a.post(2, QUERY, &[]);
+    assert_eq!(flow, Flow::Continue, "a miss, not STALE");
+    assert!(a.host.reply_to(2).is_none());
+}
+
+#[test]
+fn a_soft_purge_does_not_revive_an_entry_past_its_window() {
+    let config = r#"{"ttl_seconds":1,"stale_while_revalidate_seconds":2,"stale_if_error_seconds":300,
+        "purge_path":"/purge","purge_token":"0123456789abcdef"}"#;
+    let (a, _b) = envoy(config);
+    a.fill(1, USER, USER_ANSWER);
+    a.host.advance(10_000);
+    a.purge(
+        2,
+        "0123456789abcdef",
+        r#"[{"kind":"type","type":"User","soft":true}]"#,
+    );
+    a.host.advance(1);
+    assert!(!a.hits(3, USER));
+    assert_ne!(
+        a.host
+            .reply_to(3)
+            .and_then(|r| r.header("x-cache").map(String::from)),
+        Some("STALE".into())
+    );
+}
+
+#[test]
+fn a_released_request_s_body_after_the_watch_ended_still_passes_through() {
+    let (a, _b) = envoy("{}");
+    let held = |ctx: u32| {
+        a.host.context.set(ctx);
+        *a.host.request_headers.borrow_mut() = vec![
+            (":method".into(), b"POST".to_vec()),
+            (":path".into(), b"/graphql".to_vec()),
+            ("content-type".into(), b"application/json".to_vec()),
+        ];
+        *a.host.request_body.borrow_mut() = QUERY.as_bytes().to_vec();
+        let mut x = Exchange::new(ctx);
+        x.on_request_headers(&a.cx(), false);
+        x
+    };
+    let mut slow = held(1);
+    a.host.advance(1000);
+    a.tick();
+    // Another request's body arrives during its hold: the watch ends.
+    let (_, _) = a.post(2, QUERY, &[]);
+    assert!(!a.worker.borrow().watchdog.watching());
+    // The released request's body comes at last: it is upstream already, never looked up.
+    a.host.context.set(1);
+    assert_eq!(
+        slow.on_request_body(&a.cx(), QUERY.len(), true),
+        Flow::Continue
+    );
+    assert!(a.host.reply_to(1).is_none());
+    assert_eq!(a.host.counted(Counter::Bypasses), 1);
 }

@@ -27,7 +27,7 @@ pub enum FetchResult {
     },
     /// A body over `max_entry_bytes`: left in Envoy, never copied into the VM; every waiter goes
     /// upstream on its own (the router streams it), so memory stays bounded by configuration.
-    TooLarge,
+    TooLarge { status: Option<u16> },
 }
 
 /// Root: a callout answered; reads it (never after a reset, never a body over the bound) and
@@ -43,7 +43,9 @@ pub fn on_callout(
     let result = if num_headers == 0 {
         FetchResult::Reset
     } else if body_size > plugin.config.max_entry_bytes {
-        FetchResult::TooLarge
+        FetchResult::TooLarge {
+            status: upstream_status(&host.callout_headers()),
+        }
     } else {
         FetchResult::Answer {
             headers: host.callout_headers(),
@@ -125,9 +127,12 @@ pub fn on_fetch_response(
             finish(plugin, worker, host, &fetch, Ok(failure), &fetch_failed());
             return;
         }
-        FetchResult::TooLarge => {
+        FetchResult::TooLarge { status } => {
             host.count(Counter::StoreSkipped);
-            worker.borrow_mut().too_large.insert(fetch.key);
+            // Remembered for answers the key gives normally; one large error page proves nothing.
+            if status == Some(200) {
+                worker.borrow_mut().too_large.insert(fetch.key);
+            }
             finish(
                 plugin,
                 worker,

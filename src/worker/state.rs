@@ -41,7 +41,7 @@ impl Plugin {
             table: SlotTable::new(config.cache_slots, secret),
             flights: FlightTable::new(config.flight_slots, secret),
             purges: PurgeTable::new(config.tag_slots),
-            apq: ApqTable::new(config.apq_slots, config.max_body_bytes),
+            apq: ApqTable::new(config.apq_slots, config.max_body_bytes, secret),
             config,
         }
     }
