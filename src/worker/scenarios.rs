@@ -806,7 +806,11 @@ fn a_mutation_purges_the_entities_it_returns() {
     let (mut x, flow) = b.post(3, mutation, &[]);
     assert_eq!(flow, Flow::Continue, "the mutation goes upstream");
     let asked_for = crate::effects::host::RequestHost::request_header(&b.host, "accept-encoding");
-    assert_eq!(asked_for.as_deref(), Some(&b"identity"[..]), "its answer is read uncompressed");
+    assert_eq!(
+        asked_for.as_deref(),
+        Some(&b"identity"[..]),
+        "its answer is read uncompressed"
+    );
     *b.host.response_headers.borrow_mut() = vec![
         (":status".into(), b"200".to_vec()),
         ("content-type".into(), b"application/json".to_vec()),
