@@ -14,7 +14,7 @@ export ENVOY_BIN := $(ENVOY)
 export GRAPHQL_CACHE_WASM := $(CURDIR)/$(WASM)
 export ORIGIN_BIN := $(CURDIR)/$(ORIGIN)
 
-.PHONY: help tools build wasm origin test lint unit integration validate demo demo-check bench bench-micro fuzz soak clean
+.PHONY: help tools build wasm origin l2 test lint unit integration validate demo demo-check bench bench-micro fuzz soak clean
 
 help:
 	@echo "make demo   - build, start the origin and Envoy with the filter, and walk through it with curl"
@@ -47,7 +47,11 @@ wasm: $(TOOLS)/.rust-target
 origin:
 	$(CARGO) build --release -p graphql-origin
 
-build: wasm origin
+# The fleet's L2 service in front of Redis (issue 11: the filter does not call it yet).
+l2:
+	$(CARGO) build --release -p graphql-cache-l2
+
+build: wasm origin l2
 
 # --- test -------------------------------------------------------------------------------------
 lint: $(TOOLS)/.rust-target
@@ -81,6 +85,7 @@ tests/apollo/node_modules: tests/apollo/package-lock.json
 
 integration: tools build tests/apollo/node_modules
 	$(CARGO) test -p graphql-cache $(addprefix --test ,$(INTEGRATION_TESTS)) -- --test-threads=2
+	$(CARGO) test -p graphql-cache-l2 --tests -- --test-threads=2
 
 # The demo's own walkthrough asserts MISS -> HIT with age and an unchanged origin count.
 demo-check: tools build

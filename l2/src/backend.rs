@@ -1,0 +1,541 @@
+//! Redis access: one connection object (a `ConnectionManager` for a single node, a
+//! `ClusterConnection` for a Cluster), the Lua scripts, and one function per verb. Every verb is ONE
+//! Redis round trip (an EVALSHA; the very first call after a Redis restart adds a SCRIPT LOAD), and
+//! every round trip is bounded by `--redis-timeout-ms`, so a Redis that is down or hung costs a 503,
+//! never a hang.
+
+use std::fmt;
+use std::future::Future;
+use std::sync::{Arc, LazyLock, RwLock};
+use std::time::Duration;
+
+use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
+use redis::cluster::ClusterClientBuilder;
+use redis::cluster_async::ClusterConnection;
+use redis::{Cmd, Pipeline, RedisFuture, RedisResult, Script, Value};
+
+use crate::config::RedisTarget;
+
+/// Format version of stored values: the first byte of every `gc:{key}:v`.
+pub const VALUE_VERSION: u8 = 1;
+pub const PURGE_STREAM: &str = "gc:purges";
+pub const PURGE_MAXLEN: u64 = 10_000;
+
+/// The three Redis names of one cache key, all in the key's hash slot (`{hex}` is the hash tag).
+pub struct Keys {
+    pub value: String,
+    pub lease: String,
+    pub channel: String,
+}
+
+impl Keys {
+    pub fn new(hex: &str) -> Keys {
+        Keys {
+            value: format!("gc:{{{hex}}}:v"),
+            lease: format!("gc:{{{hex}}}:l"),
+            channel: format!("gc:{{{hex}}}:d"),
+        }
+    }
+}
+
+/// The wake-up subscriber's PSUBSCRIBE pattern (matches every key's `gc:{hex}:d`).
+pub const CHANNEL_PATTERN: &str = "gc:{*}:d";
+
+/// The hex key of a `gc:{hex}:d` channel name.
+pub fn channel_key(channel: &str) -> Option<&str> {
+    let hex = channel.strip_prefix("gc:{")?.strip_suffix("}:d")?;
+    (hex.len() == 64).then_some(hex)
+}
+
+/// KEYS: value, lease. ARGV: owner, lease_ms.
+/// {1, value-without-version, value PTTL} | {2} (the caller now holds the lease) | {3, lease PTTL}.
+/// A value whose first byte is not the current version reads as absent. An owner that already
+/// holds the lease leads again (its lease is extended).
+static LOOKUP: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r#"
+local v = redis.call('GET', KEYS[1])
+if v and string.byte(v, 1) == 1 then
+  return {1, string.sub(v, 2), redis.call('PTTL', KEYS[1])}
+end
+if redis.call('SET', KEYS[2], ARGV[1], 'NX', 'PX', ARGV[2]) then
+  return {2}
+end
+if redis.call('GET', KEYS[2]) == ARGV[1] then
+  redis.call('PEXPIRE', KEYS[2], ARGV[2])
+  return {2}
+end
+return {3, redis.call('PTTL', KEYS[2])}
+"#,
+    )
+});
+
+/// KEYS: value, lease. ARGV: ttl_ms, owner, versioned value, channel.
+/// Returns 1 if the owner's lease was released, 0 if the lease was absent or someone else's.
+static STORE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r#"
+redis.call('SET', KEYS[1], ARGV[3], 'PX', ARGV[1])
+local released = 0
+if redis.call('GET', KEYS[2]) == ARGV[2] then
+  redis.call('DEL', KEYS[2])
+  released = 1
+end
+redis.call('PUBLISH', ARGV[4], 's')
+return released
+"#,
+    )
+});
+
+/// KEYS: lease. ARGV: owner, channel. Deletes the lease only if it is the owner's, and then wakes
+/// the waiters (one of them takes the lease). Returns 1 if released.
+static RELEASE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r#"
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  redis.call('DEL', KEYS[1])
+  redis.call('PUBLISH', ARGV[2], 'r')
+  return 1
+end
+return 0
+"#,
+    )
+});
+
+/// KEYS: stream. ARGV: after ('$', '0', 'MS' or 'MS-SEQ'), count.
+/// {last, gap, entries}: entries are XRANGE's (after, +] (at most count); last is the last entry's
+/// id, else `after` (for '$': the stream's newest id, or '0'); gap is 1 when the stream has lost
+/// entries (MAXLEN trimming) and its oldest remaining entry is newer than `after`: the reader may
+/// have missed purges (conservative: also 1 when only `after` itself was trimmed, which takes a
+/// reader about MAXLEN entries behind).
+static PURGES: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r#"
+local key, after = KEYS[1], ARGV[1]
+if redis.call('EXISTS', key) == 0 then
+  if after == '$' then return {'0', 0, {}} end
+  return {after, 0, {}}
+end
+if after == '$' then
+  local newest = redis.call('XREVRANGE', key, '+', '-', 'COUNT', 1)
+  if #newest == 0 then return {'0', 0, {}} end
+  return {newest[1][1], 0, {}}
+end
+local function parse(id)
+  local ms, seq = string.match(id, '^(%d+)-(%d+)$')
+  if ms == nil then return tonumber(id), 0 end
+  return tonumber(ms), tonumber(seq)
+end
+local entries = redis.call('XRANGE', key, '(' .. after, '+', 'COUNT', ARGV[2])
+local info = redis.call('XINFO', 'STREAM', key)
+local f = {}
+for i = 1, #info, 2 do f[info[i]] = info[i + 1] end
+local gap = 0
+local added, length, first = f['entries-added'], f['length'], f['recorded-first-entry-id']
+if added and length and first and added > length then
+  local fm, fs = parse(first)
+  local am, as = parse(after)
+  if fm > am or (fm == am and fs > as) then gap = 1 end
+end
+local last = after
+if #entries > 0 then last = entries[#entries][1] end
+return {last, gap, entries}
+"#,
+    )
+});
+
+/// One connection object, cheap to clone (both kinds share their underlying connections).
+#[derive(Clone)]
+pub enum Conn {
+    Single(ConnectionManager),
+    Cluster(ClusterConnection),
+}
+
+impl ConnectionLike for Conn {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        match self {
+            Conn::Single(c) => c.req_packed_command(cmd),
+            Conn::Cluster(c) => c.req_packed_command(cmd),
+        }
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        cmd: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        match self {
+            Conn::Single(c) => c.req_packed_commands(cmd, offset, count),
+            Conn::Cluster(c) => c.req_packed_commands(cmd, offset, count),
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        match self {
+            Conn::Single(c) => c.get_db(),
+            Conn::Cluster(c) => c.get_db(),
+        }
+    }
+}
+
+/// Why a verb could not be served; every variant answers 503.
+#[derive(Debug)]
+pub enum Fail {
+    NotConnected,
+    Timeout,
+    Redis(redis::RedisError),
+    Reply(&'static str),
+}
+
+impl fmt::Display for Fail {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Fail::NotConnected => write!(f, "redis not connected"),
+            Fail::Timeout => write!(f, "redis timeout"),
+            Fail::Redis(e) => write!(f, "redis error: {e}"),
+            Fail::Reply(what) => write!(f, "unexpected redis reply: {what}"),
+        }
+    }
+}
+
+pub enum Lookup {
+    Hit { value: Vec<u8>, ttl_ms: i64 },
+    Lead,
+    Busy { lease_ms: i64 },
+}
+
+pub struct PurgeEntry {
+    pub id: String,
+    pub data: Vec<u8>,
+}
+
+pub struct Purges {
+    pub last: String,
+    pub gap: bool,
+    pub entries: Vec<PurgeEntry>,
+}
+
+pub struct Backend {
+    target: RedisTarget,
+    conn: RwLock<Option<Conn>>,
+    timeout: Duration,
+}
+
+async fn open(target: &RedisTarget, timeout: Duration) -> RedisResult<Conn> {
+    let connect_timeout = timeout.max(Duration::from_millis(100));
+    match target {
+        RedisTarget::Single(url) => {
+            let client = redis::Client::open(url.as_str())?;
+            // No retry loop inside the manager: a reconnect is one attempt, started by the first
+            // command that finds the connection broken (commands during it wait for it, bounded by
+            // our timeout). With retries its backoff starts at 1 s (backon's minimum) and grows to
+            // minutes, and every command would wait on the whole backoff: that is what made a
+            // restarted Redis unreachable for long.
+            let config = ConnectionManagerConfig::new()
+                .set_number_of_retries(0)
+                .set_connection_timeout(connect_timeout)
+                .set_response_timeout(timeout.max(Duration::from_millis(500)));
+            Ok(Conn::Single(
+                ConnectionManager::new_with_config(client, config).await?,
+            ))
+        }
+        RedisTarget::Cluster(urls) => {
+            let client = ClusterClientBuilder::new(urls.clone())
+                .connection_timeout(connect_timeout)
+                .response_timeout(timeout.max(Duration::from_millis(500)))
+                .retries(3)
+                .min_retry_wait(5)
+                .max_retry_wait(50)
+                .build()?;
+            Ok(Conn::Cluster(client.get_async_connection().await?))
+        }
+    }
+}
+
+fn int(v: Option<&Value>) -> Option<i64> {
+    match v? {
+        Value::Int(n) => Some(*n),
+        _ => None,
+    }
+}
+
+fn bytes(v: Option<&Value>) -> Option<Vec<u8>> {
+    match v? {
+        Value::BulkString(b) => Some(b.clone()),
+        Value::SimpleString(s) => Some(s.clone().into_bytes()),
+        _ => None,
+    }
+}
+
+fn text(v: Option<&Value>) -> Option<String> {
+    bytes(v).and_then(|b| String::from_utf8(b).ok())
+}
+
+fn array(v: Option<&Value>) -> Option<&[Value]> {
+    match v? {
+        Value::Array(a) => Some(a),
+        _ => None,
+    }
+}
+
+/// Takes the reply apart without copying the value (up to --max-value-bytes).
+fn parse_lookup(v: Value) -> Option<Lookup> {
+    let Value::Array(a) = v else {
+        return None;
+    };
+    let mut a = a.into_iter();
+    match int(a.next().as_ref())? {
+        1 => {
+            let value = match a.next()? {
+                Value::BulkString(b) => b,
+                _ => return None,
+            };
+            Some(Lookup::Hit {
+                value,
+                ttl_ms: int(a.next().as_ref()).unwrap_or(-1),
+            })
+        }
+        2 => Some(Lookup::Lead),
+        3 => Some(Lookup::Busy {
+            lease_ms: int(a.next().as_ref()).unwrap_or(-1),
+        }),
+        _ => None,
+    }
+}
+
+fn parse_purges(v: &Value) -> Option<Purges> {
+    let a = array(Some(v))?;
+    let last = text(a.first())?;
+    let gap = int(a.get(1))? != 0;
+    let mut entries = Vec::new();
+    for e in array(a.get(2))? {
+        let e = array(Some(e))?;
+        let id = text(e.first())?;
+        let fields = array(e.get(1))?;
+        let mut data = Vec::new();
+        for pair in fields.chunks(2) {
+            if text(pair.first()).as_deref() == Some("d") {
+                data = bytes(pair.get(1))?;
+            }
+        }
+        entries.push(PurgeEntry { id, data });
+    }
+    Some(Purges { last, gap, entries })
+}
+
+impl Backend {
+    pub fn new(target: RedisTarget, timeout: Duration) -> Arc<Backend> {
+        Arc::new(Backend {
+            target,
+            conn: RwLock::new(None),
+            timeout,
+        })
+    }
+
+    fn current(&self) -> Option<Conn> {
+        match self.conn.read() {
+            Ok(g) => g.clone(),
+            Err(poisoned) => poisoned.into_inner().clone(),
+        }
+    }
+
+    fn set(&self, c: Conn) {
+        match self.conn.write() {
+            Ok(mut g) => *g = Some(c),
+            Err(poisoned) => *poisoned.into_inner() = Some(c),
+        }
+    }
+
+    /// Opens the connection, retrying every 250 ms until it works. Once open, the connection object
+    /// reconnects by itself (ConnectionManager / ClusterConnection), so this ends.
+    pub async fn connect_until_up(self: Arc<Self>) {
+        let mut attempts: u64 = 0;
+        loop {
+            let attempt =
+                tokio::time::timeout(Duration::from_secs(2), open(&self.target, self.timeout));
+            let error = match attempt.await {
+                Ok(Ok(c)) => {
+                    self.set(c);
+                    if attempts > 0 {
+                        eprintln!("graphql-cache-l2: connected to redis");
+                    }
+                    return;
+                }
+                Ok(Err(e)) => e.to_string(),
+                Err(_) => "timeout".to_string(),
+            };
+            // The first failure, then one line a minute.
+            if attempts.is_multiple_of(240) {
+                eprintln!("graphql-cache-l2: connecting to redis: {error} (retrying every 250 ms)");
+            }
+            attempts += 1;
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+    }
+
+    pub fn is_connected(&self) -> bool {
+        self.current().is_some()
+    }
+
+    /// Runs one round trip on the shared connection, bounded by `limit`.
+    async fn exec<T, F, Fut>(&self, limit: Duration, f: F) -> Result<T, Fail>
+    where
+        F: FnOnce(Conn) -> Fut,
+        Fut: Future<Output = RedisResult<T>>,
+    {
+        let conn = self.current().ok_or(Fail::NotConnected)?;
+        match tokio::time::timeout(limit, f(conn)).await {
+            Ok(Ok(v)) => Ok(v),
+            Ok(Err(e)) => Err(Fail::Redis(e)),
+            Err(_) => Err(Fail::Timeout),
+        }
+    }
+
+    pub async fn ping(&self, limit: Duration) -> Result<(), Fail> {
+        let v: Value = self
+            .exec(limit, |mut c| async move {
+                redis::cmd("PING").query_async(&mut c).await
+            })
+            .await?;
+        match v {
+            Value::ServerError(_) => Err(Fail::Reply("PING")),
+            _ => Ok(()),
+        }
+    }
+
+    pub async fn lookup(&self, k: &Keys, owner: &str, lease_ms: u64) -> Result<Lookup, Fail> {
+        let v: Value = self
+            .exec(self.timeout, |mut c| async move {
+                let mut inv = LOOKUP.prepare_invoke();
+                inv.key(&k.value).key(&k.lease).arg(owner).arg(lease_ms);
+                inv.invoke_async(&mut c).await
+            })
+            .await?;
+        parse_lookup(v).ok_or(Fail::Reply("lookup script"))
+    }
+
+    /// Stores `[VALUE_VERSION] + body`; returns whether `owner`'s lease was released.
+    pub async fn store(
+        &self,
+        k: &Keys,
+        owner: &str,
+        ttl_ms: u64,
+        body: &[u8],
+    ) -> Result<bool, Fail> {
+        let mut versioned = Vec::with_capacity(body.len() + 1);
+        versioned.push(VALUE_VERSION);
+        versioned.extend_from_slice(body);
+        let versioned = &versioned;
+        let n: i64 = self
+            .exec(self.timeout, |mut c| async move {
+                let mut inv = STORE.prepare_invoke();
+                inv.key(&k.value)
+                    .key(&k.lease)
+                    .arg(ttl_ms)
+                    .arg(owner)
+                    .arg(versioned.as_slice())
+                    .arg(&k.channel);
+                inv.invoke_async(&mut c).await
+            })
+            .await?;
+        Ok(n == 1)
+    }
+
+    pub async fn release(&self, k: &Keys, owner: &str) -> Result<bool, Fail> {
+        let n: i64 = self
+            .exec(self.timeout, |mut c| async move {
+                let mut inv = RELEASE.prepare_invoke();
+                inv.key(&k.lease).arg(owner).arg(&k.channel);
+                inv.invoke_async(&mut c).await
+            })
+            .await?;
+        Ok(n == 1)
+    }
+
+    /// XADD gc:purges MAXLEN ~ 10000 * d <data>; returns the entry id.
+    pub async fn purge(&self, data: &[u8]) -> Result<String, Fail> {
+        self.exec(self.timeout, |mut c| async move {
+            redis::cmd("XADD")
+                .arg(PURGE_STREAM)
+                .arg("MAXLEN")
+                .arg("~")
+                .arg(PURGE_MAXLEN)
+                .arg("*")
+                .arg("d")
+                .arg(data)
+                .query_async(&mut c)
+                .await
+        })
+        .await
+    }
+
+    pub async fn purges(&self, after: &str, count: usize) -> Result<Purges, Fail> {
+        let v: Value = self
+            .exec(self.timeout, |mut c| async move {
+                let mut inv = PURGES.prepare_invoke();
+                inv.key(PURGE_STREAM).arg(after).arg(count);
+                inv.invoke_async(&mut c).await
+            })
+            .await?;
+        parse_purges(&v).ok_or(Fail::Reply("purges script"))
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_share_the_hash_tag() {
+        let hex = "ab".repeat(32);
+        let k = Keys::new(&hex);
+        assert_eq!(k.value, format!("gc:{{{hex}}}:v"));
+        assert_eq!(k.lease, format!("gc:{{{hex}}}:l"));
+        assert_eq!(channel_key(&k.channel), Some(hex.as_str()));
+        assert_eq!(channel_key("gc:{abc}:d"), None);
+        assert_eq!(channel_key("other"), None);
+    }
+
+    #[test]
+    fn parses_script_replies() {
+        let hit = Value::Array(vec![
+            Value::Int(1),
+            Value::BulkString(b"xy".to_vec()),
+            Value::Int(900),
+        ]);
+        match parse_lookup(hit) {
+            Some(Lookup::Hit { value, ttl_ms }) => {
+                assert_eq!(value, b"xy");
+                assert_eq!(ttl_ms, 900);
+            }
+            _ => panic!("not a hit"),
+        }
+        assert!(matches!(
+            parse_lookup(Value::Array(vec![Value::Int(2)])),
+            Some(Lookup::Lead)
+        ));
+        assert!(matches!(
+            parse_lookup(Value::Array(vec![Value::Int(3), Value::Int(40)])),
+            Some(Lookup::Busy { lease_ms: 40 })
+        ));
+        assert!(parse_lookup(Value::Nil).is_none());
+        let p = Value::Array(vec![
+            Value::BulkString(b"5-0".to_vec()),
+            Value::Int(0),
+            Value::Array(vec![Value::Array(vec![
+                Value::BulkString(b"5-0".to_vec()),
+                Value::Array(vec![
+                    Value::BulkString(b"d".to_vec()),
+                    Value::BulkString(b"\x00\xff".to_vec()),
+                ]),
+            ])]),
+        ]);
+        let p = parse_purges(&p).unwrap();
+        assert_eq!(p.last, "5-0");
+        assert!(!p.gap);
+        assert_eq!(p.entries.len(), 1);
+        assert_eq!(p.entries[0].data, b"\x00\xff");
+    }
+}

@@ -1,0 +1,118 @@
+//! graphql-cache-l2: the fleet's shared (L2) cache and lease service, stateless, in front of Redis
+//! (one node or a Cluster). The Envoy filter reaches it with HTTP callouts; see l2/README.md for the
+//! API.
+
+mod api;
+mod backend;
+mod config;
+mod metrics;
+mod wake;
+
+use std::io::Write as _;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::serve::ListenerExt as _;
+
+use crate::config::{Config, Parsed, USAGE};
+
+fn main() -> ExitCode {
+    let config = match config::parse(std::env::args().skip(1)) {
+        Ok(Parsed::Run(c)) => c,
+        Ok(Parsed::Help) => {
+            println!("{USAGE}");
+            return ExitCode::SUCCESS;
+        }
+        Err(msg) => {
+            eprintln!("graphql-cache-l2: {msg}\n{USAGE}");
+            return ExitCode::from(2);
+        }
+    };
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("graphql-cache-l2: starting the runtime: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    match runtime.block_on(run(config)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(msg) => {
+            eprintln!("graphql-cache-l2: {msg}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = ctrl_c => {}
+                    _ = term.recv() => {}
+                }
+            }
+            Err(_) => {
+                let _ = ctrl_c.await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = ctrl_c.await;
+    }
+}
+
+async fn run(config: Config) -> Result<(), String> {
+    let metrics = Arc::new(metrics::Metrics::default());
+    let wake = Arc::new(wake::Wakeups::default());
+    let backend = backend::Backend::new(config.redis.clone(), config.redis_timeout);
+
+    // First connection: wait for it briefly so a service started next to a running Redis is
+    // ready when it says so; if Redis is not there yet, keep trying in the background (requests
+    // answer 503 meanwhile).
+    let connecting = tokio::spawn(backend.clone().connect_until_up());
+    let _ = tokio::time::timeout(Duration::from_secs(2), async {
+        while !backend.is_connected() {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await;
+    drop(connecting);
+    tokio::spawn(wake::run(
+        wake.clone(),
+        metrics.clone(),
+        config.redis.nodes(),
+        matches!(config.redis, config::RedisTarget::Cluster(_)),
+    ));
+
+    let listener = tokio::net::TcpListener::bind(config.listen)
+        .await
+        .map_err(|e| format!("--listen {}: {e}", config.listen))?;
+    let local = listener
+        .local_addr()
+        .map_err(|e| format!("--listen {}: {e}", config.listen))?;
+    let app = Arc::new(api::App {
+        backend,
+        wake,
+        metrics,
+        max_value_bytes: config.max_value_bytes,
+        max_wait: config.max_wait,
+    });
+    let listener = listener.tap_io(|tcp| {
+        let _ = tcp.set_nodelay(true);
+    });
+    println!("listening on {local}");
+    let _ = std::io::stdout().flush();
+    axum::serve(listener, api::router(app))
+        .with_graceful_shutdown(shutdown_signal())
+        .await
+        .map_err(|e| format!("serving: {e}"))
+}

@@ -1,0 +1,71 @@
+//! The service against a 3-master Redis Cluster.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+
+use common::{key, lookup_store_wait, report, Cluster, L2};
+
+#[test]
+fn cluster_lookup_store_wait_and_purges() {
+    let mut cluster = Cluster::start();
+    let urls = cluster.urls();
+    let l2 = L2::start(&["--redis-cluster", &urls]);
+    // One wake-up subscriber per master.
+    l2.wait_subscribed_n(3);
+    assert_eq!(l2.get("/health").status, 200);
+    // 20 keys spread over the slots of all three masters.
+    let samples = lookup_store_wait(&l2, 20);
+    report("3-master cluster", &samples);
+    println!("cluster rounds (wake ms, store ms): {samples:.2?}");
+    let sizes: Vec<redis::Value> = cluster.nodes.iter().map(|n| n.cmd(&[b"DBSIZE"])).collect();
+    let populated = sizes
+        .iter()
+        .filter(|v| !matches!(v, redis::Value::Int(0)))
+        .count();
+    assert!(populated >= 2, "keys all on one master: {sizes:?}");
+    // Woken by pub/sub (the cluster bus broadcasts PUBLISH), not by polling.
+    assert!(l2.metric("l2_lookup_wakeups_total{source=\"notify\"}") >= 20);
+
+    // Version mismatch and release on the cluster too.
+    let k = key("cluster-version");
+    // Written straight to the master that owns the key's slot (the others answer MOVED).
+    let written = cluster.nodes.iter().any(|n| {
+        let client = redis::Client::open(n.url()).unwrap();
+        let mut c = client.get_connection().unwrap();
+        redis::cmd("SET")
+            .arg(format!("gc:{{{k}}}:v"))
+            .arg(b"\x07old".as_slice())
+            .query::<()>(&mut c)
+            .is_ok()
+    });
+    assert!(written, "no master owns the slot");
+    assert_eq!(l2.lookup(&k, "a", 5000, 0).l2(), "lead");
+    assert_eq!(
+        l2.post(&format!("/v1/release?key={k}&owner=a"), b"").status,
+        204
+    );
+    assert_eq!(l2.lookup(&k, "b", 5000, 0).l2(), "lead");
+
+    let r = l2.post("/v1/purge", b"entity:User:1");
+    assert_eq!(r.status, 200, "{}", r.text());
+    let v: serde_json::Value = serde_json::from_slice(&l2.get("/v1/purges?after=0").body).unwrap();
+    assert_eq!(v["entries"][0]["data"], "ZW50aXR5OlVzZXI6MQ==");
+
+    // A master dies: no request hangs; keys on the surviving masters keep working.
+    cluster.nodes[0].kill();
+    let mut ok = 0;
+    let mut unavailable = 0;
+    for i in 0..30 {
+        let t = std::time::Instant::now();
+        let r = l2.lookup(&key(&format!("after-kill{i}")), "a", 5000, 0);
+        let took = t.elapsed();
+        assert!(took < std::time::Duration::from_millis(500), "{took:?}");
+        match r.status {
+            200 => ok += 1,
+            503 => unavailable += 1,
+            s => panic!("status {s}: {}", r.text()),
+        }
+    }
+    println!("one master killed: {ok} lookups served, {unavailable} answered 503");
+    assert!(ok > 0, "the surviving masters stopped serving");
+}

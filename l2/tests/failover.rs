@@ -1,0 +1,130 @@
+//! Redis dies and comes back: 503s fast while it is down, service again once it is back.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::{key, Redis, L2};
+
+#[test]
+fn redis_down_is_503_fast_and_reconnects_when_it_is_back() {
+    let mut redis = Redis::start();
+    let l2 = L2::single(&redis, &[]);
+    l2.wait_subscribed();
+    let r = l2.get("/health");
+    assert_eq!((r.status, r.text().as_str()), (200, "ok"));
+    let k = key("failover");
+    assert_eq!(l2.lookup(&k, "a", 5000, 0).l2(), "lead");
+
+    redis.kill();
+    let t = Instant::now();
+    let r = l2.get("/health");
+    let health_took = t.elapsed();
+    assert_eq!(r.status, 503, "{}", r.text());
+    let t = Instant::now();
+    let r = l2.lookup(&k, "b", 5000, 0);
+    let lookup_took = t.elapsed();
+    assert_eq!(r.status, 503, "{}", r.text());
+    println!("redis killed: health 503 in {health_took:?}, lookup 503 in {lookup_took:?}");
+    assert!(health_took < Duration::from_millis(200), "{health_took:?}");
+    assert!(lookup_took < Duration::from_millis(200), "{lookup_took:?}");
+    // Every verb, and a long-poll too, fails fast rather than hanging.
+    for _ in 0..5 {
+        let t = Instant::now();
+        assert_eq!(l2.lookup(&k, "b", 5000, 2000).status, 503);
+        assert_eq!(l2.store(&k, "a", 5000, b"v").status, 503);
+        assert_eq!(l2.post("/v1/purge", b"p").status, 503);
+        assert_eq!(l2.get("/v1/purges?after=0&wait_ms=1000").status, 503);
+        assert_eq!(l2.get("/health").status, 503);
+        assert!(
+            t.elapsed() < Duration::from_millis(1000),
+            "{:?}",
+            t.elapsed()
+        );
+    }
+    assert!(l2.metric("l2_redis_errors_total") >= 20);
+    assert!(l2.metric("l2_requests_total{verb=\"lookup\",outcome=\"error\"}") >= 6);
+
+    redis.restart();
+    let back = Instant::now();
+    let recovered = loop {
+        let r = l2.lookup(&k, "c", 5000, 0);
+        if r.status == 200 {
+            // The old lease died with the old Redis (no persistence): c leads.
+            assert_eq!(r.l2(), "lead");
+            break back.elapsed();
+        }
+        assert!(
+            back.elapsed() < Duration::from_secs(5),
+            "no recovery: {} {}",
+            r.status,
+            r.text()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    println!("redis restarted: lookups work again after {recovered:?}");
+    assert_eq!(l2.get("/health").status, 200);
+    // The wake-up subscriber came back too: a waiter is woken by a store again.
+    l2.wait_subscribed();
+    let samples = common::lookup_store_wait(&l2, 3);
+    common::report("after the restart", &samples);
+}
+
+#[test]
+fn the_service_starts_before_redis_and_serves_once_it_is_up() {
+    let port = common::free_port();
+    let url = format!("redis://127.0.0.1:{port}");
+    let l2 = L2::start(&["--redis", &url]);
+    let t = Instant::now();
+    assert_eq!(l2.get("/health").status, 503);
+    assert_eq!(l2.lookup(&key("early"), "a", 1000, 0).status, 503);
+    assert!(t.elapsed() < Duration::from_millis(400));
+    let _redis = Redis::start_on(port, &[]);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while l2.get("/health").status != 200 {
+        assert!(Instant::now() < deadline, "never connected");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(l2.lookup(&key("late"), "a", 1000, 0).l2(), "lead");
+}
+
+#[test]
+fn a_hung_redis_costs_the_redis_timeout_not_a_hang() {
+    let redis = Redis::start();
+    let l2 = L2::single(&redis, &["--redis-timeout-ms", "150"]);
+    let k = key("hung");
+    assert_eq!(l2.lookup(&k, "a", 5000, 0).l2(), "lead");
+    // Redis accepts the commands and answers nothing for 1.5 s.
+    redis.cmd(&[b"CLIENT", b"PAUSE", b"1500", b"ALL"]);
+    let t = Instant::now();
+    let r = l2.lookup(&k, "b", 5000, 0);
+    let took = t.elapsed();
+    assert_eq!(r.status, 503, "{}", r.text());
+    assert!(
+        took >= Duration::from_millis(140) && took < Duration::from_millis(400),
+        "{took:?}"
+    );
+    let t = Instant::now();
+    assert_eq!(l2.get("/health").status, 503);
+    assert!(
+        t.elapsed() < Duration::from_millis(300),
+        "{:?}",
+        t.elapsed()
+    );
+    println!("paused redis: lookup 503 in {took:?}");
+    // Once Redis answers again, the late replies are discarded and the connection is in step.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let r = l2.lookup(&k, "b", 5000, 0);
+        if r.status == 200 {
+            assert_eq!(r.l2(), "busy");
+            break;
+        }
+        assert!(Instant::now() < deadline, "never answered again");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(l2.store(&k, "a", 5000, b"after").status, 204);
+    let r = l2.lookup(&k, "b", 5000, 0);
+    assert_eq!((r.l2(), r.body.as_slice()), ("hit", &b"after"[..]));
+}
