@@ -81,6 +81,33 @@ pub struct Config {
     pub apq_slots: u32,
     /// `shadow`: look up, store and count, but always forward and never change an answer.
     pub shadow: bool,
+    /// The fleet's shared cache (`graphql-cache-l2`), when configured.
+    pub l2: Option<L2>,
+}
+
+/// How the filter reaches the fleet's L2 service (Envoy clusters; the wasm ABI has no Redis).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct L2 {
+    /// Lookups, stores, releases and purge writes: short calls.
+    pub cluster: String,
+    /// Long-polls (waiting for another node's fetch, following purges): a cluster of their own
+    /// so that waiters cannot take the connections lookups need.
+    pub wait_cluster: String,
+    /// Budget of one short call; past it the request goes on as if there were no L2.
+    pub timeout_ms: u64,
+    /// How long a node waits for another node's fetch of the same key before fetching itself.
+    pub wait_ms: u64,
+    /// The `:authority` of calls to the service.
+    pub authority: String,
+}
+
+impl L2 {
+    /// Longest time a flight spends in L2 calls before its own origin fetch starts.
+    pub fn budget_ms(&self) -> u64 {
+        self.timeout_ms
+            .saturating_mul(2)
+            .saturating_add(self.wait_ms)
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -176,6 +203,7 @@ impl Default for Config {
             tag_slots: 4096,
             apq_slots: 1024,
             shadow: false,
+            l2: None,
         }
     }
 }
@@ -245,6 +273,59 @@ struct RawConfig {
     tag_slots: Option<u64>,
     apq_slots: Option<u64>,
     mode: Option<String>,
+    l2: Option<RawL2>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawL2 {
+    cluster: Option<String>,
+    wait_cluster: Option<String>,
+    timeout_ms: Option<u64>,
+    wait_ms: Option<u64>,
+    authority: Option<String>,
+}
+
+/// The L2 service caps every long-poll at its `--max-wait-ms` (5 s by default).
+const MAX_L2_WAIT_MS: u64 = 60_000;
+
+fn parse_l2(raw: Option<RawL2>) -> Result<Option<L2>, ConfigError> {
+    let Some(raw) = raw else { return Ok(None) };
+    let name = |field: &str, v: Option<String>| -> Result<Option<String>, ConfigError> {
+        match v {
+            Some(s) if s.trim().is_empty() || s.chars().any(char::is_whitespace) => {
+                Err(field_error(
+                    field,
+                    "must be an Envoy cluster name (no spaces, not empty)",
+                ))
+            }
+            other => Ok(other),
+        }
+    };
+    let cluster = name("l2.cluster", raw.cluster)?.ok_or_else(|| {
+        field_error(
+            "l2.cluster",
+            "is required: the Envoy cluster of the L2 service",
+        )
+    })?;
+    let wait_cluster =
+        name("l2.wait_cluster", raw.wait_cluster)?.unwrap_or_else(|| cluster.clone());
+    let timeout_ms = bounded("l2.timeout_ms", raw.timeout_ms, 50, 1, 10_000)?;
+    let wait_ms = bounded("l2.wait_ms", raw.wait_ms, 2_000, 0, MAX_L2_WAIT_MS)?;
+    let authority = match raw.authority {
+        Some(a) if a.is_empty() || !a.bytes().all(|b| b.is_ascii_graphic()) => {
+            return Err(field_error("l2.authority", "must be a host name"))
+        }
+        Some(a) => a,
+        None => "graphql-cache-l2".to_string(),
+    };
+    Ok(Some(L2 {
+        cluster,
+        wait_cluster,
+        timeout_ms,
+        wait_ms,
+        authority,
+    }))
 }
 
 #[derive(Deserialize)]
@@ -620,6 +701,12 @@ impl Config {
                 ))
             }
         };
+        let l2 = parse_l2(raw.l2)?;
+        let coalesce = raw.coalesce.unwrap_or(d.coalesce);
+        if l2.is_some() && !coalesce {
+            // Only a key's leader calls L2: with no leaders nothing would.
+            return Err(field_error("l2", "needs `coalesce` on"));
+        }
         Ok(Config {
             ttl_seconds,
             stale_while_revalidate_seconds,
@@ -632,7 +719,7 @@ impl Config {
             cache_slots: u32::try_from(cache_slots).unwrap_or(u32::MAX),
             max_entry_bytes: to_usize(max_entry_bytes),
             debug_headers: raw.debug_headers.unwrap_or(d.debug_headers),
-            coalesce: raw.coalesce.unwrap_or(d.coalesce),
+            coalesce,
             flight_slots: u32::try_from(flight_slots).unwrap_or(u32::MAX),
             fetch_timeout_ms,
             max_wait_ms,
@@ -651,6 +738,7 @@ impl Config {
             tag_slots: u32::try_from(tag_slots).unwrap_or(u32::MAX),
             apq_slots: u32::try_from(apq_slots).unwrap_or(u32::MAX),
             shadow,
+            l2,
         })
     }
 

@@ -67,6 +67,21 @@ pub struct SharedFetch {
     pub dispatched_ms: u64,
     /// See `sharing::key_names_caller`.
     pub key_names_caller: bool,
+    /// What this fetch does with the fleet's L2.
+    pub l2: L2Role,
+}
+
+/// A shared fetch's part in the fleet's L2.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum L2Role {
+    /// No L2 for this fetch (none configured, or it failed: L1 only).
+    Off,
+    /// Ask L2 before the origin.
+    Ask,
+    /// This worker holds the key's L2 lease: store the answer there, or release the lease.
+    Lead,
+    /// Store a storable answer in L2; no lease to release.
+    Store,
 }
 
 #[cfg(test)]

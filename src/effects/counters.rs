@@ -25,11 +25,18 @@ pub enum Counter {
     ShadowHits,
     ShadowMisses,
     ShadowMismatches,
+    L2Hits,
+    L2Leads,
+    L2Waits,
+    L2Failures,
+    L2Stores,
+    L2PurgesSent,
+    L2PurgesApplied,
 }
 
 impl Counter {
     /// Every counter, in the order of its index.
-    pub const ALL: [Counter; 23] = [
+    pub const ALL: [Counter; 30] = [
         Counter::Hits,
         Counter::Misses,
         Counter::Bypasses,
@@ -53,6 +60,13 @@ impl Counter {
         Counter::ShadowHits,
         Counter::ShadowMisses,
         Counter::ShadowMismatches,
+        Counter::L2Hits,
+        Counter::L2Leads,
+        Counter::L2Waits,
+        Counter::L2Failures,
+        Counter::L2Stores,
+        Counter::L2PurgesSent,
+        Counter::L2PurgesApplied,
     ];
 
     /// Position in [`Counter::ALL`], for a host that keeps metric ids in an array.
@@ -85,6 +99,13 @@ impl Counter {
             Counter::ShadowHits => "graphql_cache.shadow_hits",
             Counter::ShadowMisses => "graphql_cache.shadow_misses",
             Counter::ShadowMismatches => "graphql_cache.shadow_mismatches",
+            Counter::L2Hits => "graphql_cache.l2_hits",
+            Counter::L2Leads => "graphql_cache.l2_leads",
+            Counter::L2Waits => "graphql_cache.l2_waits",
+            Counter::L2Failures => "graphql_cache.l2_failures",
+            Counter::L2Stores => "graphql_cache.l2_stores",
+            Counter::L2PurgesSent => "graphql_cache.l2_purges_sent",
+            Counter::L2PurgesApplied => "graphql_cache.l2_purges_applied",
         }
     }
 }

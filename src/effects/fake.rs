@@ -85,6 +85,8 @@ pub struct FakeHost {
     pub refuse_queue: Cell<bool>,
     /// Envoy refuses callouts (breaker open, no healthy host).
     pub refuse_dispatch: Cell<bool>,
+    /// Clusters whose callouts Envoy refuses (circuit breaker open, every host ejected).
+    pub refuse_clusters: RefCell<Vec<String>>,
     /// Answers and resumes of paused requests, in order.
     pub answered: RefCell<Vec<Reply>>,
     pub resumed: RefCell<Vec<u32>>,
@@ -139,6 +141,7 @@ impl FakeHost {
             next_token: Cell::new(1),
             refuse_queue: Cell::new(false),
             refuse_dispatch: Cell::new(false),
+            refuse_clusters: RefCell::default(),
             answered: RefCell::default(),
             resumed: RefCell::default(),
             gone: RefCell::default(),
@@ -271,7 +274,7 @@ impl Host for FakeHost {
         if self.in_callback.get() > 0 {
             self.answered_before_dispatch.set(true);
         }
-        if self.refuse_dispatch.get() {
+        if self.refuse_dispatch.get() || self.refuse_clusters.borrow().contains(&request.cluster) {
             return Err(Refused);
         }
         let token = self.next_token.get();

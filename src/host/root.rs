@@ -4,9 +4,9 @@
 use super::envoy::{dequeue_all, Envoy};
 use super::filter::CacheFilter;
 use super::metrics::Metrics;
+use crate::worker::callouts::on_callout;
 use crate::worker::configure::configure;
 use crate::worker::followers::on_messages;
-use crate::worker::shared_fetch::on_callout;
 use crate::worker::state::{Plugin, Worker};
 use crate::worker::tick::{on_tick, TICK};
 use proxy_wasm::hostcalls;

@@ -225,38 +225,55 @@ impl PurgeTable {
         targets: &[(Target, bool)],
         now_us: u64,
     ) -> Result<(), StoreError> {
-        update(store, TABLE_KEY, |old| {
-            let mut view = old
-                .and_then(|b| PurgeView::decode(b, self.slots))
-                .unwrap_or_default();
+        let timed: Vec<(Target, bool, u64)> =
+            targets.iter().map(|&(t, soft)| (t, soft, now_us)).collect();
+        self.apply_at(store, &timed).map(|_| ())
+    }
+
+    /// Marks each target purged at its own time (purges another node made, as its purge log
+    /// says). Marks only move forward, so applying a purge again changes nothing: then neither
+    /// the table nor the epoch is written. `Ok(true)` when something changed.
+    pub fn apply_at(
+        &self,
+        store: &impl SharedStore,
+        targets: &[(Target, bool, u64)],
+    ) -> Result<bool, StoreError> {
+        let changed = update(store, TABLE_KEY, |old| {
+            let before = old.and_then(|b| PurgeView::decode(b, self.slots));
+            let mut view = before.clone().unwrap_or_default();
             view.slot_count = self.slots;
-            for (target, soft) in targets {
+            for &(target, soft, at_us) in targets {
                 match target {
-                    Target::All => view.all.mark(*soft, now_us),
+                    Target::All => view.all.mark(soft, at_us),
                     Target::Tag(hash) => view
                         .slots
-                        .entry(self.slot(*hash))
+                        .entry(self.slot(hash))
                         .or_default()
-                        .mark(*soft, now_us),
+                        .mark(soft, at_us),
                 }
             }
-            view.encode()
+            (before.as_ref() != Some(&view)).then(|| view.encode())
         })?;
+        if !changed {
+            return Ok(false);
+        }
         update(store, EPOCH_KEY, |old| {
             let epoch = old
                 .and_then(|b| Some(u64::from_le_bytes(b.try_into().ok()?)))
                 .unwrap_or(0);
-            epoch.wrapping_add(1).to_le_bytes().to_vec()
-        })
+            Some(epoch.wrapping_add(1).to_le_bytes().to_vec())
+        })?;
+        Ok(true)
     }
 }
 
-/// Read-modify-write of one key under CAS.
+/// Read-modify-write of one key under CAS; `next` returns `None` to leave it as it is.
+/// `Ok(true)` when written.
 fn update(
     store: &impl SharedStore,
     key: &str,
-    next: impl Fn(Option<&[u8]>) -> Vec<u8>,
-) -> Result<(), StoreError> {
+    next: impl Fn(Option<&[u8]>) -> Option<Vec<u8>>,
+) -> Result<bool, StoreError> {
     for _ in 0..CAS_ATTEMPTS {
         let (value, cas) = store.get_cas(key);
         let Some(cas) = cas else {
@@ -266,8 +283,11 @@ fn update(
             }
             continue;
         };
-        match store.set_cas(key, &next(value.as_deref()), Some(cas)) {
-            Ok(()) => return Ok(()),
+        let Some(new) = next(value.as_deref()) else {
+            return Ok(false);
+        };
+        match store.set_cas(key, &new, Some(cas)) {
+            Ok(()) => return Ok(true),
             Err(StoreError::CasMismatch) => continue,
             Err(e) => return Err(e),
         }

@@ -36,11 +36,50 @@ impl Label<'_> {
         tags: "",
     };
 
+    /// Another Envoy's answer, found in the fleet's L2.
+    pub const L2_HIT: Label<'static> = Label {
+        cache: "HIT",
+        reason: Some("l2"),
+        tags: "",
+    };
+
+    /// Another Envoy's fetch, waited for through the fleet's L2.
+    pub const L2_COALESCED: Label<'static> = Label {
+        cache: "COALESCED",
+        reason: Some("l2"),
+        tags: "",
+    };
+
     pub fn miss(stored: &Stored) -> Label<'_> {
         Label {
             cache: "MISS",
             reason: stored.not_stored,
             tags: &stored.tags,
+        }
+    }
+}
+
+/// The labels of a flight's waiters: its leader's, and its followers'.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Labels<'a> {
+    pub leader: Label<'a>,
+    pub followers: Label<'a>,
+}
+
+impl Labels<'_> {
+    /// Fetched from the origin: `MISS` (with what storing did) and `COALESCED`.
+    pub fn fetched(stored: &Stored) -> Labels<'_> {
+        Labels {
+            leader: Label::miss(stored),
+            followers: Label::COALESCED,
+        }
+    }
+
+    /// The same label for everyone.
+    pub fn all(label: Label<'_>) -> Labels<'_> {
+        Labels {
+            leader: label,
+            followers: label,
         }
     }
 }

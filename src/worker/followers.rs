@@ -9,7 +9,7 @@ use crate::coalesce::wakeup::Message;
 use crate::effects::host::Host;
 use crate::request::key::CacheKey;
 use crate::worker::answer::{answer, release, Label};
-use crate::worker::shared_fetch::dispatch_pending;
+use crate::worker::dispatch::dispatch_pending;
 use crate::worker::stale::{instead_of_error, is_failure};
 use crate::worker::state::{Plugin, Worker};
 use std::cell::RefCell;

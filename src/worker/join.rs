@@ -5,7 +5,7 @@
 use crate::cache::storable::Asked;
 use crate::coalesce::flights::{Join, JoinMode};
 use crate::coalesce::liveness::Alive;
-use crate::coalesce::upstream::{upstream_request, SharedFetch};
+use crate::coalesce::upstream::{upstream_request, L2Role, SharedFetch};
 use crate::coalesce::waiters::LocalJoin;
 use crate::effects::counters::Counter;
 use crate::effects::host::RequestHost;
@@ -147,6 +147,11 @@ fn shared_fetch(plugin: &Plugin, host: &impl RequestHost, miss: Miss<'_>) -> Opt
         asked: miss.asked,
         dispatched_ms: 0,
         key_names_caller: miss.key_names_caller,
+        l2: if plugin.config.l2.is_some() {
+            L2Role::Ask
+        } else {
+            L2Role::Off
+        },
     })
 }
 

@@ -6,15 +6,24 @@
 //! `followers` (other workers' wake-ups); `answer` lets paused requests go; `tick` is the
 //! fallback timer, `watchdog` the body-hold guard; `configure` loads a configuration; `state`
 //! holds the worker's two kinds of state.
+//!
+//! The root's side: `dispatch` sends what requests queued, `callouts` routes what comes back.
+//! With a fleet L2: `l2_lookup` (a leader asks L2 before the origin), `l2_write` (stores,
+//! releases, purge records) and `purge_feed` (other Envoys' purges, applied here).
 
 pub mod answer;
+pub mod callouts;
 pub mod capture;
 pub mod configure;
+pub mod dispatch;
 pub mod exchange;
 pub mod followers;
 pub mod join;
+pub mod l2_lookup;
+pub mod l2_write;
 pub mod lookup;
 pub mod purge;
+pub mod purge_feed;
 pub mod read;
 pub mod shadow;
 pub mod shared_fetch;
@@ -24,5 +33,7 @@ pub mod store;
 pub mod tick;
 pub mod watchdog;
 
+#[cfg(test)]
+mod fleet_scenarios;
 #[cfg(test)]
 mod scenarios;

@@ -9,7 +9,9 @@ use crate::invalidate::marks::{tag_hash, Target};
 use crate::invalidate::purge::{authorized, parse_selectors, Refusal};
 use crate::invalidate::tags::{entity_purge_tags, find_in_answer, type_purge_tags};
 use crate::request::http::split_path;
+use crate::worker::l2_write::queue_purge;
 use crate::worker::lookup::refresh_marks;
+use crate::worker::shared_fetch::request_dispatch;
 use crate::worker::state::{Plugin, Worker};
 use std::cell::RefCell;
 
@@ -120,8 +122,13 @@ pub fn apply(
     host: &impl Host,
     targets: &[(Target, bool)],
 ) -> Result<(), crate::effects::store::StoreError> {
-    plugin.purges.apply(host, targets, host.now_us())?;
+    let now_us = host.now_us();
+    plugin.purges.apply(host, targets, now_us)?;
     refresh_marks(plugin, worker, host);
+    // The rest of the fleet applies it at the same instant, from the L2 purge log.
+    if queue_purge(plugin, worker, now_us, targets) {
+        request_dispatch(worker, host);
+    }
     Ok(())
 }
 

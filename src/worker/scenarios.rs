@@ -17,18 +17,18 @@ use crate::worker::tick::{on_tick, LOST_WAKEUP_MS};
 use std::cell::RefCell;
 use std::rc::Rc;
 
-const QUERY: &str = r#"{"query":"{ users { id } }"}"#;
-const ANSWER: &str = r#"{"data":{"users":[{"id":"1"}]}}"#;
+pub(super) const QUERY: &str = r#"{"query":"{ users { id } }"}"#;
+pub(super) const ANSWER: &str = r#"{"data":{"users":[{"id":"1"}]}}"#;
 
 /// One worker: its state, as the root and HTTP contexts share it, and its host.
-struct Node {
-    plugin: Plugin,
-    worker: Rc<RefCell<Worker>>,
-    host: FakeHost,
+pub(super) struct Node {
+    pub(super) plugin: Plugin,
+    pub(super) worker: Rc<RefCell<Worker>>,
+    pub(super) host: FakeHost,
 }
 
 impl Node {
-    fn new(id: u64, config: &str, host: FakeHost) -> Node {
+    pub(super) fn new(id: u64, config: &str, host: FakeHost) -> Node {
         let worker = Rc::new(RefCell::new(Worker::new(id, &Plugin::default().config)));
         let plugin = configure(config.as_bytes(), &worker, &host).unwrap();
         let probe = Rc::clone(&worker);
@@ -43,7 +43,7 @@ impl Node {
         }
     }
 
-    fn cx(&self) -> Ctx<'_, FakeHost> {
+    pub(super) fn cx(&self) -> Ctx<'_, FakeHost> {
         Ctx {
             plugin: &self.plugin,
             worker: &self.worker,
@@ -52,7 +52,12 @@ impl Node {
     }
 
     /// A POST of `body` as request `context`, through its header and body callbacks.
-    fn post(&self, context: u32, body: &str, extra: &[(&str, &str)]) -> (Exchange, Flow) {
+    pub(super) fn post(
+        &self,
+        context: u32,
+        body: &str,
+        extra: &[(&str, &str)],
+    ) -> (Exchange, Flow) {
         self.host.context.set(context);
         let mut headers = vec![
             (":method", "POST"),
@@ -73,29 +78,29 @@ impl Node {
     }
 
     /// The root's `on_queue_ready`: everything on this worker's queue.
-    fn deliver_queue(&self) {
+    pub(super) fn deliver_queue(&self) {
         let queue = self.worker.borrow().queue.unwrap();
         let messages = self.host.queues.drain(queue);
         self.host.begin_callback();
         on_messages(&self.plugin, &self.worker, &self.host, &messages);
     }
 
-    fn drop_queue(&self) {
+    pub(super) fn drop_queue(&self) {
         let queue = self.worker.borrow().queue.unwrap();
         self.host.queues.drain(queue);
     }
 
-    fn callout_answers(&self, token: u32, result: FetchResult) {
+    pub(super) fn callout_answers(&self, token: u32, result: FetchResult) {
         self.host.begin_callback();
         on_fetch_response(&self.plugin, &self.worker, &self.host, token, result);
     }
 
-    fn tick(&self) {
+    pub(super) fn tick(&self) {
         self.host.begin_callback();
         on_tick(&self.plugin, &self.worker, &self.host);
     }
 
-    fn tokens(&self) -> Vec<u32> {
+    pub(super) fn tokens(&self) -> Vec<u32> {
         self.host
             .dispatched
             .borrow()
@@ -104,14 +109,14 @@ impl Node {
             .collect()
     }
 
-    fn reply(&self, context: u32) -> Reply {
+    pub(super) fn reply(&self, context: u32) -> Reply {
         self.host
             .reply_to(context)
             .unwrap_or_else(|| panic!("request {context} was not answered"))
     }
 
     /// The host rules (see `effects::host`) held for everything this worker did.
-    fn assert_host_rules_kept(&self) {
+    pub(super) fn assert_host_rules_kept(&self) {
         assert_eq!(
             self.host.reentry_violations.get(),
             0,
@@ -125,17 +130,17 @@ impl Node {
 }
 
 /// Two workers of one Envoy.
-fn envoy(config: &str) -> (Node, Node) {
+pub(super) fn envoy(config: &str) -> (Node, Node) {
     let a = FakeHost::new();
     let b = FakeHost::sibling(&a);
     (Node::new(1, config, a), Node::new(2, config, b))
 }
 
-fn ok(body: &str) -> FetchResult {
+pub(super) fn ok(body: &str) -> FetchResult {
     answer(200, &[("content-type", "application/json")], body)
 }
 
-fn answer(status: u16, headers: &[(&str, &str)], body: &str) -> FetchResult {
+pub(super) fn answer(status: u16, headers: &[(&str, &str)], body: &str) -> FetchResult {
     let status = status.to_string();
     let mut all = vec![(":status".to_string(), status.into_bytes())];
     all.extend(
@@ -645,14 +650,15 @@ fn a_bad_configuration_is_refused_with_the_field_named() {
     assert!(logs[0].1.contains("ttl_seconds"), "{logs:?}");
 }
 
-const PURGING: &str =
+pub(super) const PURGING: &str =
     r#"{"debug_headers":true,"purge_path":"/purge","purge_token":"0123456789abcdef"}"#;
-const USER: &str = r#"{"query":"query GetUser { user(id: 1) { __typename id name } }"}"#;
-const USER_ANSWER: &str = r#"{"data":{"user":{"__typename":"User","id":"1","name":"Alice"}}}"#;
+pub(super) const USER: &str = r#"{"query":"query GetUser { user(id: 1) { __typename id name } }"}"#;
+pub(super) const USER_ANSWER: &str =
+    r#"{"data":{"user":{"__typename":"User","id":"1","name":"Alice"}}}"#;
 
 impl Node {
     /// A purge request with `token` and `body`, answered by the filter.
-    fn purge(&self, context: u32, token: &str, body: &str) -> Reply {
+    pub(super) fn purge(&self, context: u32, token: &str, body: &str) -> Reply {
         self.host.context.set(context);
         let auth = format!("Bearer {token}");
         *self.host.request_headers.borrow_mut() = [
@@ -675,7 +681,7 @@ impl Node {
     }
 
     /// Stores `answer` for `body` through a led fetch; returns the MISS reply.
-    fn fill(&self, context: u32, body: &str, answer: &str) -> Reply {
+    pub(super) fn fill(&self, context: u32, body: &str, answer: &str) -> Reply {
         assert_eq!(self.post(context, body, &[]).1, Flow::Pause);
         self.deliver_queue();
         let token = *self.tokens().last().unwrap();
@@ -683,7 +689,7 @@ impl Node {
         self.reply(context)
     }
 
-    fn hits(&self, context: u32, body: &str) -> bool {
+    pub(super) fn hits(&self, context: u32, body: &str) -> bool {
         self.post(context, body, &[]);
         self.host
             .reply_to(context)
@@ -921,7 +927,7 @@ fn an_answer_over_max_entry_bytes_never_enters_the_vm_and_everyone_goes_upstream
     *a.host.callout.borrow_mut() = (vec![(":status".into(), b"200".to_vec())], Vec::new());
     let key = a.worker.borrow().fetches[&token].key;
     a.host.begin_callback();
-    crate::worker::shared_fetch::on_callout(&a.plugin, &a.worker, &a.host, token, 3, 1_000_000);
+    crate::worker::callouts::on_callout(&a.plugin, &a.worker, &a.host, token, 3, 1_000_000);
     assert!(
         a.worker.borrow().too_large.contains(&key),
         "a 200 that large: remembered"

@@ -10,7 +10,8 @@ use crate::coalesce::wakeup::Message;
 use crate::effects::counters::Counter;
 use crate::effects::host::Host;
 use crate::request::key::CacheKey;
-use crate::worker::answer::{answer, release, Label};
+use crate::worker::answer::{answer, release, Label, Labels};
+use crate::worker::l2_write::{after_origin, release_later};
 use crate::worker::stale::{instead_of_error, is_failure};
 use crate::worker::state::{Plugin, Worker};
 use crate::worker::store::{store_answer, upstream_status, Stored};
@@ -30,9 +31,9 @@ pub enum FetchResult {
     TooLarge { status: Option<u16> },
 }
 
-/// Root: a callout answered; reads it (never after a reset, never a body over the bound) and
-/// finishes its flight.
-pub fn on_callout(
+/// Root: an origin fetch answered; reads it (never after a reset, never a body over the bound)
+/// and finishes its flight.
+pub fn on_fetch_callout(
     plugin: &Plugin,
     worker: &RefCell<Worker>,
     host: &impl Host,
@@ -64,7 +65,7 @@ const REFUSED_MESSAGE: &str = "upstream connect error: the shared fetch could no
 fn fetch_failed() -> Stored {
     Stored {
         not_stored: Some("fetch-failed"),
-        tags: String::new(),
+        ..Stored::default()
     }
 }
 
@@ -82,24 +83,37 @@ pub fn abandon(plugin: &Plugin, worker: &RefCell<Worker>, host: &impl Host, key:
     wake(host, &watchers, key, None);
 }
 
-/// Root: sends every pending fetch, then (only then) answers those Envoy refused.
-pub fn dispatch_pending(plugin: &Plugin, worker: &RefCell<Worker>, host: &impl Host) {
-    let pending = std::mem::take(&mut worker.borrow_mut().pending);
-    let mut refused = Vec::new();
-    for mut fetch in pending {
-        match host.dispatch(&fetch.request, plugin.config.fetch_timeout_ms) {
-            Ok(token) => {
-                fetch.dispatched_ms = host.now_ms();
-                worker.borrow_mut().fetches.insert(token, fetch);
-            }
-            Err(_) => refused.push(fetch),
+/// Root: sends `fetch` to the origin; gives it back if Envoy refused it.
+pub fn to_origin(
+    plugin: &Plugin,
+    worker: &RefCell<Worker>,
+    host: &impl Host,
+    mut fetch: SharedFetch,
+) -> Result<(), Box<SharedFetch>> {
+    match host.dispatch(&fetch.request, plugin.config.fetch_timeout_ms) {
+        Ok(token) => {
+            fetch.dispatched_ms = host.now_ms();
+            worker.borrow_mut().fetches.insert(token, fetch);
+            Ok(())
         }
+        Err(_) => Err(Box::new(fetch)),
     }
-    for fetch in refused {
-        host.count(Counter::FetchFailures);
-        let failure = Response::failure(503, REFUSED_MESSAGE);
-        finish(plugin, worker, host, &fetch, Ok(failure), &fetch_failed());
-    }
+}
+
+/// Root: Envoy refused the origin fetch; everyone waiting for it is told so, as Envoy would.
+/// Call after every callout of the callback is sent (this answers requests).
+pub fn refused(plugin: &Plugin, worker: &RefCell<Worker>, host: &impl Host, fetch: &SharedFetch) {
+    host.count(Counter::FetchFailures);
+    release_later(plugin, worker, fetch);
+    let failure = Response::failure(503, REFUSED_MESSAGE);
+    finish(
+        plugin,
+        worker,
+        host,
+        fetch,
+        Ok(failure),
+        &Labels::fetched(&fetch_failed()),
+    );
 }
 
 /// Root: the callout `token` came back.
@@ -124,7 +138,16 @@ pub fn on_fetch_response(
             } else {
                 Response::failure(503, RESET_MESSAGE)
             };
-            finish(plugin, worker, host, &fetch, Ok(failure), &fetch_failed());
+            let mut stored = fetch_failed();
+            after_origin(plugin, worker, host, &fetch, &mut stored);
+            finish(
+                plugin,
+                worker,
+                host,
+                &fetch,
+                Ok(failure),
+                &Labels::fetched(&stored),
+            );
             return;
         }
         FetchResult::TooLarge { status } => {
@@ -133,13 +156,14 @@ pub fn on_fetch_response(
             if status == Some(200) {
                 worker.borrow_mut().too_large.insert(fetch.key);
             }
+            after_origin(plugin, worker, host, &fetch, &mut Stored::default());
             finish(
                 plugin,
                 worker,
                 host,
                 &fetch,
                 Err("too-large"),
-                &Stored::default(),
+                &Labels::fetched(&Stored::default()),
             );
             return;
         }
@@ -155,21 +179,30 @@ pub fn on_fetch_response(
         headers: &headers,
         body: &body,
     };
-    let stored = store_answer(plugin, host, &fetch.key, answer_in, &fetch.asked);
+    let mut stored = store_answer(plugin, host, &fetch.key, answer_in, &fetch.asked);
+    // Sent before anyone is answered: answering switches the effective context.
+    after_origin(plugin, worker, host, &fetch, &mut stored);
     let response = Response::from_upstream(status, headers, body).map_err(|_| "not-relayable");
-    finish(plugin, worker, host, &fetch, response, &stored);
+    finish(
+        plugin,
+        worker,
+        host,
+        &fetch,
+        response,
+        &Labels::fetched(&stored),
+    );
 }
 
 /// Ends a flight: tells watching workers, then answers (or releases) this worker's waiters.
 /// `response` is `Err(reason)` when the answer cannot be relayed; everyone then goes upstream.
-/// What storing did is shown to the leader in the debug headers.
-fn finish(
+/// `labels` say where the answer came from (for the leader: what storing did, in debug headers).
+pub fn finish(
     plugin: &Plugin,
     worker: &RefCell<Worker>,
     host: &impl Host,
     fetch: &SharedFetch,
     response: Result<Response, &'static str>,
-    stored: &Stored,
+    labels: &Labels<'_>,
 ) {
     let now = host.now_ms();
     let config = &plugin.config;
@@ -202,17 +235,11 @@ fn finish(
             continue;
         }
         match &response {
-            Ok(r) if waiter.leader => answer(
-                plugin,
-                worker,
-                host,
-                ctx,
-                r,
-                Label::miss(stored),
-                &fetch.key,
-            ),
+            Ok(r) if waiter.leader => {
+                answer(plugin, worker, host, ctx, r, labels.leader, &fetch.key)
+            }
             Ok(r) if for_followers(r) => {
-                answer(plugin, worker, host, ctx, r, Label::COALESCED, &fetch.key)
+                answer(plugin, worker, host, ctx, r, labels.followers, &fetch.key)
             }
             Ok(_) => release(worker, host, ctx, "not-shareable"),
             Err(reason) => release(worker, host, ctx, reason),

@@ -8,6 +8,7 @@ use crate::coalesce::flights::FlightTable;
 use crate::coalesce::upstream::SharedFetch;
 use crate::coalesce::waiters::LocalFlights;
 use crate::config::Config;
+use crate::fleet::calls::L2Calls;
 use crate::invalidate::marks::{PurgeTable, PurgeView};
 use crate::request::apq::ApqTable;
 use crate::request::bypass::Bypass;
@@ -48,7 +49,11 @@ impl Plugin {
 
     /// How long a flight's leader may take before another worker may take over.
     pub fn lease_ms(&self) -> u64 {
-        self.config.fetch_timeout_ms.saturating_add(LEASE_GRACE_MS)
+        let l2 = self.config.l2.as_ref().map_or(0, |l2| l2.budget_ms());
+        self.config
+            .fetch_timeout_ms
+            .saturating_add(LEASE_GRACE_MS)
+            .saturating_add(l2)
     }
 }
 
@@ -99,6 +104,8 @@ pub struct Worker {
     /// Keys whose shared fetch answered over `max_entry_bytes`: their next misses go upstream
     /// alone (streamed by the router) instead of fetching it twice.
     pub too_large: BoundedSet,
+    /// Calls outstanding with the fleet's L2, writes queued for it, the purge feed's place.
+    pub l2: L2Calls,
 }
 
 /// At most `capacity` keys, the oldest forgotten first.
@@ -151,6 +158,7 @@ impl Worker {
             held_purges: HashSet::new(),
             last_beat_ms: 0,
             too_large: BoundedSet::new(TOO_LARGE_KEPT),
+            l2: L2Calls::default(),
         }
     }
 

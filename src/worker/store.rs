@@ -23,13 +23,15 @@ pub struct Stored {
     pub not_stored: Option<&'static str>,
     /// The stored entry's tags, comma-separated (with `debug_headers` only).
     pub tags: String,
+    /// The entry as stored (empty when not stored), for the fleet's L2.
+    pub entry: Vec<u8>,
 }
 
 impl Stored {
     fn not(why: &'static str) -> Stored {
         Stored {
             not_stored: Some(why),
-            tags: String::new(),
+            ..Stored::default()
         }
     }
 }
@@ -69,6 +71,7 @@ pub fn store_answer(
             Stored {
                 not_stored: None,
                 tags,
+                entry: bytes,
             }
         }
         Err(_) => {

@@ -9,6 +9,8 @@ use crate::effects::host::Host;
 use crate::request::key::CacheKey;
 use crate::worker::answer::release;
 use crate::worker::followers::check;
+use crate::worker::l2_write::flush;
+use crate::worker::purge_feed;
 use crate::worker::shared_fetch::abandon;
 use crate::worker::state::{Plugin, Worker};
 use std::cell::RefCell;
@@ -23,6 +25,9 @@ pub const LOST_WAKEUP_MS: u64 = 500;
 
 pub fn on_tick(plugin: &Plugin, worker: &RefCell<Worker>, host: &impl Host) {
     let now = host.now_ms();
+    // Callouts first: everything below may answer requests.
+    purge_feed::poll(plugin, worker, host, now);
+    flush(plugin, worker, host);
     heartbeat(plugin, worker, host, now);
     release_hung_bodies(worker, host, now);
     release_expired(plugin, worker, host, now);
@@ -77,6 +82,8 @@ fn release_expired(plugin: &Plugin, worker: &RefCell<Worker>, host: &impl Host, 
         let before = w.fetches.len();
         w.fetches
             .retain(|_, f| now.saturating_sub(f.dispatched_ms) < lease.saturating_mul(2));
+        // Their flights are abandoned above like any other lost fetch's.
+        w.l2.forget_older_than(now.saturating_sub(lease.saturating_mul(2)));
         (expired, abandoned, before - w.fetches.len())
     };
     for _ in 0..lost_fetches {

@@ -1,0 +1,11 @@
+//! The fleet: many Envoys sharing one cache through the L2 service (`graphql-cache-l2`, in front
+//! of Redis), reached by HTTP callouts because the wasm ABI has no Redis calls.
+//!
+//! `wire` is the service's verbs as callouts and their answers read strictly; `purge_log` is what
+//! one node's purge looks like to the others; `calls` is what a worker has outstanding with the
+//! service. The decisions (when to ask, what a hit may answer) are in `worker::l2_lookup`,
+//! `worker::l2_write` and `worker::purge_feed`.
+
+pub mod calls;
+pub mod purge_log;
+pub mod wire;

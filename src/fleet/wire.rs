@@ -1,0 +1,236 @@
+//! The L2 service's verbs as callouts, and its answers read strictly: anything not exactly what
+//! the service sends is an [`L2Failure`], and the request goes on as if there were no L2.
+
+use crate::config::L2;
+use crate::effects::host::Callout;
+use crate::request::key::CacheKey;
+
+/// The answer of `POST /v1/lookup`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Looked {
+    /// The stored value (an encoded cache entry, as the storing node wrote it).
+    Hit(Vec<u8>),
+    /// No value, and this owner now holds the key's lease: fetch, then store or release.
+    Lead,
+    /// Another owner holds the lease (after waiting, if the lookup waited).
+    Busy,
+}
+
+/// Why an L2 answer cannot be used.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum L2Failure {
+    /// Envoy refused the callout, or the connection was reset.
+    Unreachable,
+    /// A status other than the verb's success (503: Redis is down; 504: the callout timed out).
+    Status(u16),
+    /// A value over `max_entry_bytes`: never copied into the VM.
+    TooLarge,
+    /// Not what the service answers.
+    Malformed,
+}
+
+/// A lease owner: one worker of one Envoy.
+pub fn owner(worker_id: u64) -> String {
+    format!("{worker_id:016x}")
+}
+
+fn call(l2: &L2, cluster: &str, method: &str, path: String, body: Option<Vec<u8>>) -> Callout {
+    let mut headers = vec![
+        (":method".to_string(), method.to_string()),
+        (":path".to_string(), path),
+        (":authority".to_string(), l2.authority.clone()),
+    ];
+    if body.is_some() {
+        headers.push((
+            "content-type".to_string(),
+            "application/octet-stream".to_string(),
+        ));
+    }
+    Callout {
+        cluster: cluster.to_string(),
+        headers,
+        body,
+    }
+}
+
+/// Looks `key` up, taking its lease for `lease_ms` if nobody holds it. With `wait_ms > 0` the
+/// service waits for the holder's store, so the call goes to the long-poll cluster.
+pub fn lookup(l2: &L2, key: &CacheKey, lease_ms: u64, owner: &str, wait_ms: u64) -> Callout {
+    let mut path = format!(
+        "/v1/lookup?key={}&lease_ms={}&owner={owner}",
+        key.hex(),
+        lease_ms.clamp(1, 86_400_000)
+    );
+    let cluster = if wait_ms > 0 {
+        path.push_str(&format!("&wait_ms={wait_ms}"));
+        &l2.wait_cluster
+    } else {
+        &l2.cluster
+    };
+    call(l2, cluster, "POST", path, None)
+}
+
+/// Stores `value` under `key` for `ttl_ms`, releasing the lease if `owner` holds it.
+pub fn store(l2: &L2, key: &CacheKey, ttl_ms: u64, owner: &str, value: Vec<u8>) -> Callout {
+    let path = format!(
+        "/v1/store?key={}&ttl_ms={}&owner={owner}",
+        key.hex(),
+        ttl_ms.clamp(1, 31_536_000_000)
+    );
+    call(l2, &l2.cluster, "PUT", path, Some(value))
+}
+
+/// Gives the lease up (the fetch failed or its answer is not stored): a waiting node leads next.
+pub fn release(l2: &L2, key: &CacheKey, owner: &str) -> Callout {
+    let path = format!("/v1/release?key={}&owner={owner}", key.hex());
+    call(l2, &l2.cluster, "POST", path, None)
+}
+
+/// Appends a purge record to the fleet's purge log.
+pub fn publish_purge(l2: &L2, record: Vec<u8>) -> Callout {
+    call(
+        l2,
+        &l2.cluster,
+        "POST",
+        "/v1/purge".to_string(),
+        Some(record),
+    )
+}
+
+/// Reads the purge log after `cursor`, waiting up to `wait_ms` for an entry.
+pub fn read_purges(l2: &L2, cursor: &str, wait_ms: u64) -> Callout {
+    let path = format!("/v1/purges?after={cursor}&wait_ms={wait_ms}");
+    call(l2, &l2.wait_cluster, "GET", path, None)
+}
+
+/// The `:status` of a callout answer.
+pub fn status(headers: &[(String, Vec<u8>)]) -> Option<u16> {
+    header(headers, ":status").and_then(|v| std::str::from_utf8(v).ok()?.parse().ok())
+}
+
+fn header<'h>(headers: &'h [(String, Vec<u8>)], name: &str) -> Option<&'h [u8]> {
+    headers
+        .iter()
+        .find(|(n, _)| n.eq_ignore_ascii_case(name))
+        .map(|(_, v)| v.as_slice())
+}
+
+/// A write verb's answer (store, release, purge): its 2xx, or why not.
+pub fn written(headers: &[(String, Vec<u8>)]) -> Result<(), L2Failure> {
+    match status(headers) {
+        Some(s) if (200..300).contains(&s) => Ok(()),
+        Some(s) => Err(L2Failure::Status(s)),
+        None => Err(L2Failure::Malformed),
+    }
+}
+
+/// Reads a lookup's answer. `body` is what came with it (only read for a hit).
+pub fn read_lookup(
+    headers: &[(String, Vec<u8>)],
+    body: impl FnOnce() -> Option<Vec<u8>>,
+) -> Result<Looked, L2Failure> {
+    match status(headers) {
+        Some(200) => {}
+        Some(s) => return Err(L2Failure::Status(s)),
+        None => return Err(L2Failure::Malformed),
+    }
+    match header(headers, "x-l2") {
+        Some(b"hit") => body()
+            .filter(|b| !b.is_empty())
+            .map(Looked::Hit)
+            .ok_or(L2Failure::Malformed),
+        Some(b"lead") => Ok(Looked::Lead),
+        Some(b"busy") => Ok(Looked::Busy),
+        _ => Err(L2Failure::Malformed),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn l2() -> L2 {
+        L2 {
+            cluster: "l2".into(),
+            wait_cluster: "l2_wait".into(),
+            timeout_ms: 50,
+            wait_ms: 2000,
+            authority: "graphql-cache-l2".into(),
+        }
+    }
+
+    fn path(c: &Callout) -> &str {
+        &c.headers[1].1
+    }
+
+    fn answer(status: &str, x_l2: Option<&str>) -> Vec<(String, Vec<u8>)> {
+        let mut h = vec![(":status".to_string(), status.as_bytes().to_vec())];
+        if let Some(v) = x_l2 {
+            h.push(("x-l2".to_string(), v.as_bytes().to_vec()));
+        }
+        h
+    }
+
+    #[test]
+    fn lookups_wait_on_the_long_poll_cluster_only() {
+        let key = CacheKey { digest: [0xab; 32] };
+        let quick = lookup(&l2(), &key, 12_000, "00000000000000ff", 0);
+        assert_eq!(quick.cluster, "l2");
+        assert_eq!(
+            path(&quick),
+            format!(
+                "/v1/lookup?key={}&lease_ms=12000&owner=00000000000000ff",
+                "ab".repeat(32)
+            )
+        );
+        assert_eq!(quick.headers[2].1, "graphql-cache-l2");
+        let waiting = lookup(&l2(), &key, 0, "o", 1500);
+        assert_eq!(waiting.cluster, "l2_wait");
+        assert!(path(&waiting).ends_with("&lease_ms=1&owner=o&wait_ms=1500"));
+        let put = store(&l2(), &key, 0, "o", b"v".to_vec());
+        assert_eq!(put.headers[0].1, "PUT");
+        assert!(
+            path(&put).contains("&ttl_ms=1&"),
+            "a ttl of 0 would be refused"
+        );
+        assert_eq!(put.body.as_deref(), Some(&b"v"[..]));
+        assert_eq!(read_purges(&l2(), "0", 1000).cluster, "l2_wait");
+        assert_eq!(owner(255), "00000000000000ff");
+    }
+
+    #[test]
+    fn lookup_answers_are_read_strictly() {
+        let body = || Some(b"entry".to_vec());
+        assert_eq!(
+            read_lookup(&answer("200", Some("hit")), body),
+            Ok(Looked::Hit(b"entry".to_vec()))
+        );
+        assert_eq!(
+            read_lookup(&answer("200", Some("lead")), body),
+            Ok(Looked::Lead)
+        );
+        assert_eq!(
+            read_lookup(&answer("200", Some("busy")), body),
+            Ok(Looked::Busy)
+        );
+        assert_eq!(
+            read_lookup(&answer("200", Some("hit")), || None),
+            Err(L2Failure::Malformed)
+        );
+        assert_eq!(
+            read_lookup(&answer("200", Some("maybe")), body),
+            Err(L2Failure::Malformed)
+        );
+        assert_eq!(
+            read_lookup(&answer("200", None), body),
+            Err(L2Failure::Malformed)
+        );
+        assert_eq!(
+            read_lookup(&answer("503", None), body),
+            Err(L2Failure::Status(503))
+        );
+        assert_eq!(read_lookup(&[], body), Err(L2Failure::Malformed));
+        assert_eq!(written(&answer("204", None)), Ok(()));
+        assert_eq!(written(&answer("413", None)), Err(L2Failure::Status(413)));
+    }
+}

@@ -1,0 +1,358 @@
+//! Two Envoys of a fleet, natively: each its own shared data (fake hosts that share nothing),
+//! the L2 service played by the test, answer by answer. Checks who asks L2, what a hit, a lease,
+//! a wait and every kind of failure lead to, and that purges travel through the purge log.
+
+use super::scenarios::{answer, ok, Node, ANSWER, QUERY, USER, USER_ANSWER};
+use crate::effects::counters::Counter;
+use crate::effects::fake::{FakeHost, Reply};
+use crate::effects::host::Callout;
+use crate::worker::callouts::on_callout;
+use base64::Engine;
+
+const FLEET: &str = r#"{"debug_headers":true,"purge_path":"/purge","purge_token":"0123456789abcdef",
+    "l2":{"cluster":"l2","wait_cluster":"l2_wait","wait_ms":1500}}"#;
+const EMPTY_LOG: &str = r#"{"last":"0","gap":false,"entries":[]}"#;
+
+fn path(c: &Callout) -> &str {
+    &c.headers[1].1
+}
+
+impl Node {
+    fn last_call(&self) -> (u32, Callout) {
+        self.host.dispatched.borrow().last().cloned().unwrap()
+    }
+
+    /// The L2 service answers call `token`.
+    fn l2_answers(&self, token: u32, status: u16, headers: &[(&str, &str)], body: &[u8]) {
+        let mut all = vec![(":status".to_string(), status.to_string().into_bytes())];
+        all.extend(
+            headers
+                .iter()
+                .map(|(n, v)| (n.to_string(), v.as_bytes().to_vec())),
+        );
+        let n = all.len();
+        *self.host.callout.borrow_mut() = (all, body.to_vec());
+        self.host.begin_callback();
+        on_callout(&self.plugin, &self.worker, &self.host, token, n, body.len());
+    }
+
+    fn l2_resets(&self, token: u32) {
+        self.host.begin_callback();
+        on_callout(&self.plugin, &self.worker, &self.host, token, 0, 0);
+    }
+
+    /// The timer's read of the purge log, answered with `page`.
+    fn reads_log(&self, page: &str) {
+        self.tick();
+        let (token, call) = self.last_call();
+        assert!(path(&call).starts_with("/v1/purges?after="), "{call:?}");
+        assert_eq!(call.cluster, "l2_wait");
+        self.l2_answers(
+            token,
+            200,
+            &[("content-type", "application/json")],
+            page.as_bytes(),
+        );
+    }
+
+    /// A request's miss up to its L2 lookup; the lookup's token.
+    fn asks(&self, context: u32, body: &str) -> u32 {
+        self.post(context, body, &[]);
+        self.deliver_queue();
+        let (token, call) = self.last_call();
+        assert_eq!(call.cluster, "l2");
+        assert!(path(&call).starts_with("/v1/lookup?key="), "{call:?}");
+        token
+    }
+
+    /// The origin fetch just sent, answered with `answer`; the reply of request `context`.
+    fn origin_answers(&self, context: u32, answer: &str) -> Reply {
+        let (token, call) = self.last_call();
+        assert_eq!(call.cluster, "origin", "{call:?}");
+        self.callout_answers(token, ok(answer));
+        self.reply(context)
+    }
+
+    fn l2_calls(&self) -> Vec<Callout> {
+        self.host
+            .dispatched
+            .borrow()
+            .iter()
+            .map(|(_, c)| c.clone())
+            .filter(|c| c.cluster.starts_with("l2"))
+            .collect()
+    }
+}
+
+fn node(id: u64) -> Node {
+    let n = Node::new(id, FLEET, FakeHost::new());
+    n.reads_log(EMPTY_LOG);
+    n
+}
+
+/// Envoy `x` leads `body`'s key in L2 and stores the origin's answer there: the stored bytes.
+fn led_and_stored(x: &Node, context: u32, body: &str, answer: &str) -> Vec<u8> {
+    let lookup = x.asks(context, body);
+    x.l2_answers(lookup, 200, &[("x-l2", "lead")], b"");
+    let reply = x.origin_answers(context, answer);
+    assert_eq!(reply.header("x-cache"), Some("MISS"));
+    let (_, put) = x.last_call();
+    assert_eq!(
+        (put.cluster.as_str(), put.headers[0].1.as_str()),
+        ("l2", "PUT")
+    );
+    assert!(path(&put).starts_with("/v1/store?key="));
+    put.body.unwrap()
+}
+
+#[test]
+fn what_one_envoy_fetched_is_a_hit_on_a_cold_one() {
+    let (x, y) = (node(1), node(2));
+    let stored = led_and_stored(&x, 1, QUERY, ANSWER);
+    assert_eq!(x.host.counted(Counter::L2Leads), 1);
+    assert_eq!(x.host.counted(Counter::L2Stores), 1);
+    let lookup = y.asks(1, QUERY);
+    let key = |n: &Node| {
+        let calls = n.l2_calls();
+        let lookup = calls
+            .iter()
+            .find(|c| path(c).starts_with("/v1/lookup?"))
+            .unwrap();
+        path(lookup)[..82].to_string()
+    };
+    assert_eq!(key(&x), key(&y), "one key for the fleet");
+    y.l2_answers(
+        lookup,
+        200,
+        &[("x-l2", "hit"), ("x-l2-ttl-ms", "59000")],
+        &stored,
+    );
+    let hit = y.reply(1);
+    assert_eq!(
+        (hit.header("x-cache"), hit.header("x-cache-reason")),
+        (Some("HIT"), Some("l2"))
+    );
+    assert_eq!(hit.body, ANSWER.as_bytes());
+    assert_eq!(hit.header("age"), Some("0"));
+    assert!(
+        y.l2_calls().len() == y.host.dispatched.borrow().len(),
+        "no origin fetch on y"
+    );
+    assert!(y.hits(2, QUERY), "and now it is in y's own L1");
+    assert_eq!(y.host.counted(Counter::L2Hits), 1);
+    x.assert_host_rules_kept();
+    y.assert_host_rules_kept();
+}
+
+#[test]
+fn another_envoy_s_fetch_is_waited_for_then_fetched_if_it_never_stores() {
+    let (x, y) = (node(1), node(2));
+    let stored = led_and_stored(&x, 1, QUERY, ANSWER);
+    let lookup = y.asks(1, QUERY);
+    y.l2_answers(lookup, 200, &[("x-l2", "busy")], b"");
+    let (wait, call) = y.last_call();
+    assert_eq!(
+        call.cluster, "l2_wait",
+        "waiting does not hold the lookups' connections"
+    );
+    assert!(path(&call).ends_with("&wait_ms=1500"));
+    y.l2_answers(wait, 200, &[("x-l2", "hit")], &stored);
+    let r = y.reply(1);
+    assert_eq!(
+        (r.header("x-cache"), r.header("x-cache-reason")),
+        (Some("COALESCED"), Some("l2"))
+    );
+    assert_eq!(r.body, ANSWER.as_bytes());
+    assert_eq!(y.host.counted(Counter::L2Waits), 1);
+    // The leader elsewhere never stores: after the wait, this Envoy fetches and stores itself.
+    let z = node(3);
+    let lookup = z.asks(1, QUERY);
+    z.l2_answers(lookup, 200, &[("x-l2", "busy")], b"");
+    let (wait, _) = z.last_call();
+    z.l2_answers(wait, 200, &[("x-l2", "busy")], b"");
+    assert_eq!(z.origin_answers(1, ANSWER).header("x-cache"), Some("MISS"));
+    let (_, put) = z.last_call();
+    assert_eq!(
+        put.headers[0].1, "PUT",
+        "stored for the fleet, though not leased"
+    );
+    z.assert_host_rules_kept();
+}
+
+/// How the L2 service fails call `token` of a node.
+type Failure = dyn Fn(&Node, u32);
+
+#[test]
+fn every_l2_failure_is_the_origin_s_answer_alone() {
+    let failures: [(&str, &Failure); 5] = [
+        ("redis down", &|n, t| {
+            n.l2_answers(t, 503, &[], b"redis not connected")
+        }),
+        ("timeout", &|n, t| {
+            n.l2_answers(t, 504, &[], b"upstream request timeout")
+        }),
+        ("reset", &|n, t| n.l2_resets(t)),
+        ("not the service", &|n, t| {
+            n.l2_answers(t, 200, &[], b"<html>")
+        }),
+        ("hit without a value", &|n, t| {
+            n.l2_answers(t, 200, &[("x-l2", "hit")], b"")
+        }),
+    ];
+    for (what, fail) in failures {
+        let n = node(1);
+        let lookup = n.asks(1, QUERY);
+        fail(&n, lookup);
+        let r = n.origin_answers(1, ANSWER);
+        assert_eq!(
+            (r.status, r.header("x-cache")),
+            (200, Some("MISS")),
+            "{what}"
+        );
+        assert_eq!(
+            n.l2_calls().len(),
+            3,
+            "{what}: feed, feed, lookup; nothing stored in L2"
+        );
+        assert_eq!(n.host.counted(Counter::L2Failures), 1, "{what}");
+        n.assert_host_rules_kept();
+    }
+    // Envoy refuses the call at once (every L2 host ejected): straight to the origin.
+    let n = node(1);
+    n.host.refuse_clusters.borrow_mut().push("l2".into());
+    n.post(1, QUERY, &[]);
+    n.deliver_queue();
+    assert_eq!(n.origin_answers(1, ANSWER).header("x-cache"), Some("MISS"));
+    assert_eq!(n.host.counted(Counter::L2Failures), 1);
+}
+
+#[test]
+fn an_oversized_value_never_enters_the_vm() {
+    let n = Node::new(
+        1,
+        &FLEET.replacen("\"l2\":{", "\"max_entry_bytes\":1024,\"l2\":{", 1),
+        FakeHost::new(),
+    );
+    n.reads_log(EMPTY_LOG);
+    let lookup = n.asks(1, QUERY);
+    let before = n.host.callout_body_reads.get();
+    n.l2_answers(lookup, 200, &[("x-l2", "hit")], &[b'x'; 4096]);
+    assert_eq!(n.host.callout_body_reads.get(), before);
+    assert_eq!(n.origin_answers(1, ANSWER).header("x-cache"), Some("MISS"));
+}
+
+#[test]
+fn a_lease_for_an_answer_that_is_not_stored_is_released() {
+    let n = node(1);
+    let lookup = n.asks(1, QUERY);
+    n.l2_answers(lookup, 200, &[("x-l2", "lead")], b"");
+    let (token, _) = n.last_call();
+    n.callout_answers(token, answer(200, &[("cache-control", "no-store")], ANSWER));
+    let (_, release) = n.last_call();
+    assert!(
+        path(&release).starts_with("/v1/release?key="),
+        "{release:?}"
+    );
+    // Envoy refused the origin fetch: the lease goes on the next tick.
+    let m = node(2);
+    let lookup = m.asks(1, QUERY);
+    m.host.refuse_clusters.borrow_mut().push("origin".into());
+    m.l2_answers(lookup, 200, &[("x-l2", "lead")], b"");
+    assert_eq!(m.reply(1).status, 503);
+    m.tick();
+    assert!(m
+        .l2_calls()
+        .iter()
+        .any(|c| path(c).starts_with("/v1/release?")));
+    m.assert_host_rules_kept();
+}
+
+#[test]
+fn purges_travel_through_the_log_and_hits_wait_until_it_is_read() {
+    let x = node(1);
+    let entry = led_and_stored(&x, 1, USER, USER_ANSWER);
+    // y has not read the log yet: L2's value could be purged already, so it is not served.
+    let y = Node::new(2, FLEET, FakeHost::new());
+    let lookup = y.asks(1, USER);
+    y.l2_answers(lookup, 200, &[("x-l2", "hit")], &entry);
+    assert_eq!(
+        y.origin_answers(1, USER_ANSWER).header("x-cache"),
+        Some("MISS")
+    );
+    // A purge on x goes to the log, sent by x's root.
+    x.host.advance(5);
+    let purged = x.purge(2, "0123456789abcdef", r#"[{"kind":"type","type":"User"}]"#);
+    assert_eq!(purged.status, 200);
+    x.deliver_queue();
+    let (_, publish) = x.last_call();
+    assert_eq!(path(&publish), "/v1/purge");
+    assert_eq!(x.host.counted(Counter::L2PurgesSent), 1);
+    let data = base64::engine::general_purpose::STANDARD.encode(publish.body.unwrap());
+    // A cold z reads it, and no longer serves the entry stored before it.
+    let z = Node::new(3, FLEET, FakeHost::new());
+    z.reads_log(&format!(
+        r#"{{"last":"7-0","gap":false,"entries":[{{"id":"7-0","data":"{data}"}}]}}"#
+    ));
+    assert_eq!(z.host.counted(Counter::L2PurgesApplied), 1);
+    let lookup = z.asks(1, USER);
+    z.l2_answers(lookup, 200, &[("x-l2", "hit")], &entry);
+    assert_eq!(
+        z.origin_answers(1, USER_ANSWER).header("x-cache"),
+        Some("MISS")
+    );
+    // What was fetched after the purge is served.
+    x.host.advance(5);
+    assert!(
+        z.l2_calls()
+            .iter()
+            .any(|c| path(c).starts_with("/v1/purges?after=7-0&wait_ms=1000")),
+        "the next read starts after the record, waiting"
+    );
+    let fresh = led_and_stored(&x, 3, USER, USER_ANSWER);
+    let z2 = Node::new(4, FLEET, FakeHost::new());
+    z2.reads_log(&format!(
+        r#"{{"last":"7-0","gap":false,"entries":[{{"id":"7-0","data":"{data}"}}]}}"#
+    ));
+    let lookup = z2.asks(1, USER);
+    z2.l2_answers(lookup, 200, &[("x-l2", "hit")], &fresh);
+    assert_eq!(z2.reply(1).header("x-cache"), Some("HIT"));
+    // The log was trimmed past z2's cursor: everything older than what is left is purged.
+    let z3 = Node::new(5, FLEET, FakeHost::new());
+    z3.host.advance(1_000);
+    z3.reads_log(r#"{"last":"0","gap":true,"entries":[]}"#);
+    let lookup = z3.asks(1, USER);
+    z3.l2_answers(lookup, 200, &[("x-l2", "hit")], &fresh);
+    assert_eq!(
+        z3.origin_answers(1, USER_ANSWER).header("x-cache"),
+        Some("MISS")
+    );
+    for n in [&x, &y, &z, &z2, &z3] {
+        n.assert_host_rules_kept();
+    }
+}
+
+#[test]
+fn a_failed_read_of_the_log_stops_l2_hits_until_the_next_one() {
+    let x = node(1);
+    let entry = led_and_stored(&x, 1, QUERY, ANSWER);
+    let y = node(2);
+    let (feed, _) = y.last_call();
+    y.l2_answers(feed, 503, &[], b"redis not connected");
+    let lookup = y.asks(1, QUERY);
+    y.l2_answers(lookup, 200, &[("x-l2", "hit")], &entry);
+    assert_eq!(y.origin_answers(1, ANSWER).header("x-cache"), Some("MISS"));
+    y.tick();
+    assert_eq!(
+        y.l2_calls()
+            .iter()
+            .filter(|c| path(c).starts_with("/v1/purges"))
+            .count(),
+        2,
+        "retried later, not at once"
+    );
+    y.host.advance(1_000);
+    y.reads_log(EMPTY_LOG);
+    let lookup = y.asks(2, r#"{"query":"{ users { id name } }"}"#);
+    y.l2_answers(lookup, 503, &[], b"");
+    assert_eq!(y.origin_answers(2, ANSWER).header("x-cache"), Some("MISS"));
+}
