@@ -8,6 +8,8 @@ use graphql_cache::coalesce::flights::FlightRecord;
 use graphql_cache::coalesce::liveness;
 use graphql_cache::coalesce::wakeup::Message;
 use graphql_cache::config::Config;
+use graphql_cache::fleet::purge_log::{read_page, valid_cursor, PurgeRecord};
+use graphql_cache::fleet::wire::{read_lookup, Looked};
 use graphql_cache::invalidate::marks::PurgeView;
 use graphql_cache::invalidate::purge::parse_selectors;
 use graphql_cache::invalidate::tags::{entry_tags, find_in_answer, KeyFields, MAX_TAGS};
@@ -34,6 +36,7 @@ pub const TARGETS: &[(&str, Check)] = &[
     ("answer_tags", answer_tags),
     ("liveness", liveness_record),
     ("config", config),
+    ("l2_envelopes", l2_envelopes),
 ];
 
 fn head(method: &str, path: &str) -> RequestHead {
@@ -199,5 +202,33 @@ pub fn config(data: &[u8]) {
                 .is_none_or(|p| p.token.chars().count() >= 16));
         }
         Err(e) => assert!(!e.to_string().is_empty()),
+    }
+}
+
+/// What the L2 service sends back: purge records (exactly what the encoder writes), pages of the
+/// purge log (a cursor that is safe to put back in a path; no more records than entries), and
+/// lookup answers (a hit is never empty).
+pub fn l2_envelopes(data: &[u8]) {
+    if let Some(record) = PurgeRecord::decode(data) {
+        assert_eq!(
+            record.encode().as_deref(),
+            Some(data),
+            "decode accepts only what encode writes"
+        );
+    }
+    if let Some(page) = read_page(data) {
+        assert!(valid_cursor(&page.cursor));
+        assert!(page.records.len() + page.skipped <= data.len() / 8 + 1);
+    }
+    let (value, body) = data.split_at(data.iter().position(|&b| b == 0).unwrap_or(data.len()));
+    let headers = vec![
+        (":status".to_string(), b"200".to_vec()),
+        ("x-l2".to_string(), value.to_vec()),
+    ];
+    match read_lookup(&headers, || Some(body.to_vec())) {
+        Ok(Looked::Hit(v)) => assert!(value == b"hit" && !v.is_empty()),
+        Ok(Looked::Lead) => assert_eq!(value, b"lead"),
+        Ok(Looked::Busy) => assert_eq!(value, b"busy"),
+        Err(_) => {}
     }
 }

@@ -512,9 +512,11 @@ impl Config {
             let path = e.path().to_string();
             let inner = e.into_inner();
             let message = inner.to_string();
-            // serde reports unknown fields at the parent path; lift the name into the field slot.
+            // The path of an unknown field names it (`l2.redis`), except at the top ("."), where
+            // serde's message has it.
             match unknown_field_name(&message) {
-                Some(name) => field_error(&name, message),
+                Some(name) if path == "." => field_error(&name, message),
+                Some(_) => field_error(&path, message),
                 None if path == "." => field_error("", message),
                 None => field_error(&path, message),
             }
@@ -1007,7 +1009,7 @@ mod tests {
         );
         assert_eq!(
             err(r#"{"identity":{"source":"jwt","clam":"sub"}}"#).field,
-            "clam"
+            "identity.clam"
         );
         assert_eq!(err(r#"{"default_scope":"shared"}"#).field, "default_scope");
         assert_eq!(
@@ -1041,5 +1043,54 @@ mod tests {
     fn display_names_field() {
         let e = err(r#"{"ttl_seconds":"ten"}"#);
         assert!(e.to_string().contains("`ttl_seconds`"), "{e}");
+    }
+
+    #[test]
+    fn l2_is_optional_and_checked_field_by_field() {
+        assert_eq!(Config::default().l2, None);
+        let c = Config::parse(br#"{"l2":{"cluster":"graphql_cache_l2"}}"#).unwrap();
+        let l2 = c.l2.unwrap();
+        assert_eq!(
+            l2.wait_cluster, "graphql_cache_l2",
+            "long-polls default to the same cluster"
+        );
+        assert_eq!((l2.timeout_ms, l2.wait_ms), (50, 2000));
+        assert_eq!(l2.authority, "graphql-cache-l2");
+        let lease = crate::worker::state::Plugin::new(
+            Config::parse(br#"{"l2":{"cluster":"a"}}"#).unwrap(),
+            Default::default(),
+        )
+        .lease_ms();
+        assert_eq!(
+            lease,
+            10_000 + 2_000 + 2_100,
+            "a flight may spend L2's budget too"
+        );
+        assert_eq!(err(r#"{"l2":{}}"#).field, "l2.cluster");
+        assert_eq!(err(r#"{"l2":{"cluster":""}}"#).field, "l2.cluster");
+        assert_eq!(
+            err(r#"{"l2":{"cluster":"a","wait_cluster":"b c"}}"#).field,
+            "l2.wait_cluster"
+        );
+        assert_eq!(
+            err(r#"{"l2":{"cluster":"a","timeout_ms":0}}"#).field,
+            "l2.timeout_ms"
+        );
+        assert_eq!(
+            err(r#"{"l2":{"cluster":"a","wait_ms":600000}}"#).field,
+            "l2.wait_ms"
+        );
+        assert_eq!(
+            err(r#"{"l2":{"cluster":"a","authority":""}}"#).field,
+            "l2.authority"
+        );
+        assert_eq!(
+            err(r#"{"l2":{"cluster":"a","redis":"x"}}"#).field,
+            "l2.redis"
+        );
+        assert_eq!(
+            err(r#"{"coalesce":false,"l2":{"cluster":"a"}}"#).field,
+            "l2"
+        );
     }
 }
