@@ -39,6 +39,15 @@ TAGGED_QUERY = "query Users { users { __typename id name email posts { __typenam
 # The slow origin: 20 ms per request and finite capacity (8 at a time, the rest queue), like a
 # GraphQL gateway in front of federated services.
 SLOW_ORIGIN = ["--delay-ms", "20", "--max-inflight", "8"]
+# The fleet (issue 11): Redis and the L2 service, started once for the run (on the load CPU).
+L2_BIN = ROOT / "target/release/graphql-cache-l2"
+REDIS_PORT, L2_PORT = 18379, 18090
+# The second Envoy of the two-Envoy expiry run.
+LISTEN_B, ADMIN_B = 18180, 18911
+# Distinct queries for l2-hit: L1 holds one entry, so nearly every request is an L1 miss that L2
+# answers.
+L2_HIT_KEYS = 1000
+L2_CONFIG = {"cluster": "graphql_cache_l2", "wait_cluster": "graphql_cache_l2_wait"}
 
 
 def wasm_filter(config):
@@ -73,13 +82,25 @@ BUFFER = """
               max_request_bytes: 65536"""
 
 
-def bootstrap(filters, route):
+def l2_clusters():
+    """The L2 clusters exactly as envoy/fleet.yaml ships them, pointed at the bench's service."""
+    text = (ROOT / "envoy/fleet.yaml").read_text()
+    start = text.index("  - name: graphql_cache_l2\n")
+    block = text[start:]
+    end = block.find("\n  - name: ", block.index("graphql_cache_l2_wait"))
+    block = block if end < 0 else block[:end + 1]
+    assert "port_value: 8090" in block, "envoy/fleet.yaml's L2 clusters no longer use port 8090"
+    return block.replace("port_value: 8090", f"port_value: {L2_PORT}")
+
+
+def bootstrap(filters, route, admin=None, listen=None, clusters=""):
+    admin, listen = admin or ADMIN, listen or LISTEN
     return f"""admin:
-  address: {{ socket_address: {{ address: 127.0.0.1, port_value: {ADMIN} }} }}
+  address: {{ socket_address: {{ address: 127.0.0.1, port_value: {admin} }} }}
 static_resources:
   listeners:
   - name: bench
-    address: {{ socket_address: {{ address: 127.0.0.1, port_value: {LISTEN} }} }}
+    address: {{ socket_address: {{ address: 127.0.0.1, port_value: {listen} }} }}
     filter_chains:
     - filters:
       - name: envoy.filters.network.http_connection_manager
@@ -106,7 +127,7 @@ static_resources:
       endpoints:
       - lb_endpoints:
         - endpoint: {{ address: {{ socket_address: {{ address: 127.0.0.1, port_value: {ORIGIN_PORT} }} }} }}
-"""
+{clusters}"""
 
 
 def direct_route(body):
@@ -137,7 +158,7 @@ def chain_config():
     return text
 
 
-def scenarios(answer, tagged_body):
+def scenarios(answer, tagged_body, bodies):
     token = (ROOT / "envoy/tokens/alice.jwt").read_text().strip()
     direct = direct_route(answer)
     s = [
@@ -162,7 +183,35 @@ def scenarios(answer, tagged_body):
     # Expiry every second, but clients never wait for the slow origin: stale while one refresh runs.
     s.append(("swr-slow", SLOW_ORIGIN,
               bootstrap(wasm_filter({"ttl_seconds": 1, "stale_while_revalidate_seconds": 10}), ORIGIN_ROUTE), {}))
+    if fleet_available():
+        # Every request an L2 hit: L1 keeps one entry (and no hot copies) of 1000 keys in turn.
+        l2_hit = {"ttl_seconds": 60, "cache_slots": 1, "local_cache_bytes": 0, "l2": L2_CONFIG}
+        s.append(("l2-hit", [], bootstrap(wasm_filter(l2_hit), ORIGIN_ROUTE, clusters=l2_clusters()),
+                  {"BENCH_BODIES_FILE": bodies}))
     return s
+
+
+def fleet_available():
+    return L2_BIN.exists() and shutil.which("redis-server") and shutil.which("redis-cli")
+
+
+def start_fleet_services():
+    """Redis and the L2 service for the run; `None` when either is missing (no fleet scenarios)."""
+    if not fleet_available():
+        print("redis-server or the L2 service is missing: no fleet scenarios (make build; apt-get install redis-server)")
+        return []
+    redis = subprocess.Popen(
+        ["taskset", "-c", LOAD_CPU, "redis-server", "--port", str(REDIS_PORT), "--bind", "127.0.0.1",
+         "--save", "", "--appendonly", "no"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    l2 = subprocess.Popen(
+        ["taskset", "-c", LOAD_CPU, str(L2_BIN), "--listen", f"127.0.0.1:{L2_PORT}",
+         "--redis", f"redis://127.0.0.1:{REDIS_PORT}"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    wait_http(f"http://127.0.0.1:{L2_PORT}/health")
+    return [l2, redis]
+
+
+def flush_redis():
+    subprocess.run(["redis-cli", "-p", str(REDIS_PORT), "FLUSHALL"], capture_output=True, check=False)
 
 
 def wait_http(url, timeout=20):
@@ -190,27 +239,37 @@ def start_origin(args):
     return p
 
 
-def start_envoy(yaml_text, workdir, concurrency=1):
+def start_envoy(yaml_text, workdir, concurrency=1, admin=None):
     path = pathlib.Path(workdir) / "envoy.yaml"
     path.write_text(yaml_text)
     log = open(pathlib.Path(workdir) / "envoy.log", "w")
     p = subprocess.Popen(
         ["taskset", "-c", ENVOY_CPU, ENVOY, "-c", str(path), "--concurrency", str(concurrency),
          "--use-dynamic-base-id", "-l", "warning"], stdout=log, stderr=subprocess.STDOUT)
-    wait_http(f"http://127.0.0.1:{ADMIN}/ready")
+    wait_http(f"http://127.0.0.1:{admin or ADMIN}/ready")
     return p
 
 
-def wrk(seconds, body_file, env_extra):
+def wrk_start(seconds, body_file, env_extra, listen=None, connections=None):
     env = dict(os.environ)
     env["BENCH_BODY_FILE"] = body_file
     env.update(env_extra)
-    out = subprocess.run(
-        ["taskset", "-c", LOAD_CPU, "wrk", "-t1", f"-c{CONNECTIONS}", f"-d{seconds}s", "--timeout", "10s",
-         "-s", str(LUA), f"http://127.0.0.1:{LISTEN}/graphql"],
-        env=env, capture_output=True, text=True, check=True).stdout
+    return subprocess.Popen(
+        ["taskset", "-c", LOAD_CPU, "wrk", "-t1", f"-c{connections or CONNECTIONS}", f"-d{seconds}s",
+         "--timeout", "10s", "-s", str(LUA), f"http://127.0.0.1:{listen or LISTEN}/graphql"],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def wrk_result(p):
+    out, err = p.communicate()
+    if p.returncode != 0:
+        raise RuntimeError(f"wrk failed: {err}")
     line = next(l for l in out.splitlines() if l.startswith("BENCH_JSON "))
     return json.loads(line[len("BENCH_JSON "):])
+
+
+def wrk(seconds, body_file, env_extra):
+    return wrk_result(wrk_start(seconds, body_file, env_extra))
 
 
 def stop(p):
@@ -237,7 +296,7 @@ def ports_free():
     """Envoy listens with SO_REUSEPORT: a leftover process on our port would silently take half
     the load, so refuse to start instead."""
     import socket
-    for port in (LISTEN, ADMIN, ORIGIN_PORT):
+    for port in (LISTEN, ADMIN, ORIGIN_PORT, LISTEN_B, ADMIN_B, REDIS_PORT, L2_PORT):
         with socket.socket() as s:
             s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             try:
@@ -249,6 +308,8 @@ def ports_free():
 def measure(origin_args, yaml_text, env_extra, work, body_file):
     """One scenario once: fresh origin and Envoy, warm-up, measured run."""
     origin = envoy = None
+    if "graphql_cache_l2" in yaml_text:
+        flush_redis()
     try:
         origin = start_origin(origin_args) if origin_args is not None else None
         envoy = start_envoy(yaml_text, work)
@@ -261,6 +322,39 @@ def measure(origin_args, yaml_text, env_extra, work, body_file):
         stop(origin)
     r["rps"] = r["requests"] / (r["duration_us"] / 1e6)
     return r
+
+
+def measure_fleet_expiry(with_l2, work, body_file):
+    """Two Envoys (one worker each) behind the slow origin, 1 s TTL, half the connections on each:
+    origin fetches per expiry for the whole fleet, with the shared L2 and without it."""
+    config = {"ttl_seconds": 1}
+    if with_l2:
+        config["l2"] = L2_CONFIG
+        flush_redis()
+    clusters = l2_clusters() if with_l2 else ""
+    origin = envoy_a = envoy_b = None
+    try:
+        origin = start_origin(SLOW_ORIGIN)
+        dirs = [pathlib.Path(work) / n for n in ("a", "b")]
+        for d in dirs:
+            d.mkdir(exist_ok=True)
+        envoy_a = start_envoy(bootstrap(wasm_filter(config), ORIGIN_ROUTE, clusters=clusters), dirs[0])
+        envoy_b = start_envoy(bootstrap(wasm_filter(config), ORIGIN_ROUTE, admin=ADMIN_B, listen=LISTEN_B,
+                                        clusters=clusters), dirs[1], admin=ADMIN_B)
+        half = CONNECTIONS // 2
+        for p in [wrk_start(WARMUP, body_file, {}, LISTEN, half), wrk_start(WARMUP, body_file, {}, LISTEN_B, half)]:
+            wrk_result(p)
+        before = origin_count()
+        runs = [wrk_start(SECONDS, body_file, {}, LISTEN, half), wrk_start(SECONDS, body_file, {}, LISTEN_B, half)]
+        a, b = [wrk_result(p) for p in runs]
+        fetched = origin_count() - before
+    finally:
+        for p in (envoy_a, envoy_b, origin):
+            stop(p)
+    rps = a["requests"] / (a["duration_us"] / 1e6) + b["requests"] / (b["duration_us"] / 1e6)
+    return dict(a, requests=a["requests"] + b["requests"], non2xx=a["non2xx"] + b["non2xx"],
+                p99_us=max(a["p99_us"], b["p99_us"]), p50_us=max(a["p50_us"], b["p50_us"]),
+                origin_requests=fetched, rps=rps, origin_per_expiry=fetched / SECONDS)
 
 
 def run():
@@ -277,7 +371,14 @@ def run():
     with open(tagged_body, "w") as f:
         f.write(json.dumps({"query": TAGGED_QUERY}))
     only = [n for n in os.environ.get("BENCH_ONLY", "").split(",") if n]
-    chosen = [s for s in scenarios(answer, tagged_body) if not only or s[0] in only]
+    bodies = os.path.join(work, "bodies.txt")
+    with open(bodies, "w") as f:
+        for i in range(L2_HIT_KEYS):
+            f.write(json.dumps({"query": QUERY.replace("{ users", f"{{ u{i}: users", 1)}) + "\n")
+    fleet = start_fleet_services()
+    chosen = [s for s in scenarios(answer, tagged_body, bodies) if not only or s[0] in only]
+    expiry_runs = [(n, l2) for n, l2 in (("fleet-expiry-l2", True), ("fleet-expiry-l1", False))
+                   if fleet and (not only or n in only)]
     compare = os.environ.get("BENCH_COMPARE")
     if compare:
         # The A/B method: every scenario that loads the filter runs again with another build,
@@ -294,8 +395,15 @@ def run():
             runs[name].append(r)
             print(f"  {name:14s} {r['rps']:10.0f} req/s  p50 {r['p50_us']/1000:7.2f} ms  p99 {r['p99_us']/1000:7.2f} ms"
                   f"  non-2xx {r['non2xx']}  origin {r['origin_requests']}", flush=True)
+        for name, with_l2 in expiry_runs:
+            r = measure_fleet_expiry(with_l2, work, body_file)
+            runs.setdefault(name, []).append(r)
+            print(f"  {name:14s} {r['rps']:10.0f} req/s  origin {r['origin_requests']} in {SECONDS} s "
+                  f"({r['origin_per_expiry']:.2f} per 1 s expiry)", flush=True)
+    for p in fleet:
+        stop(p)
     results = []
-    for name, *_ in chosen:
+    for name in [c[0] for c in chosen] + [n for n, _ in expiry_runs]:
         ordered = sorted(runs[name], key=lambda r: r["rps"])
         median = dict(ordered[len(ordered) // 2], name=name, rounds_rps=[round(r["rps"]) for r in runs[name]])
         results.append(median)
@@ -341,6 +449,12 @@ def report(answer, results):
         ("ttl0-slow >= 4x proxy-slow req/s", by["ttl0-slow"]["rps"] / by["proxy-slow"]["rps"], 4.0, ">="),
         ("ttl0-slow p99 <= 0.5x proxy-slow p99", by["ttl0-slow"]["p99_us"] / by["proxy-slow"]["p99_us"], 0.5, "<="),
     ]
+    if "l2-hit" in by:
+        l2 = by["l2-hit"]
+        targets.append(("l2-hit served with no origin request (per measured run)", l2["origin_requests"], 0, "<="))
+    if "fleet-expiry-l2" in by:
+        targets.append(("fleet-expiry-l2: origin fetches per 1 s expiry for 2 Envoys <= 1",
+                        by["fleet-expiry-l2"]["origin_per_expiry"], 1.0, "<="))
     lines = []
     lines.append(f"{'scenario':14s} {'req/s':>10s} {'p50 ms':>8s} {'p99 ms':>8s} {'non-2xx':>8s} {'origin':>8s} {'/ceiling':>9s} {'/wasm-ceil':>10s} {'/floor':>7s}")
     for r in results:
@@ -353,6 +467,14 @@ def report(answer, results):
     for r in ttl1:
         lines.append(f"      {r['name']}: {r['origin_requests']} origin requests over {SECONDS} s of 1 s TTL "
                      f"({r['origin_per_expiry']:.2f} per expiry; goal 1)")
+    if "l2-hit" in by:
+        l2 = by["l2-hit"]["rps"]
+        lines.append(f"      l2-hit / ttl10 (an L2 hit against an L1 hit): {l2 / by['ttl10']['rps']:.2f}; "
+                     f"l2-hit / proxy: {l2 / by['proxy']['rps']:.2f}")
+    for name in ("fleet-expiry-l2", "fleet-expiry-l1"):
+        if name in by:
+            lines.append(f"      {name}: {by[name]['origin_requests']} origin requests over {SECONDS} s of 1 s TTL "
+                         f"on 2 Envoys ({by[name]['origin_per_expiry']:.2f} per expiry)")
     table = "\n".join(lines)
     machine = {
         "cpus": os.cpu_count(),

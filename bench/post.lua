@@ -10,6 +10,21 @@ if auth and auth ~= "" then
   wrk.headers["Authorization"] = auth
 end
 
+-- BENCH_BODIES_FILE: one body per line, sent in turn (distinct keys), each request formatted once.
+local bodies_file = os.getenv("BENCH_BODIES_FILE")
+if bodies_file and bodies_file ~= "" then
+  local requests, n = {}, 0
+  for line in io.lines(bodies_file) do
+    n = n + 1
+    requests[n] = wrk.format(nil, nil, nil, line)
+  end
+  local i = 0
+  function request()
+    i = i % n + 1
+    return requests[i]
+  end
+end
+
 function done(summary, latency, requests)
   io.write(string.format(
     'BENCH_JSON {"requests":%d,"duration_us":%d,"non2xx":%d,"socket_errors":%d,"p50_us":%d,"p99_us":%d,"mean_us":%.1f}\n',

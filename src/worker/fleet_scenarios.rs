@@ -350,7 +350,7 @@ fn a_failed_read_of_the_log_stops_l2_hits_until_the_next_one() {
         2,
         "retried later, not at once"
     );
-    y.host.advance(1_000);
+    y.host.advance(crate::worker::purge_feed::RETRY_MS);
     y.reads_log(EMPTY_LOG);
     let lookup = y.asks(2, r#"{"query":"{ users { id name } }"}"#);
     y.l2_answers(lookup, 503, &[], b"");

@@ -16,8 +16,11 @@ use std::cell::RefCell;
 
 /// How long one read waits for a new record.
 pub const FEED_WAIT_MS: u64 = 1000;
+/// A read may come back this much later than its wait before it counts as failed: a late empty
+/// page is no reason to stop trusting L2.
+const FEED_SLACK_MS: u64 = 1000;
 /// After a failed read, the next one waits this long.
-pub const RETRY_MS: u64 = 1000;
+pub const RETRY_MS: u64 = 250;
 /// The service answers at most this many records a read: fewer means the end of the log.
 const PAGE_ENTRIES: usize = 100;
 /// A page of 100 records of 64 KiB each, in base64, with room to spare.
@@ -37,7 +40,10 @@ pub fn poll(plugin: &Plugin, worker: &RefCell<Worker>, host: &impl Host, now_ms:
         (feed.cursor.clone(), wait)
     };
     let callout = wire::read_purges(l2, &cursor, wait_ms);
-    match host.dispatch(&callout, wait_ms.saturating_add(l2.timeout_ms)) {
+    let timeout = wait_ms
+        .saturating_add(FEED_SLACK_MS)
+        .saturating_add(l2.timeout_ms);
+    match host.dispatch(&callout, timeout) {
         Ok(token) => {
             let mut w = worker.borrow_mut();
             w.l2.feed.reading = true;
