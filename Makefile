@@ -8,18 +8,21 @@ ENVOY      := $(TOOLS)/bin/envoy
 ENVOY_VERSION := 1.40.0
 WASM       := target/wasm32-wasip1/release/graphql_cache.wasm
 ORIGIN     := target/release/graphql-origin
+L2         := target/release/graphql-cache-l2
 CARGO      ?= cargo
 
 export ENVOY_BIN := $(ENVOY)
 export GRAPHQL_CACHE_WASM := $(CURDIR)/$(WASM)
 export ORIGIN_BIN := $(CURDIR)/$(ORIGIN)
+export L2_BIN := $(CURDIR)/$(L2)
 
-.PHONY: help tools build wasm origin l2 test lint unit integration validate demo demo-check bench bench-micro fuzz soak clean
+.PHONY: help tools redis-check build wasm origin l2 test lint unit integration validate demo demo-check demo-cluster demo-cluster-check bench bench-micro fuzz soak clean
 
 help:
 	@echo "make demo   - build, start the origin and Envoy with the filter, and walk through it with curl"
+	@echo "make demo-cluster - the same for a fleet: Redis, the L2 service, the origin and two Envoys"
 	@echo "make test   - lints, unit tests, and integration tests against a real Envoy"
-	@echo "make build  - build $(WASM) and the origin"
+	@echo "make build  - build $(WASM), the origin and the L2 service"
 	@echo "make bench  - benchmarks through Envoy (writes bench/results/)"
 	@echo "make bench-micro - criterion benchmarks of the key path"
 	@echo "make soak   - a million distinct keys through Envoy, RSS sampled (bounded memory)"
@@ -39,6 +42,13 @@ $(ENVOY):
 
 tools: $(TOOLS)/.rust-target $(ENVOY)
 
+# Redis is not installed by `make tools`: the L2 tests, the fleet tests and demo-cluster start
+# their own redis-server (and redis-cli for a Cluster).
+redis-check:
+	@command -v redis-server >/dev/null && command -v redis-cli >/dev/null || { \
+	  echo "redis-server and redis-cli are needed on PATH (Debian/Ubuntu: apt-get install redis-server; macOS: brew install redis)"; \
+	  exit 1; }
+
 # --- build ------------------------------------------------------------------------------------
 wasm: $(TOOLS)/.rust-target
 	$(CARGO) build --release --target wasm32-wasip1 -p graphql-cache
@@ -47,7 +57,7 @@ wasm: $(TOOLS)/.rust-target
 origin:
 	$(CARGO) build --release -p graphql-origin
 
-# The fleet's L2 service in front of Redis (issue 11: the filter does not call it yet).
+# The fleet's L2 service in front of Redis (the filter's `l2` configuration calls it).
 l2:
 	$(CARGO) build --release -p graphql-cache-l2
 
@@ -67,8 +77,10 @@ validate: $(ENVOY) build
 	  (cd envoy && ln -sf ../$(WASM) graphql_cache.wasm && $(ENVOY) --mode validate -c $$(basename $$f) -l error) >/dev/null || exit 1; \
 	done
 	@if command -v docker-compose >/dev/null; then \
-	  echo "validate envoy/docker-compose.yml"; docker-compose -f envoy/docker-compose.yml config -q; \
-	else echo "docker-compose not installed: envoy/docker-compose.yml not validated (apt-get install docker-compose)"; fi
+	  for f in envoy/docker-compose*.yml; do \
+	    echo "validate $$f"; docker-compose -f $$f config -q || exit 1; \
+	  done; \
+	else echo "docker-compose not installed: envoy/docker-compose*.yml not validated (apt-get install docker-compose)"; fi
 
 # Native: the core's unit tests (the worker through the fake host included) and the key's
 # property tests; no Envoy needed.
@@ -76,14 +88,15 @@ unit:
 	$(CARGO) test --workspace --lib --bins
 	$(CARGO) test -p graphql-cache --test key_properties --test fuzz_corpus
 
-# Against a real Envoy and origin (key_properties already ran under `unit`).
+# Against a real Envoy and origin (key_properties already ran under `unit`); tests/fleet.rs
+# against a fleet of them with Redis and the L2 service.
 INTEGRATION_TESTS := $(filter-out key_properties fuzz_corpus,$(basename $(notdir $(wildcard tests/*.rs))))
 # A real GraphQL client (Apollo Client, pinned) for the persisted-query test.
 tests/apollo/node_modules: tests/apollo/package-lock.json
 	npm ci --prefix tests/apollo --no-audit --no-fund --loglevel=error
 	@touch $@
 
-integration: tools build tests/apollo/node_modules
+integration: tools build redis-check tests/apollo/node_modules
 	$(CARGO) test -p graphql-cache $(addprefix --test ,$(INTEGRATION_TESTS)) -- --test-threads=2
 	$(CARGO) test -p graphql-cache-l2 --tests -- --test-threads=2
 
@@ -91,12 +104,20 @@ integration: tools build tests/apollo/node_modules
 demo-check: tools build
 	DEMO_SECONDS=0 ENVOY=$(ENVOY) WASM=$(WASM) ORIGIN=$(ORIGIN) envoy/demo.sh >/dev/null
 
-test: lint unit validate integration demo-check
+test: lint unit validate integration demo-check demo-cluster-check
 	@echo "make test: all passed"
+
+# The fleet demo's walkthrough asserts MISS on A, HIT from the L2 on B, and a purge sent to A
+# honoured on B within a second.
+demo-cluster-check: tools build redis-check
+	DEMO_SECONDS=0 ENVOY=$(ENVOY) WASM=$(WASM) ORIGIN=$(ORIGIN) L2=$(L2) envoy/demo-cluster.sh >/dev/null
 
 # --- demo and bench ---------------------------------------------------------------------------
 demo: tools build
 	ENVOY=$(ENVOY) WASM=$(WASM) ORIGIN=$(ORIGIN) envoy/demo.sh
+
+demo-cluster: tools build redis-check
+	ENVOY=$(ENVOY) WASM=$(WASM) ORIGIN=$(ORIGIN) L2=$(L2) envoy/demo-cluster.sh
 
 FLOOR_WASM := bench/floor/target/wasm32-wasip1/release/wasm_floor.wasm
 floor: $(TOOLS)/.rust-target

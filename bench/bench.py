@@ -342,10 +342,12 @@ def measure_fleet_expiry(with_l2, work, body_file):
         envoy_b = start_envoy(bootstrap(wasm_filter(config), ORIGIN_ROUTE, admin=ADMIN_B, listen=LISTEN_B,
                                         clusters=clusters), dirs[1], admin=ADMIN_B)
         half = CONNECTIONS // 2
-        for p in [wrk_start(WARMUP, body_file, {}, LISTEN, half), wrk_start(WARMUP, body_file, {}, LISTEN_B, half)]:
+        # Both Envoys behind one name, as behind a load balancer (the host is part of the key).
+        env = {"BENCH_HOST": "graphql.example"}
+        for p in [wrk_start(WARMUP, body_file, env, LISTEN, half), wrk_start(WARMUP, body_file, env, LISTEN_B, half)]:
             wrk_result(p)
         before = origin_count()
-        runs = [wrk_start(SECONDS, body_file, {}, LISTEN, half), wrk_start(SECONDS, body_file, {}, LISTEN_B, half)]
+        runs = [wrk_start(SECONDS, body_file, env, LISTEN, half), wrk_start(SECONDS, body_file, env, LISTEN_B, half)]
         a, b = [wrk_result(p) for p in runs]
         fetched = origin_count() - before
     finally:
@@ -429,26 +431,33 @@ def compare_report(results):
 
 def report(answer, results):
     by = {r["name"]: r for r in results}
+    ratio = lambda r, base: r["rps"] / by[base]["rps"] if base in by else 0.0
     for r in results:
-        r["vs_ceiling"] = r["rps"] / by["ceiling"]["rps"]
-        r["vs_wasm_ceiling"] = r["rps"] / by["wasm-ceiling"]["rps"]
-        r["vs_wasm_floor"] = r["rps"] / by["wasm-floor"]["rps"] if "wasm-floor" in by else 0.0
+        r["vs_ceiling"] = ratio(r, "ceiling")
+        r["vs_wasm_ceiling"] = ratio(r, "wasm-ceiling")
+        r["vs_wasm_floor"] = ratio(r, "wasm-floor")
     ttl1 = [r for r in results if r["name"] in ("ttl1", "ttl1-slow", "swr-slow")]
     for r in ttl1:
         expiries = SECONDS / 1.0
         r["origin_per_expiry"] = r["origin_requests"] / expiries
-    targets = [
-        ("ttl10 >= 90% of wasm-ceiling", by["ttl10"]["rps"] / by["wasm-ceiling"]["rps"], 0.9, ">="),
-        ("ttl10-lean >= 90% of wasm-ceiling", by["ttl10-lean"]["rps"] / by["wasm-ceiling"]["rps"], 0.9, ">="),
-        ("bypass >= 90% of proxy", by["bypass"]["rps"] / by["proxy"]["rps"], 0.9, ">="),
-        ("ttl10 >= 95% of wasm-floor", by["ttl10"]["rps"] / by["wasm-floor"]["rps"], 0.95, ">="),
-        ("chain >= 75% of ttl10", by["chain"]["rps"] / by["ttl10"]["rps"], 0.75, ">="),
-        ("ttl0-slow >= 90% of connections / origin latency (100 / 20 ms)", by["ttl0-slow"]["rps"] / 5000, 0.9, ">="),
-        ("ttl10-tags within 5% of ttl10", by["ttl10-tags"]["rps"] / by["ttl10"]["rps"], 0.95, ">="),
-        ("swr-slow p99 <= 1.5x ttl10-slow p99", by["swr-slow"]["p99_us"] / by["ttl10-slow"]["p99_us"], 1.5, "<="),
-        ("ttl0-slow >= 4x proxy-slow req/s", by["ttl0-slow"]["rps"] / by["proxy-slow"]["rps"], 4.0, ">="),
-        ("ttl0-slow p99 <= 0.5x proxy-slow p99", by["ttl0-slow"]["p99_us"] / by["proxy-slow"]["p99_us"], 0.5, "<="),
+    # (name, top, bottom, field, goal, op): top/bottom of field, for the scenarios this run has.
+    wanted = [
+        ("ttl10 >= 90% of wasm-ceiling", "ttl10", "wasm-ceiling", "rps", 0.9, ">="),
+        ("ttl10-lean >= 90% of wasm-ceiling", "ttl10-lean", "wasm-ceiling", "rps", 0.9, ">="),
+        ("bypass >= 90% of proxy", "bypass", "proxy", "rps", 0.9, ">="),
+        ("ttl10 >= 95% of wasm-floor", "ttl10", "wasm-floor", "rps", 0.95, ">="),
+        ("chain >= 75% of ttl10", "chain", "ttl10", "rps", 0.75, ">="),
+        ("ttl0-slow >= 90% of connections / origin latency (100 / 20 ms)", "ttl0-slow", None, "rps", 0.9, ">="),
+        ("ttl10-tags within 5% of ttl10", "ttl10-tags", "ttl10", "rps", 0.95, ">="),
+        ("swr-slow p99 <= 1.5x ttl10-slow p99", "swr-slow", "ttl10-slow", "p99_us", 1.5, "<="),
+        ("ttl0-slow >= 4x proxy-slow req/s", "ttl0-slow", "proxy-slow", "rps", 4.0, ">="),
+        ("ttl0-slow p99 <= 0.5x proxy-slow p99", "ttl0-slow", "proxy-slow", "p99_us", 0.5, "<="),
     ]
+    targets = []
+    for name, top, bottom, field, goal, op in wanted:
+        if top in by and (bottom is None or bottom in by):
+            below = 5000 if bottom is None else by[bottom][field]
+            targets.append((name, by[top][field] / below, goal, op))
     if "l2-hit" in by:
         l2 = by["l2-hit"]
         targets.append(("l2-hit served with no origin request (per measured run)", l2["origin_requests"], 0, "<="))
@@ -469,8 +478,9 @@ def report(answer, results):
                      f"({r['origin_per_expiry']:.2f} per expiry; goal 1)")
     if "l2-hit" in by:
         l2 = by["l2-hit"]["rps"]
-        lines.append(f"      l2-hit / ttl10 (an L2 hit against an L1 hit): {l2 / by['ttl10']['rps']:.2f}; "
-                     f"l2-hit / proxy: {l2 / by['proxy']['rps']:.2f}")
+        for base in ("ttl10", "proxy"):
+            if base in by:
+                lines.append(f"      l2-hit / {base}: {l2 / by[base]['rps']:.2f}")
     for name in ("fleet-expiry-l2", "fleet-expiry-l1"):
         if name in by:
             lines.append(f"      {name}: {by[name]['origin_requests']} origin requests over {SECONDS} s of 1 s TTL "
@@ -524,8 +534,10 @@ if __name__ == "__main__":
     if os.environ.get("BENCH_COMPARE"):
         print()
         print(compare_report(results))
-    if os.environ.get("BENCH_ONLY"):
-        sys.exit(0)
     print()
+    if os.environ.get("BENCH_ONLY"):
+        # Some scenarios only: the table and the ratios they allow, nothing written.
+        RESULTS = pathlib.Path(tempfile.mkdtemp(prefix="graphql-cache-bench-only-"))
     print(report(answer, results))
-    print(f"\nwrote bench/results/latest.json, latest.txt, latest.png in {time.time() - start:.0f} s")
+    if not os.environ.get("BENCH_ONLY"):
+        print(f"\nwrote bench/results/latest.json, latest.txt, latest.png in {time.time() - start:.0f} s")

@@ -5,20 +5,27 @@ wrk.path = os.getenv("BENCH_PATH") or "/graphql"
 wrk.body = f:read("*a")
 f:close()
 wrk.headers["Content-Type"] = "application/json"
+-- A fleet shares entries behind one name: the host is part of the key.
+local host = os.getenv("BENCH_HOST")
+if host and host ~= "" then
+  wrk.headers["Host"] = host
+end
 local auth = os.getenv("BENCH_AUTH")
 if auth and auth ~= "" then
   wrk.headers["Authorization"] = auth
 end
 
--- BENCH_BODIES_FILE: one body per line, sent in turn (distinct keys), each request formatted once.
+-- BENCH_BODIES_FILE: one body per line, sent in turn (distinct keys), each request formatted once,
+-- in init (wrk adds the Host header only then).
 local bodies_file = os.getenv("BENCH_BODIES_FILE")
 if bodies_file and bodies_file ~= "" then
-  local requests, n = {}, 0
-  for line in io.lines(bodies_file) do
-    n = n + 1
-    requests[n] = wrk.format(nil, nil, nil, line)
+  local requests, n, i = {}, 0, 0
+  function init(args)
+    for line in io.lines(bodies_file) do
+      n = n + 1
+      requests[n] = wrk.format(nil, nil, nil, line)
+    end
   end
-  local i = 0
   function request()
     i = i % n + 1
     return requests[i]

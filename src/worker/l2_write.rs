@@ -32,7 +32,7 @@ pub fn after_origin(
     let entry = std::mem::take(&mut stored.entry);
     let ttl_ms = Entry::decode(&entry)
         .ok()
-        .map(|e| e.keep_until_ms().saturating_sub(host.now_ms()));
+        .map(|e| l2_ttl_ms(e.expires_at_ms, host.now_ms(), l2.timeout_ms));
     let callout = match ttl_ms {
         Some(ttl) if ttl > 0 && stored.not_stored.is_none() => {
             host.count(Counter::L2Stores);
@@ -42,6 +42,15 @@ pub fn after_origin(
         _ => return,
     };
     send(plugin, worker, host, Call::Write, &callout);
+}
+
+/// How long L2 keeps an entry fresh until `expires_at_ms`: only while it is fresh (stale windows
+/// are each Envoy's own), and gone `margin_ms` before it expires. Every Envoy's copy expires at
+/// the same instant (the storing Envoy's); if L2 still answered with it then, each would find it
+/// stale and fetch on its own. Gone a little early, the key is free, and its lease elects one
+/// fetch for the fleet. 0: not worth storing.
+pub fn l2_ttl_ms(expires_at_ms: u64, now_ms: u64, margin_ms: u64) -> u64 {
+    expires_at_ms.saturating_sub(now_ms).saturating_sub(margin_ms)
 }
 
 /// A refused fetch's lease, released on the next tick: the callback that found it refused
@@ -128,5 +137,17 @@ fn failed(worker: &RefCell<Worker>, host: &impl Host, call: Call) {
                 attempts: out.attempts + 1,
             });
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn l2_keeps_an_entry_a_little_less_long_than_it_is_fresh() {
+        assert_eq!(l2_ttl_ms(11_000, 1_000, 50), 9_950);
+        assert_eq!(l2_ttl_ms(1_040, 1_000, 50), 0, "about to expire: not stored");
+        assert_eq!(l2_ttl_ms(900, 1_000, 50), 0);
     }
 }

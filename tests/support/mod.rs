@@ -1,14 +1,18 @@
-//! Test support: a real origin process, a real Envoy with the built `.wasm`, and a small HTTP/1.1
-//! client that can send arbitrary bytes and report exactly what came back.
+//! Test support: a real origin process, a real Envoy with the built `.wasm`, a fleet of Envoys
+//! sharing one L2 (Redis and the L2 service), and a small HTTP/1.1 client that can send arbitrary
+//! bytes and report exactly what came back.
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod client;
 mod envoy;
+mod fleet;
 mod origin;
 
 #[allow(unused_imports)] // each test binary uses its own part
 pub use client::*;
 pub use envoy::*;
+#[allow(unused_imports)]
+pub use fleet::*;
 pub use origin::*;
 
 use std::path::PathBuf;
@@ -18,43 +22,53 @@ pub fn repo_root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
-fn env_path(var: &str, default: &str) -> PathBuf {
-    std::env::var_os(var)
+/// `$var`, else `default` under the repository; it must exist (`what`, `make`: the message).
+fn required_path(var: &str, default: &str, what: &str, make: &str) -> PathBuf {
+    let p = std::env::var_os(var)
         .map(PathBuf::from)
-        .unwrap_or_else(|| repo_root().join(default))
+        .unwrap_or_else(|| repo_root().join(default));
+    assert!(
+        p.exists(),
+        "{what} at {} (run `{make}` or set {var})",
+        p.display()
+    );
+    p
 }
 
 pub fn envoy_bin() -> PathBuf {
-    let p = env_path("ENVOY_BIN", ".tools/bin/envoy");
-    assert!(
-        p.exists(),
-        "Envoy not found at {} (run `make tools` or set ENVOY_BIN)",
-        p.display()
-    );
-    p
+    required_path(
+        "ENVOY_BIN",
+        ".tools/bin/envoy",
+        "Envoy not found",
+        "make tools",
+    )
 }
 
 pub fn wasm_path() -> PathBuf {
-    let p = env_path(
+    required_path(
         "GRAPHQL_CACHE_WASM",
         "target/wasm32-wasip1/release/graphql_cache.wasm",
-    );
-    assert!(
-        p.exists(),
-        "filter not built at {} (run `make build`)",
-        p.display()
-    );
-    p
+        "filter not built",
+        "make build",
+    )
 }
 
 pub fn origin_bin() -> PathBuf {
-    let p = env_path("ORIGIN_BIN", "target/release/graphql-origin");
-    assert!(
-        p.exists(),
-        "origin not built at {} (run `make build`)",
-        p.display()
-    );
-    p
+    required_path(
+        "ORIGIN_BIN",
+        "target/release/graphql-origin",
+        "origin not built",
+        "make build",
+    )
+}
+
+pub fn l2_bin() -> PathBuf {
+    required_path(
+        "L2_BIN",
+        "target/release/graphql-cache-l2",
+        "L2 service not built",
+        "make build",
+    )
 }
 
 fn scratch_dir(tag: &str) -> PathBuf {

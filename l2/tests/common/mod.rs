@@ -9,7 +9,12 @@ use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-pub const BIN: &str = env!("CARGO_BIN_EXE_graphql-cache-l2");
+/// Cargo's build of the service for this package's tests. The filter's fleet tests include this
+/// file too (another package: no such variable) and start their binary with [`L2::start_bin`].
+pub const BIN: &str = match option_env!("CARGO_BIN_EXE_graphql-cache-l2") {
+    Some(bin) => bin,
+    None => "graphql-cache-l2",
+};
 
 /// A port nobody listens on now, whose cluster-bus twin (+10000) is free too.
 pub fn free_port() -> u16 {
@@ -167,18 +172,25 @@ impl Cluster {
             String::from_utf8_lossy(&out.stdout),
             String::from_utf8_lossy(&out.stderr)
         );
+        let cluster = Cluster { nodes };
+        cluster.wait_ok();
+        cluster
+    }
+
+    /// Waits until every node reports `cluster_state:ok` (after a create or a restart).
+    pub fn wait_ok(&self) {
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
-            let ok = nodes
+            let ok = self
+                .nodes
                 .iter()
                 .all(|n| n.info(&["CLUSTER", "INFO"]).contains("cluster_state:ok"));
             if ok {
-                break;
+                return;
             }
             assert!(Instant::now() < deadline, "cluster_state never became ok");
             std::thread::sleep(Duration::from_millis(100));
         }
-        Cluster { nodes }
     }
 
     pub fn urls(&self) -> String {
@@ -197,7 +209,11 @@ pub struct L2 {
 
 impl L2 {
     pub fn start(args: &[&str]) -> L2 {
-        let mut child = Command::new(BIN)
+        Self::start_bin(std::path::Path::new(BIN), args)
+    }
+
+    pub fn start_bin(bin: &std::path::Path, args: &[&str]) -> L2 {
+        let mut child = Command::new(bin)
             .args(["--listen", "127.0.0.1:0"])
             .args(args)
             .stdout(Stdio::piped())

@@ -1,0 +1,262 @@
+//! A fleet that shares one L2: Redis (one node or a 3-master Cluster), the `graphql-cache-l2`
+//! service, one origin and N Envoys on the shipped `envoy/fleet.yaml`. Dropping a [`Fleet`] kills
+//! every process it started.
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::time::{Duration, Instant};
+
+use super::client::{http, Req, Resp};
+use super::envoy::{shipped_config, Envoy};
+use super::l2_bin;
+use super::origin::Origin;
+
+// The L2 service's own test harness: Redis nodes, Cluster creation, the service process.
+#[path = "../../l2/tests/common/mod.rs"]
+mod l2_common;
+
+pub use l2_common::{Cluster as RedisCluster, Redis, L2};
+
+/// The purge API as `envoy/fleet.yaml` configures it.
+pub const PURGE_PATH: &str = "/graphql-cache/purge";
+pub const PURGE_TOKEN: &str = "demo-purge-token-change-me";
+
+/// Followers of the purge log in one Envoy with 2 workers, once caught up: measured, each worker
+/// and one VM on the main thread.
+const PURGE_LOG_READERS: u64 = 3;
+
+/// The line of fleet.yaml's filter configuration after which a test adds its own settings.
+const CONFIG_ANCHOR: &str = r#""debug_headers": true,"#;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Backend {
+    Single,
+    Cluster,
+}
+
+pub enum RedisBackend {
+    Single(Redis),
+    Cluster(RedisCluster),
+}
+
+impl RedisBackend {
+    pub fn start(backend: Backend) -> RedisBackend {
+        match backend {
+            Backend::Single => RedisBackend::Single(Redis::start()),
+            Backend::Cluster => RedisBackend::Cluster(RedisCluster::start()),
+        }
+    }
+
+    fn l2_args(&self) -> [String; 2] {
+        match self {
+            RedisBackend::Single(r) => ["--redis".into(), r.url()],
+            RedisBackend::Cluster(c) => ["--redis-cluster".into(), c.urls()],
+        }
+    }
+
+    /// SIGKILL, as a crash. A Cluster loses all three masters: the whole L2 is gone, as with one
+    /// node (with one master gone, keys on the other two would still be served).
+    pub fn kill(&mut self) {
+        match self {
+            RedisBackend::Single(r) => r.kill(),
+            RedisBackend::Cluster(c) => c.nodes.iter_mut().for_each(Redis::kill),
+        }
+    }
+
+    /// Starts the killed nodes again on their ports, empty (no persistence). Cluster nodes keep
+    /// their `nodes-<port>.conf` and rejoin with the same slots.
+    pub fn restart(&mut self) {
+        match self {
+            RedisBackend::Single(r) => r.restart(),
+            RedisBackend::Cluster(c) => {
+                c.nodes.iter_mut().for_each(Redis::restart);
+                c.wait_ok();
+            }
+        }
+    }
+}
+
+#[derive(Clone)]
+pub struct FleetOptions {
+    pub backend: Backend,
+    pub envoys: usize,
+    pub origin_args: Vec<String>,
+    /// JSON members (each followed by a comma) added to fleet.yaml's filter configuration.
+    pub extra_config: String,
+}
+
+impl FleetOptions {
+    pub fn new(backend: Backend, envoys: usize) -> FleetOptions {
+        FleetOptions {
+            backend,
+            envoys,
+            origin_args: Vec::new(),
+            extra_config: String::new(),
+        }
+    }
+}
+
+/// Fields drop in order: the Envoys stop before the service they call, the service before Redis.
+pub struct Fleet {
+    pub envoys: Vec<Envoy>,
+    pub l2: L2,
+    pub redis: RedisBackend,
+    pub origin: Origin,
+    bootstrap: String,
+}
+
+impl Fleet {
+    pub fn start(opts: &FleetOptions) -> Fleet {
+        let redis = RedisBackend::start(opts.backend);
+        let args: Vec<&str> = opts.origin_args.iter().map(String::as_str).collect();
+        let origin = Origin::start_with(&args);
+        let [flag, url] = redis.l2_args();
+        let l2 = L2::start_bin(&l2_bin(), &[flag.as_str(), url.as_str()]);
+        // Envoys started before the service reaches Redis would fail their first health check
+        // and go without the L2 for a second.
+        wait_l2_service_healthy(&l2);
+        let bootstrap = fleet_config(origin.port, l2.addr.port(), &opts.extra_config);
+        let mut fleet = Fleet {
+            envoys: Vec::new(),
+            l2,
+            redis,
+            origin,
+            bootstrap,
+        };
+        for _ in 0..opts.envoys {
+            fleet.add_envoy();
+        }
+        fleet
+    }
+
+    /// Starts one more Envoy of the fleet (a node joining late) and returns it.
+    pub fn add_envoy(&mut self) -> &Envoy {
+        let envoy = Envoy::start_bootstrap(&self.bootstrap, 2);
+        envoy.wait_l2_ready();
+        self.envoys.push(envoy);
+        self.envoys.last().unwrap()
+    }
+
+    /// Waits until the L2 service has answered `n` stores in all (the filter writes to the L2
+    /// after it answers the client, so a test that reads through another Envoy waits for this).
+    pub fn wait_l2_stores(&self, n: i64) {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while self.l2_stores() < n {
+            assert!(
+                Instant::now() < deadline,
+                "the L2 service stored {} answers, not {n}: the filter did not write to it",
+                self.l2_stores()
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// Stores the L2 service has answered.
+    pub fn l2_stores(&self) -> i64 {
+        self.l2
+            .metric(r#"l2_requests_total{verb="store",outcome="stored"}"#)
+    }
+
+    /// Lookups the L2 service answered with a value.
+    pub fn l2_lookup_hits(&self) -> i64 {
+        self.l2
+            .metric(r#"l2_requests_total{verb="lookup",outcome="hit"}"#)
+    }
+
+    /// A filter counter summed over the fleet.
+    pub fn counter(&self, name: &str) -> u64 {
+        self.envoys.iter().map(|e| e.counter(name)).sum()
+    }
+}
+
+/// Waits until the L2 service answers `/health` (it reaches Redis), at most 10 s.
+pub fn wait_l2_service_healthy(l2: &L2) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while l2.get("/health").status != 200 {
+        assert!(
+            Instant::now() < deadline,
+            "the L2 service never reached Redis"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// envoy/fleet.yaml as shipped but for ports, the filter's path and `extra_config`.
+pub fn fleet_config(origin_port: u16, l2_port: u16, extra_config: &str) -> String {
+    let text = shipped_config("fleet.yaml", origin_port);
+    let substitutions = [
+        ("port_value: 8090", format!("port_value: {l2_port}")),
+        (CONFIG_ANCHOR, format!("{CONFIG_ANCHOR} {extra_config}")),
+    ];
+    substitutions.iter().fold(text, |t, (from, to)| {
+        assert!(t.contains(from), "fleet.yaml no longer contains {from:?}");
+        t.replace(from, to)
+    })
+}
+
+/// What a test sees of one Envoy of the fleet beyond [`Envoy`]'s own helpers.
+impl Envoy {
+    /// Health flags of every L2 host, from `/clusters`.
+    fn l2_health_flags(&self) -> Vec<String> {
+        let r = http(self.admin_port, Req::get("/clusters"));
+        r.text()
+            .lines()
+            .filter(|l| l.starts_with("graphql_cache_l2"))
+            .filter_map(|l| l.split_once("::health_flags::").map(|(_, f)| f.to_string()))
+            .collect()
+    }
+
+    /// Waits until this Envoy uses its L2: both L2 clusters have a healthy host (the filter sends
+    /// nothing to an unhealthy one), and every follower of the purge log has read it to its end
+    /// and waits on it with a long-poll (until then a node must not trust values from the L2).
+    pub fn wait_l2_ready(&self) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let active = "cluster.graphql_cache_l2_wait.upstream_rq_active";
+        loop {
+            let flags = self.l2_health_flags();
+            let healthy = flags.len() == 2 && flags.iter().all(|f| f == "healthy");
+            let polls = self.stat(active);
+            if healthy && polls >= PURGE_LOG_READERS {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "Envoy not using its L2: hosts {flags:?}, {polls} purge-log long-polls \
+                 (expected {PURGE_LOG_READERS})"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// A purge through this Envoy's internal listener, as an operator sends it.
+    pub fn purge(&self, selectors: &str) -> Resp {
+        http(
+            self.listener_port("graphql_internal"),
+            Req::post_json(selectors)
+                .path(PURGE_PATH)
+                .header("authorization", &format!("Bearer {PURGE_TOKEN}")),
+        )
+    }
+
+    /// Connections each worker accepted on the public listener (the internal one not counted).
+    pub fn public_worker_connections(&self) -> Vec<u64> {
+        let r = http(
+            self.admin_port,
+            Req::get("/stats?filter=^listener[.]graphql[.]worker_.*downstream_cx_total$"),
+        );
+        r.text()
+            .lines()
+            .filter_map(|l| l.rsplit(": ").next()?.trim().parse().ok())
+            .collect()
+    }
+}
+
+impl Resp {
+    pub fn reason(&self) -> Option<&str> {
+        self.header("x-cache-reason")
+    }
+
+    /// Answered from the fleet's L2 (a hit there, or a wait on another Envoy's fetch).
+    pub fn via_l2(&self) -> bool {
+        self.reason() == Some("l2")
+    }
+}
