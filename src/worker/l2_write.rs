@@ -50,7 +50,9 @@ pub fn after_origin(
 /// stale and fetch on its own. Gone a little early, the key is free, and its lease elects one
 /// fetch for the fleet. 0: not worth storing.
 pub fn l2_ttl_ms(expires_at_ms: u64, now_ms: u64, margin_ms: u64) -> u64 {
-    expires_at_ms.saturating_sub(now_ms).saturating_sub(margin_ms)
+    expires_at_ms
+        .saturating_sub(now_ms)
+        .saturating_sub(margin_ms)
 }
 
 /// A refused fetch's lease, released on the next tick: the callback that found it refused
@@ -147,7 +149,11 @@ mod tests {
     #[test]
     fn l2_keeps_an_entry_a_little_less_long_than_it_is_fresh() {
         assert_eq!(l2_ttl_ms(11_000, 1_000, 50), 9_950);
-        assert_eq!(l2_ttl_ms(1_040, 1_000, 50), 0, "about to expire: not stored");
+        assert_eq!(
+            l2_ttl_ms(1_040, 1_000, 50),
+            0,
+            "about to expire: not stored"
+        );
         assert_eq!(l2_ttl_ms(900, 1_000, 50), 0);
     }
 }
