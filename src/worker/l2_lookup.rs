@@ -165,15 +165,5 @@ fn usable(
     if verdict == Verdict::Stale || entry.expires_at_ms <= now {
         return None;
     }
-    let mut headers: Vec<(String, String)> = entry
-        .headers
-        .iter()
-        .map(|(n, v)| (n.to_string(), v.to_string()))
-        .collect();
-    headers.push(("age".to_string(), entry.age_s(now).to_string()));
-    Some(Response {
-        status: entry.status,
-        headers,
-        body: entry.body.to_vec(),
-    })
+    Some(Response::from_entry(&entry, now))
 }

@@ -40,15 +40,5 @@ pub fn instead_of_error(
     if now >= entry.error_until_ms() {
         return None;
     }
-    let mut headers: Vec<(String, String)> = entry
-        .headers
-        .iter()
-        .map(|(n, v)| (n.to_string(), v.to_string()))
-        .collect();
-    headers.push(("age".to_string(), entry.age_s(now).to_string()));
-    Some(Response {
-        status: entry.status,
-        headers,
-        body: entry.body.to_vec(),
-    })
+    Some(Response::from_entry(&entry, now))
 }
