@@ -753,9 +753,12 @@ impl Config {
         }
     }
 
-    /// Whether anything can purge: then every lookup checks the purge epoch.
+    /// Whether anything can purge (this Envoy's API or mutations, or another Envoy's through the
+    /// L2's purge log): then every lookup checks the purge epoch.
     pub fn invalidation_on(&self) -> bool {
-        self.purge.is_some() || self.mutation_invalidation != MutationInvalidation::Off
+        self.purge.is_some()
+            || self.mutation_invalidation != MutationInvalidation::Off
+            || self.l2.is_some()
     }
 
     /// The parsing limits for the canonical printer.
