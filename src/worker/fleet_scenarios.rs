@@ -356,3 +356,38 @@ fn a_failed_read_of_the_log_stops_l2_hits_until_the_next_one() {
     y.l2_answers(lookup, 503, &[], b"");
     assert_eq!(y.origin_answers(2, ANSWER).header("x-cache"), Some("MISS"));
 }
+
+#[test]
+fn another_envoy_s_purge_reaches_l1_even_where_nothing_else_purges() {
+    let quiet = r#"{"mutation_invalidation":"off","l2":{"cluster":"l2","wait_cluster":"l2_wait"}}"#;
+    let n = Node::new(1, quiet, FakeHost::new());
+    n.reads_log(EMPTY_LOG);
+    led_and_stored(&n, 1, USER, USER_ANSWER);
+    assert!(n.hits(2, USER));
+    n.host.advance(5);
+    let record = crate::fleet::purge_log::records(
+        n.host.clock.get() * 1000,
+        &[(
+            crate::invalidate::marks::Target::Tag(crate::invalidate::marks::tag_hash("type:User")),
+            false,
+        )],
+    );
+    let data = base64::engine::general_purpose::STANDARD.encode(&record[0]);
+    let feed = n
+        .host
+        .dispatched
+        .borrow()
+        .iter()
+        .rev()
+        .find(|(_, c)| path(c).starts_with("/v1/purges?"))
+        .map(|(t, _)| *t)
+        .unwrap();
+    n.l2_answers(
+        feed,
+        200,
+        &[],
+        format!(r#"{{"last":"9-0","gap":false,"entries":[{{"id":"9-0","data":"{data}"}}]}}"#)
+            .as_bytes(),
+    );
+    assert!(!n.hits(3, USER), "purged by the log, hot copy included");
+}
