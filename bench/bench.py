@@ -189,7 +189,10 @@ def scenarios(answer, tagged_body, bodies):
               bootstrap(wasm_filter({"ttl_seconds": 1, "stale_while_revalidate_seconds": 10}), ORIGIN_ROUTE), {}))
     if fleet_available():
         # Every request an L2 hit: L1 keeps one entry (and no hot copies) of 1000 keys in turn.
-        l2_hit = {"ttl_seconds": 60, "cache_slots": 1, "local_cache_bytes": 0, "l2": L2_CONFIG}
+        # Flight slots well above the keys in flight: a miss whose slot another key holds goes
+        # upstream alone, without asking L2.
+        l2_hit = {"ttl_seconds": 60, "cache_slots": 1, "local_cache_bytes": 0, "flight_slots": 65536,
+                  "l2": L2_CONFIG}
         s.append(("l2-hit", [], bootstrap(wasm_filter(l2_hit), ORIGIN_ROUTE, clusters=l2_clusters()),
                   {"BENCH_BODIES_FILE": bodies}))
     return s
