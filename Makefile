@@ -26,6 +26,7 @@ help:
 	@echo "make bench  - benchmarks through Envoy (writes bench/results/)"
 	@echo "make bench-micro - criterion benchmarks of the key path"
 	@echo "make soak   - a million distinct keys through Envoy, RSS sampled (bounded memory)"
+	@echo "make oci    - the filter as a reproducible OCI image (Istio, Envoy Gateway) under target/oci/"
 	@echo "make fuzz   - coverage-guided fuzzing of every parser and decoder (FUZZ_SECONDS each)"
 
 # --- tools ------------------------------------------------------------------------------------
@@ -104,13 +105,36 @@ integration: tools build redis-check tests/apollo/node_modules
 demo-check: tools build
 	DEMO_SECONDS=0 ENVOY=$(ENVOY) WASM=$(WASM) ORIGIN=$(ORIGIN) envoy/demo.sh >/dev/null
 
-test: lint unit validate integration demo-check demo-cluster-check
+test: lint unit validate k8s-check integration demo-check demo-cluster-check
 	@echo "make test: all passed"
 
 # The fleet demo's walkthrough asserts MISS on A, HIT from the L2 on B, and a purge sent to A
 # honoured on B within a second.
 demo-cluster-check: tools build redis-check
 	DEMO_SECONDS=0 ENVOY=$(ENVOY) WASM=$(WASM) ORIGIN=$(ORIGIN) L2=$(L2) envoy/demo-cluster.sh >/dev/null
+
+# --- Kubernetes (envoy/k8s/) -------------------------------------------------------------------
+.PHONY: oci k8s-check
+OCI_DIR := target/oci
+OCI_TAG := $(shell sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -n 1)
+K8S_PY := $(TOOLS)/.k8s-python
+
+$(K8S_PY): envoy/k8s/requirements.txt | $(ENVOY)
+	$(VENV)/bin/pip install --quiet --disable-pip-version-check -r envoy/k8s/requirements.txt
+	@touch $@
+
+# The filter as an OCI image Istio and Envoy Gateway pull (compat variant): an image layout and an
+# oci-archive under target/oci/, reproducible; prints the wasm's SHA-256 and the manifest digest.
+oci: wasm
+	python3 envoy/k8s/oci.py --wasm $(WASM) --out $(OCI_DIR) --tag $(OCI_TAG)
+
+# Offline: every manifest under envoy/k8s/ against the vendored CRD schemas and their CEL rules,
+# the Envoy config of each variant through envoy --mode validate and then in a real Envoy with the
+# L2, Redis and the origin (when redis-server is on PATH), the OCI layout re-read; and the
+# checker's own unit tests (broken manifests must fail).
+k8s-check: $(K8S_PY) $(ENVOY) build oci
+	$(VENV)/bin/python -m unittest discover -s envoy/k8s -p 'test_*.py'
+	$(VENV)/bin/python envoy/k8s/check.py --wasm $(WASM) --oci-dir $(OCI_DIR) --envoy $(ENVOY) --l2 $(L2) --origin $(ORIGIN)
 
 # --- demo and bench ---------------------------------------------------------------------------
 demo: tools build
