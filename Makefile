@@ -16,7 +16,7 @@ export GRAPHQL_CACHE_WASM := $(CURDIR)/$(WASM)
 export ORIGIN_BIN := $(CURDIR)/$(ORIGIN)
 export L2_BIN := $(CURDIR)/$(L2)
 
-.PHONY: help tools redis-check build wasm origin l2 test lint unit integration validate demo demo-check demo-cluster demo-cluster-check bench bench-micro fuzz soak clean
+.PHONY: help tools redis-check build wasm origin l2 test lint unit integration validate demo demo-check demo-cluster demo-cluster-check bench bench-micro bench-ab fuzz soak clean
 
 help:
 	@echo "make demo   - build, start the origin and Envoy with the filter, and walk through it with curl"
@@ -149,6 +149,11 @@ floor: $(TOOLS)/.rust-target
 
 bench: tools build floor
 	bench/run.sh
+
+# Where a hit's time goes: each patch in bench/ab/ removes one step of the hit path, built and
+# measured against HEAD in the same rounds (AB_SCENARIO, default ttl10; about a minute a patch).
+bench-ab: tools build
+	$(VENV)/bin/python bench/ab.py
 
 # Coverage-guided fuzzing (libFuzzer via cargo-fuzz; RUSTC_BOOTSTRAP lets the stable toolchain
 # build it): every target for FUZZ_SECONDS, growing fuzz/corpus/<target>/ (which `make unit`
