@@ -391,3 +391,36 @@ fn another_envoy_s_purge_reaches_l1_even_where_nothing_else_purges() {
     );
     assert!(!n.hits(3, USER), "purged by the log, hot copy included");
 }
+
+#[test]
+fn a_key_whose_flight_slot_is_taken_still_asks_l2() {
+    let one_slot = FLEET.replacen("\"l2\":{", "\"flight_slots\":1,\"l2\":{", 1);
+    let x = Node::new(1, &one_slot, FakeHost::new());
+    x.reads_log(EMPTY_LOG);
+    let stored = led_and_stored(&x, 9, USER, USER_ANSWER);
+    let y = Node::new(2, &one_slot, FakeHost::new());
+    y.reads_log(EMPTY_LOG);
+    // QUERY holds the only slot; USER's miss cannot take it, and asks L2 anyway.
+    y.asks(1, QUERY);
+    let lookup = y.asks(2, USER);
+    y.post(3, USER, &[]);
+    y.l2_answers(lookup, 200, &[("x-l2", "hit")], &stored);
+    for ctx in [2, 3] {
+        let r = y.reply(ctx);
+        assert_eq!(
+            (r.header("x-cache"), r.header("x-cache-reason")),
+            (Some("HIT"), Some("l2"))
+        );
+        assert_eq!(r.body, USER_ANSWER.as_bytes());
+    }
+    let slot = y.plugin.flights.slot_name_at(0);
+    let record = crate::effects::store::SharedStore::get(&y.host, &slot).unwrap();
+    assert!(
+        matches!(
+            crate::coalesce::flights::FlightRecord::decode(&record),
+            Some(crate::coalesce::flights::FlightRecord::InFlight { .. })
+        ),
+        "the other key's flight is untouched"
+    );
+    y.assert_host_rules_kept();
+}

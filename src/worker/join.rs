@@ -79,6 +79,17 @@ pub fn join(
             host.count(Counter::Leaders);
         }
         Join::Follow => worker.borrow_mut().waiters.start(key, false, context, now),
+        // The key's flight slot holds another key: no flight across workers, but with an L2 this
+        // worker still leads the key for the fleet (its own requests for it wait on this fetch),
+        // rather than send it upstream without asking L2. Completing the flight leaves the other
+        // key's record alone (it is not ours).
+        Join::Alone if plugin.config.l2.is_some() => {
+            worker.borrow_mut().waiters.start(key, true, context, now);
+            if !lead(plugin, worker, host, fetch) {
+                return Joined::Alone;
+            }
+            host.count(Counter::Leaders);
+        }
         Join::Alone => return Joined::Alone,
     }
     Joined::Waiting
