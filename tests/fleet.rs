@@ -177,11 +177,14 @@ fn purge_users(envoy: &Envoy) -> Instant {
 /// Asks for a purged query once, `PURGE_SPREAD` after the purge: it must come from the origin.
 fn assert_purged_later(fleet: &Fleet, envoy: &Envoy, query: &str, old: &[u8], purged: Instant) {
     std::thread::sleep(PURGE_SPREAD.saturating_sub(purged.elapsed()));
-    let before = fleet.origin.count();
+    let (before, stores) = (fleet.origin.count(), fleet.l2_stores());
     let r = envoy.send(Req::query(query));
     assert_miss(&r, "an entry the L2 held from before the purge");
     assert_ne!(r.body, old, "the purged answer was served");
     assert_eq!(fleet.origin.count(), before + 1);
+    // The new answer goes to the L2 too, after it was answered: wait for it, so that the next
+    // `store_through` counts its own stores.
+    fleet.wait_l2_stores(stores + 1);
 }
 
 /// B holds USER1 in its L1 (from the L2); a purge sent to A makes B miss within a second. An
