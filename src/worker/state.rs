@@ -175,6 +175,14 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_flight_s_lease_covers_its_l2_calls_too() {
+        let with_l2 = Config::parse(br#"{"l2":{"cluster":"a"}}"#).unwrap();
+        let plugin = Plugin::new(with_l2, SlotKey::default());
+        assert_eq!(plugin.lease_ms(), 10_000 + LEASE_GRACE_MS + 2_100);
+        assert_eq!(Plugin::default().lease_ms(), 10_000 + LEASE_GRACE_MS);
+    }
+
+    #[test]
     fn a_bounded_set_forgets_the_oldest() {
         let mut s = BoundedSet::new(2);
         let k = |n| CacheKey { digest: [n; 32] };
