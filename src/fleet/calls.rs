@@ -30,6 +30,8 @@ pub enum Call {
 pub struct Outgoing {
     pub callout: Callout,
     pub attempts: u8,
+    /// A purge record (sent again if it fails); otherwise a lease release.
+    pub purge: bool,
 }
 
 /// Where this worker is in the fleet's purge log.
@@ -75,14 +77,15 @@ impl L2Calls {
         self.calls.remove(&token).map(|(c, _)| c)
     }
 
-    /// Queues a write for the root to send.
-    pub fn queue(&mut self, callout: Callout) {
+    /// Queues a write for the root to send (`purge`: a purge record).
+    pub fn queue(&mut self, callout: Callout, purge: bool) {
         if self.outbox.len() >= OUTBOX_MAX {
             self.outbox.remove(0);
         }
         self.outbox.push(Outgoing {
             callout,
             attempts: 0,
+            purge,
         });
     }
 
@@ -119,7 +122,7 @@ mod tests {
     fn the_outbox_is_bounded_oldest_first() {
         let mut c = L2Calls::default();
         for n in 0..=OUTBOX_MAX {
-            c.queue(callout(n as u8));
+            c.queue(callout(n as u8), false);
         }
         assert_eq!(c.outbox.len(), OUTBOX_MAX);
         assert_eq!(c.outbox[0].callout, callout(1));

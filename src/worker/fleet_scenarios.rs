@@ -424,3 +424,28 @@ fn a_key_whose_flight_slot_is_taken_still_asks_l2() {
     );
     y.assert_host_rules_kept();
 }
+
+#[test]
+fn a_purge_record_that_cannot_be_written_is_sent_twice_more_then_dropped() {
+    let x = node(1);
+    x.purge(1, "0123456789abcdef", r#"[{"kind":"all"}]"#);
+    x.deliver_queue();
+    let publishes = |n: &Node| {
+        n.host
+            .dispatched
+            .borrow()
+            .iter()
+            .filter(|(_, c)| path(c) == "/v1/purge")
+            .map(|(t, _)| *t)
+            .collect::<Vec<u32>>()
+    };
+    for sent in 1..=3 {
+        let tokens = publishes(&x);
+        assert_eq!(tokens.len(), sent);
+        x.l2_answers(*tokens.last().unwrap(), 503, &[], b"redis not connected");
+        x.tick();
+    }
+    assert_eq!(publishes(&x).len(), 3, "three attempts in all");
+    assert_eq!(x.host.counted(Counter::L2Failures), 3);
+    x.assert_host_rules_kept();
+}

@@ -62,7 +62,7 @@ pub fn release_later(plugin: &Plugin, worker: &RefCell<Worker>, fetch: &SharedFe
     if fetch.l2 == L2Role::Lead {
         let mut w = worker.borrow_mut();
         let callout = wire::release(l2, &fetch.key, &owner(w.id));
-        w.l2.queue(callout);
+        w.l2.queue(callout, false);
     }
 }
 
@@ -79,7 +79,7 @@ pub fn queue_purge(
     };
     let mut w = worker.borrow_mut();
     for record in records(at_us, targets) {
-        w.l2.queue(wire::publish_purge(l2, record));
+        w.l2.queue(wire::publish_purge(l2, record), true);
     }
     true
 }
@@ -88,12 +88,7 @@ pub fn queue_purge(
 pub fn flush(plugin: &Plugin, worker: &RefCell<Worker>, host: &impl Host) {
     let outbox = std::mem::take(&mut worker.borrow_mut().l2.outbox);
     for out in outbox {
-        let is_purge = out
-            .callout
-            .headers
-            .get(1)
-            .is_some_and(|(_, p)| p == "/v1/purge");
-        if is_purge {
+        if out.purge {
             host.count(Counter::L2PurgesSent);
             let callout = out.callout.clone();
             send(plugin, worker, host, Call::Purge(out), &callout);
@@ -135,8 +130,8 @@ fn failed(worker: &RefCell<Worker>, host: &impl Host, call: Call) {
     if let Call::Purge(out) = call {
         if out.attempts.saturating_add(1) < PURGE_ATTEMPTS {
             worker.borrow_mut().l2.outbox.push(Outgoing {
-                callout: out.callout,
                 attempts: out.attempts + 1,
+                ..out
             });
         }
     }
