@@ -10,7 +10,7 @@ use crate::effects::host::RequestHost;
 use crate::request::key::CacheKey;
 use crate::request::rules::Lifetimes;
 use crate::worker::state::Plugin;
-use crate::worker::store::{store_answer, upstream_status};
+use crate::worker::store::{store_answer, upstream_status, Stored};
 
 #[derive(Debug)]
 pub struct Capture {
@@ -76,13 +76,19 @@ impl Capture {
         Chunk::More
     }
 
-    /// The answer is complete: store it if it may be.
-    pub fn finish(self, plugin: &Plugin, host: &impl RequestHost, key: &CacheKey, asked: &Asked) {
+    /// The answer is complete: store it if it may be; what storing did.
+    pub fn finish(
+        self,
+        plugin: &Plugin,
+        host: &impl RequestHost,
+        key: &CacheKey,
+        asked: &Asked,
+    ) -> Stored {
         let answer = Answer {
             status: self.status,
             headers: &self.headers,
             body: &self.body,
         };
-        store_answer(plugin, host, key, answer, asked);
+        store_answer(plugin, host, key, answer, asked)
     }
 }

@@ -21,10 +21,12 @@ use crate::request::rules::{Lifetimes, Scope};
 use crate::worker::answer::{CACHE_HEADER, KEY_HEADER, REASON_HEADER};
 use crate::worker::capture::{Capture, Chunk};
 use crate::worker::join::{join, refresh, Joined, Miss, Refresh};
+use crate::worker::l2_write::queue_store;
 use crate::worker::lookup::{find, serve, Found};
 use crate::worker::purge::{self, purge_api, AtHeaders};
 use crate::worker::read::{read_head, read_identity, read_route};
 use crate::worker::shadow::Shadowed;
+use crate::worker::shared_fetch::request_dispatch;
 use crate::worker::state::{Outcome, Plugin, Worker};
 use crate::worker::store::upstream_status;
 use crate::worker::watchdog::{BodyArrival, OPTION_OFF_LOG};
@@ -296,7 +298,10 @@ impl Exchange {
         }
         if end_of_stream {
             if let (Some(c), Some(asked)) = (capture.take(), &self.asked) {
-                c.finish(cx.plugin, cx.host, key, asked);
+                let mut stored = c.finish(cx.plugin, cx.host, key, asked);
+                if queue_store(cx.plugin, cx.worker, cx.host, key, &mut stored) {
+                    request_dispatch(cx.worker, cx.host);
+                }
             }
         }
         Flow::Continue
@@ -608,6 +613,7 @@ impl Exchange {
             return;
         };
         if let (Some(capture), Some(asked)) = (shadowed.finish(cx.host), &self.asked) {
+            // Shadow mode changes nothing others see: L1 only.
             capture.finish(cx.plugin, cx.host, &key, asked);
         }
     }

@@ -449,3 +449,31 @@ fn a_purge_record_that_cannot_be_written_is_sent_twice_more_then_dropped() {
     assert_eq!(x.host.counted(Counter::L2Failures), 3);
     x.assert_host_rules_kept();
 }
+
+#[test]
+fn a_plain_miss_stored_in_l1_goes_to_l2_too() {
+    let one_waiter = FLEET.replacen("\"l2\":{", "\"max_waiters\":1,\"l2\":{", 1);
+    let x = Node::new(1, &one_waiter, FakeHost::new());
+    x.reads_log(EMPTY_LOG);
+    x.asks(1, QUERY);
+    // The flight has its one waiter: the next request goes upstream itself.
+    let (mut plain, flow) = x.post(2, QUERY, &[]);
+    assert_eq!(flow, crate::worker::exchange::Flow::Continue);
+    *x.host.response_headers.borrow_mut() = vec![
+        (":status".into(), b"200".to_vec()),
+        ("content-type".into(), b"application/json".to_vec()),
+    ];
+    plain.on_response_headers(&x.cx(), false);
+    *x.host.response_chunk.borrow_mut() = ANSWER.as_bytes().to_vec();
+    plain.on_response_body(&x.cx(), ANSWER.len(), true);
+    assert_eq!(x.host.counted(Counter::Stores), 1);
+    x.deliver_queue();
+    let (_, put) = x.last_call();
+    assert_eq!(
+        (put.cluster.as_str(), put.headers[0].1.as_str()),
+        ("l2", "PUT")
+    );
+    assert!(path(&put).contains("&owner="), "{put:?}");
+    assert_eq!(x.host.counted(Counter::L2Stores), 1);
+    x.assert_host_rules_kept();
+}

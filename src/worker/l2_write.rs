@@ -4,12 +4,14 @@
 
 use crate::cache::entry::Entry;
 use crate::coalesce::upstream::{L2Role, SharedFetch};
+use crate::config::L2;
 use crate::effects::counters::Counter;
 use crate::effects::host::{Callout, Host};
 use crate::fleet::calls::{Call, Outgoing, PURGE_ATTEMPTS};
 use crate::fleet::purge_log::records;
 use crate::fleet::wire::{self, owner, L2Failure};
 use crate::invalidate::marks::Target;
+use crate::request::key::CacheKey;
 use crate::worker::state::{Plugin, Worker};
 use crate::worker::store::Stored;
 use std::cell::RefCell;
@@ -29,19 +31,53 @@ pub fn after_origin(
         return;
     }
     let me = owner(worker.borrow().id);
-    let entry = std::mem::take(&mut stored.entry);
-    let ttl_ms = Entry::decode(&entry)
-        .ok()
-        .map(|e| l2_ttl_ms(e.expires_at_ms, host.now_ms(), l2.timeout_ms));
-    let callout = match ttl_ms {
-        Some(ttl) if ttl > 0 && stored.not_stored.is_none() => {
-            host.count(Counter::L2Stores);
-            wire::store(l2, &fetch.key, ttl, &me, entry)
-        }
-        _ if fetch.l2 == L2Role::Lead => wire::release(l2, &fetch.key, &me),
-        _ => return,
+    let callout = match store_callout(l2, host, &fetch.key, &me, stored) {
+        Some(store) => store,
+        None if fetch.l2 == L2Role::Lead => wire::release(l2, &fetch.key, &me),
+        None => return,
     };
     send(plugin, worker, host, Call::Write, &callout);
+}
+
+/// The store of what `stored` put in L1 (taking its bytes), if worth storing in L2.
+fn store_callout(
+    l2: &L2,
+    host: &impl Host,
+    key: &CacheKey,
+    me: &str,
+    stored: &mut Stored,
+) -> Option<Callout> {
+    if stored.not_stored.is_some() {
+        return None;
+    }
+    let entry = std::mem::take(&mut stored.entry);
+    let expires_at_ms = Entry::decode(&entry).ok()?.expires_at_ms;
+    let ttl = l2_ttl_ms(expires_at_ms, host.now_ms(), l2.timeout_ms);
+    if ttl == 0 {
+        return None;
+    }
+    host.count(Counter::L2Stores);
+    Some(wire::store(l2, key, ttl, me, entry))
+}
+
+/// A plain miss (it went upstream itself) stored in L1 goes to L2 too, sent by the root (a
+/// callout made by a request dies with it). `true` when one was queued.
+pub fn queue_store(
+    plugin: &Plugin,
+    worker: &RefCell<Worker>,
+    host: &impl Host,
+    key: &CacheKey,
+    stored: &mut Stored,
+) -> bool {
+    let Some(l2) = &plugin.config.l2 else {
+        return false;
+    };
+    let me = owner(worker.borrow().id);
+    let Some(callout) = store_callout(l2, host, key, &me, stored) else {
+        return false;
+    };
+    worker.borrow_mut().l2.queue(callout, false);
+    true
 }
 
 /// How long L2 keeps an entry fresh until `expires_at_ms`: only while it is fresh (stale windows
