@@ -141,6 +141,35 @@ fn each_selector_purges_what_it_names_and_nothing_else() {
     }
 }
 
+/// The signal lookups read is an Envoy counter; purges must cross workers through it, and through
+/// shared data when a stats matcher takes that counter away.
+#[test]
+fn a_purge_crosses_workers_with_and_without_the_purge_signal() {
+    const SIGNAL: &str = "wasmcustom.graphql_cache.purge_signal";
+    for filtered in [false, true] {
+        let origin = Origin::start();
+        let mut opts = EnvoyOptions::config(&config());
+        if filtered {
+            opts.bootstrap_extra = format!(
+                "stats_config:\n  stats_matcher:\n    exclusion_list:\n      patterns: [ {{ exact: \"{SIGNAL}\" }} ]\n"
+            );
+        }
+        let envoy = Envoy::start(&opts, &origin);
+        let before = envoy.stat(SIGNAL);
+        // Each VM raised it once, checking that it counts.
+        assert_eq!(before > 0, !filtered, "the matcher applies to it");
+        let old = cached(&envoy, USER1);
+        let r = purge(&envoy, TOKEN, r#"[{"kind":"type","type":"User"}]"#);
+        assert_eq!(r.status, 200, "{}", r.text());
+        assert_purged(&envoy, USER1, &old);
+        if !filtered {
+            assert_eq!(envoy.stat(SIGNAL), before + 1, "one purge, one move");
+        }
+        let per_worker = envoy.worker_connections();
+        assert!(per_worker.iter().all(|&n| n > 0), "{per_worker:?}");
+    }
+}
+
 #[test]
 fn entries_carry_their_tags() {
     let (_origin, envoy) = purging_stack();

@@ -73,6 +73,9 @@ pub type CalloutAnswer = (Vec<(String, Vec<u8>)>, Vec<u8>);
 /// One worker's host. `context` is the request whose callback is running (for `RequestHost`).
 pub struct FakeHost {
     pub store: Rc<MapStore>,
+    /// The purge signal, one per Envoy like its counters; `signal_off`: a host without one.
+    pub signal: Rc<Cell<u64>>,
+    pub signal_off: Cell<bool>,
     pub queues: Rc<Queues>,
     pub clock: Rc<Cell<u64>>,
     /// Every shared-data write fails (`StoreError::Failed`).
@@ -117,7 +120,12 @@ pub struct FakeHost {
 impl FakeHost {
     /// A worker of its own Envoy.
     pub fn new() -> FakeHost {
-        FakeHost::sharing(Rc::default(), Rc::default(), Rc::new(Cell::new(1_000_000)))
+        FakeHost::sharing(
+            Rc::default(),
+            Rc::default(),
+            Rc::new(Cell::new(1_000_000)),
+            Rc::default(),
+        )
     }
 
     /// A worker of the same Envoy as `other`: same shared data, queues and clock.
@@ -126,12 +134,20 @@ impl FakeHost {
             Rc::clone(&other.store),
             Rc::clone(&other.queues),
             Rc::clone(&other.clock),
+            Rc::clone(&other.signal),
         )
     }
 
-    fn sharing(store: Rc<MapStore>, queues: Rc<Queues>, clock: Rc<Cell<u64>>) -> FakeHost {
+    fn sharing(
+        store: Rc<MapStore>,
+        queues: Rc<Queues>,
+        clock: Rc<Cell<u64>>,
+        signal: Rc<Cell<u64>>,
+    ) -> FakeHost {
         FakeHost {
             store,
+            signal,
+            signal_off: Cell::new(false),
             queues,
             clock,
             fail_writes: Cell::new(false),
@@ -245,6 +261,16 @@ impl Host for FakeHost {
 
     fn count(&self, counter: Counter) {
         *self.counters.borrow_mut().entry(counter).or_default() += 1;
+    }
+
+    fn purge_signal(&self) -> Option<u64> {
+        (!self.signal_off.get()).then(|| self.signal.get())
+    }
+
+    fn raise_purge_signal(&self) {
+        if !self.signal_off.get() {
+            self.signal.set(self.signal.get() + 1);
+        }
     }
 
     fn log(&self, level: LogLevel, message: &str) {

@@ -67,6 +67,17 @@ pub trait Host: SharedStore {
 
     /// Lets the paused request `context` of this worker continue upstream. `false` when gone.
     fn resume(&self, context: u32) -> bool;
+
+    /// A number shared by every worker of this Envoy that moves after each purge (an Envoy
+    /// counter, read without a copy): a lookup learns whether the marks moved for far less than
+    /// a shared-data read. `None` when the host has none that works; then the purge epoch in
+    /// shared data is read instead.
+    fn purge_signal(&self) -> Option<u64> {
+        None
+    }
+
+    /// Moves the purge signal, after the marks were written.
+    fn raise_purge_signal(&self) {}
 }
 
 /// The request whose callback is running.

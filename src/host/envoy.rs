@@ -103,6 +103,14 @@ impl Host for Envoy<'_> {
         let _ = hostcalls::resume_http_request();
         true
     }
+
+    fn purge_signal(&self) -> Option<u64> {
+        self.metrics.signal()
+    }
+
+    fn raise_purge_signal(&self) {
+        self.metrics.raise_signal();
+    }
 }
 
 impl RequestHost for Envoy<'_> {

@@ -1,13 +1,19 @@
-//! Counter ids in Envoy's `/stats`, defined once per VM.
+//! Counter ids in Envoy's `/stats`, defined once per VM, and the purge signal.
 
 use crate::effects::counters::Counter;
 use proxy_wasm::hostcalls;
 use proxy_wasm::types::MetricType;
 
+/// The purge signal's counter. Envoy's counters are process-wide: every worker's VM defining
+/// this name shares one value, read with a plain host call (no copy into the VM, unlike
+/// shared data).
+const PURGE_SIGNAL: &str = "graphql_cache.purge_signal";
+
 /// A counter the host refused to define is skipped: losing a statistic must never cost a request.
 #[derive(Debug, Clone, Default)]
 pub struct Metrics {
     ids: [Option<u32>; Counter::ALL.len()],
+    signal: Option<u32>,
 }
 
 impl Metrics {
@@ -17,7 +23,10 @@ impl Metrics {
             ids[counter.index()] =
                 hostcalls::define_metric(MetricType::Counter, counter.name()).ok();
         }
-        Metrics { ids }
+        Metrics {
+            ids,
+            signal: working_signal(),
+        }
     }
 
     pub fn inc(&self, counter: Counter) {
@@ -25,4 +34,25 @@ impl Metrics {
             let _ = hostcalls::increment_metric(id, 1);
         }
     }
+
+    pub fn signal(&self) -> Option<u64> {
+        hostcalls::get_metric(self.signal?).ok()
+    }
+
+    pub fn raise_signal(&self) {
+        if let Some(id) = self.signal {
+            let _ = hostcalls::increment_metric(id, 1);
+        }
+    }
+}
+
+/// The signal's counter, if it really counts: a stats matcher that rejects the name gives a
+/// null counter that always reads 0 (a purge would go unseen), so it must move when raised.
+/// Raising it here is harmless: any move only makes every worker reread the marks once.
+fn working_signal() -> Option<u32> {
+    let id = hostcalls::define_metric(MetricType::Counter, PURGE_SIGNAL).ok()?;
+    let before = hostcalls::get_metric(id).ok()?;
+    hostcalls::increment_metric(id, 1).ok()?;
+    let after = hostcalls::get_metric(id).ok()?;
+    (after > before).then_some(id)
 }

@@ -1,6 +1,7 @@
 //! Finding a fresh entry for a key (this worker's copy first, then shared data) and serving it.
-//! With invalidation on, every lookup first reads the purge epoch: a purge answered on any worker
-//! is seen by the next lookup everywhere. Copies checked at the current epoch are served as they
+//! With invalidation on, every lookup first reads the purge epoch (the host's purge signal, else
+//! the epoch in shared data): a purge answered on any worker is seen by the next lookup
+//! everywhere. Copies checked at the current epoch are served as they
 //! are; others are checked against the marks once, then kept or dropped.
 
 use crate::cache::entry::Entry;
@@ -98,9 +99,18 @@ fn may_serve_stale(bytes: &[u8], now: u64, marks: Verdict) -> bool {
     }
 }
 
+/// The bit that marks an epoch read from the purge signal.
+const SIGNAL_EPOCH: u64 = 1 << 63;
+
 /// Rereads the purge marks if the epoch moved since this worker last read them.
 pub fn refresh_marks(plugin: &Plugin, worker: &RefCell<Worker>, host: &impl Host) {
-    let epoch = plugin.purges.epoch(host);
+    // The signal moves after the marks are written, so a new value always comes with them.
+    // Signal values are kept apart from shared-data epochs (the top bit), so a host whose signal
+    // fails for a moment can never make an old epoch look current.
+    let epoch = host
+        .purge_signal()
+        .map(|s| s | SIGNAL_EPOCH)
+        .unwrap_or_else(|| plugin.purges.epoch(host) & !SIGNAL_EPOCH);
     if epoch == worker.borrow().purges.epoch {
         return;
     }

@@ -124,6 +124,7 @@ pub fn apply(
 ) -> Result<(), crate::effects::store::StoreError> {
     let now_us = host.now_us();
     plugin.purges.apply(host, targets, now_us)?;
+    host.raise_purge_signal();
     refresh_marks(plugin, worker, host);
     // The rest of the fleet applies it at the same instant, from the L2 purge log.
     if queue_purge(plugin, worker, now_us, targets) {

@@ -107,6 +107,7 @@ fn apply(
         return Ok(());
     }
     if plugin.purges.apply_at(host, &timed)? {
+        host.raise_purge_signal();
         refresh_marks(plugin, worker, host);
     }
     for _ in &page.records {

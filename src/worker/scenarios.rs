@@ -736,6 +736,45 @@ fn a_purge_is_seen_by_every_worker_hot_copies_included() {
 }
 
 #[test]
+fn without_a_purge_signal_the_shared_epoch_carries_the_purge() {
+    // An Envoy whose counters are filtered out (a stats matcher): no signal to read.
+    let (a, b) = envoy(PURGING);
+    for n in [&a, &b] {
+        n.host.signal_off.set(true);
+    }
+    a.fill(1, USER, USER_ANSWER);
+    assert!(a.hits(2, USER) && b.hits(3, USER));
+    let reply = a.purge(4, "0123456789abcdef", r#"[{"kind":"type","type":"User"}]"#);
+    assert_eq!(reply.status, 200);
+    a.host.advance(1);
+    assert!(!b.hits(5, USER), "purged on the other worker");
+    assert_eq!(
+        a.host.signal.get(),
+        0,
+        "nothing raised a signal that is off"
+    );
+}
+
+#[test]
+fn a_signal_that_fails_for_a_moment_never_hides_a_purge() {
+    let (a, b) = envoy(PURGING);
+    a.fill(1, USER, USER_ANSWER);
+    assert!(b.hits(2, USER));
+    // B read its marks at signal value 0; now its signal fails while A purges through the
+    // shared epoch alone (whose first value, 1, must not pass for anything B read before).
+    b.host.signal_off.set(true);
+    a.host.signal_off.set(true);
+    a.purge(3, "0123456789abcdef", r#"[{"kind":"all"}]"#);
+    a.host.advance(1);
+    assert!(!b.hits(4, USER));
+    b.host.signal_off.set(false);
+    assert!(
+        !b.hits(5, USER),
+        "back on the signal, the purge still holds"
+    );
+}
+
+#[test]
 fn bad_purges_change_nothing() {
     let (a, b) = envoy(PURGING);
     a.fill(1, USER, USER_ANSWER);

@@ -24,6 +24,8 @@ pub struct EnvoyOptions {
     pub route_timeout: String,
     /// The plugin option the README requires; off only to test the filter's safety net.
     pub allow_on_headers_stop_iteration: bool,
+    /// Top-level bootstrap fields (YAML, unindented), e.g. a `stats_config`.
+    pub bootstrap_extra: String,
 }
 
 impl Default for EnvoyOptions {
@@ -36,6 +38,7 @@ impl Default for EnvoyOptions {
             extra_clusters: String::new(),
             route_timeout: "15s".into(),
             allow_on_headers_stop_iteration: true,
+            bootstrap_extra: String::new(),
         }
     }
 }
@@ -104,6 +107,7 @@ static_resources:
   clusters:
 {origin_cluster}
 {extra_clusters}
+{bootstrap_extra}
 "#,
         extra_routes = opts.extra_routes,
         timeout = opts.route_timeout,
@@ -112,6 +116,7 @@ static_resources:
         origin_cluster = cluster_yaml("origin", origin_port),
         extra_clusters = opts.extra_clusters,
         allow_stop = opts.allow_on_headers_stop_iteration,
+        bootstrap_extra = opts.bootstrap_extra,
     )
 }
 
