@@ -19,6 +19,7 @@ use graphql_cache::request::classify::{
     classify_body, classify_get, no_persisted_queries, RequestHead,
 };
 use graphql_cache::request::http::{parse_get_query, parse_post_body};
+use graphql_cache::worker::read::pairs;
 
 /// One property check over arbitrary bytes.
 pub type Check = fn(&[u8]);
@@ -37,6 +38,7 @@ pub const TARGETS: &[(&str, Check)] = &[
     ("liveness", liveness_record),
     ("config", config),
     ("l2_envelopes", l2_envelopes),
+    ("host_pairs", host_pairs),
 ];
 
 fn head(method: &str, path: &str) -> RequestHead {
@@ -231,4 +233,25 @@ pub fn l2_envelopes(data: &[u8]) {
         Ok(Looked::Busy) => assert_eq!(value, b"busy"),
         Err(_) => {}
     }
+}
+
+/// A map as Envoy hands it over (route metadata in one read): read exactly what the pairs format
+/// writes, never more entries than the bytes can hold.
+pub fn host_pairs(data: &[u8]) {
+    let Some(fields) = pairs(data) else {
+        return;
+    };
+    assert!(fields.len() <= data.len() / 10);
+    let mut encoded = (fields.len() as u32).to_le_bytes().to_vec();
+    for (name, value) in &fields {
+        encoded.extend_from_slice(&(name.len() as u32).to_le_bytes());
+        encoded.extend_from_slice(&(value.len() as u32).to_le_bytes());
+    }
+    for (name, value) in &fields {
+        encoded.extend_from_slice(name);
+        encoded.push(0);
+        encoded.extend_from_slice(value);
+        encoded.push(0);
+    }
+    assert_eq!(encoded, data, "decode accepts only what encode writes");
 }

@@ -11,6 +11,7 @@ pub mod cache;
 pub mod coalesce;
 pub mod config;
 pub mod effects;
+pub mod fast_hash;
 pub mod fleet;
 pub mod invalidate;
 pub mod request;

@@ -127,6 +127,40 @@ fn route_metadata_overrides_ttl_and_turns_caching_off() {
     assert_eq!(origin.count(), 5);
 }
 
+/// Envoy hands the route's namespace over in one read, unless it holds something it cannot
+/// serialize (a null, in 1.40): then the fields are read one by one, with the same result.
+#[test]
+fn route_metadata_holding_a_null_still_overrides() {
+    let routes = [
+        ("/graphql/plain", ", owners: [team-a, team-b]"),
+        ("/graphql/nulled", ", owners: null"),
+    ]
+        .iter()
+        .map(|(path, extra)| {
+            format!(
+                "              - match: {{ prefix: \"{path}\" }}\n                route: {{ cluster: origin, timeout: 15s }}\n                metadata: {{ filter_metadata: {{ graphql_cache: {{ disabled: true{extra} }} }} }}\n"
+            )
+        })
+        .collect::<String>();
+    let origin = Origin::start();
+    let opts = EnvoyOptions {
+        extra_routes: routes,
+        ..EnvoyOptions::config(r#"{"route_metadata": "graphql_cache", "debug_headers": true}"#)
+    };
+    let envoy = Envoy::start(&opts, &origin);
+    for path in ["/graphql/plain", "/graphql/nulled"] {
+        let r = envoy.send(Req::query(PUBLIC).path(path));
+        assert_eq!(r.status, 200, "{}", r.text());
+        assert_eq!(r.header("x-cache-reason"), Some("route-disabled"), "{path}");
+    }
+    assert_eq!(envoy.send(Req::query(PUBLIC)).cache(), "MISS");
+    assert_eq!(
+        envoy.send(Req::query(PUBLIC)).cache(),
+        "HIT",
+        "other routes cache"
+    );
+}
+
 #[test]
 fn identity_from_an_auth_header_scopes_private_entries() {
     // As set by ext_authz (which must overwrite any client value); no auth filter here.

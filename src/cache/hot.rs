@@ -7,8 +7,9 @@
 //! A purge is the one thing that can end a copy early: each copy remembers the purge epoch it was
 //! last checked at, and is checked again when the epoch has moved.
 
+use crate::fast_hash::FastMap;
 use crate::request::key::CacheKey;
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::rc::Rc;
 
 #[derive(Debug)]
@@ -16,7 +17,7 @@ pub struct HotCache {
     max_bytes: usize,
     bytes: usize,
     /// Entry bytes, expiry, and the purge epoch the copy was last checked at.
-    map: HashMap<CacheKey, (Rc<[u8]>, u64, u64)>,
+    map: FastMap<CacheKey, (Rc<[u8]>, u64, u64)>,
     order: VecDeque<CacheKey>,
 }
 
@@ -26,7 +27,7 @@ impl HotCache {
         HotCache {
             max_bytes,
             bytes: 0,
-            map: HashMap::new(),
+            map: FastMap::default(),
             order: VecDeque::new(),
         }
     }

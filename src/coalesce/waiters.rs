@@ -1,8 +1,8 @@
 //! The requests of one worker waiting on each key, in memory (only the worker that owns a paused
 //! request can wake it; the cross-worker part is `flights`).
 
+use crate::fast_hash::FastMap;
 use crate::request::key::CacheKey;
-use std::collections::HashMap;
 
 /// A request of this worker waiting for a flight.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -24,7 +24,7 @@ pub struct LocalFlight {
 /// The requests of one worker waiting on each key.
 #[derive(Debug, Default)]
 pub struct LocalFlights {
-    flights: HashMap<CacheKey, LocalFlight>,
+    flights: FastMap<CacheKey, LocalFlight>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

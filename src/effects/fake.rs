@@ -3,7 +3,7 @@
 //! `FakeHost`s sharing one `MapStore` and one [`Queues`] are several workers of one Envoy.
 
 use crate::effects::counters::Counter;
-use crate::effects::host::{Callout, Host, LogLevel, Refused, RequestHost};
+use crate::effects::host::{Callout, Host, LogLevel, Refused, RequestHost, Unserializable};
 use crate::effects::store::{SharedStore, StoreError};
 use std::cell::{Cell, RefCell};
 use std::collections::{HashMap, HashSet};
@@ -107,8 +107,11 @@ pub struct FakeHost {
     pub context: Cell<u32>,
     pub request_headers: RefCell<Vec<(String, Vec<u8>)>>,
     pub request_body: RefCell<Vec<u8>>,
+    /// Leaf values by dotted path; a path above them reads as their map (Envoy's pairs).
     pub properties: RefCell<HashMap<String, Vec<u8>>>,
     pub property_reads: Cell<u32>,
+    /// Paths Envoy cannot serialize (a map holding a null).
+    pub unserializable: RefCell<HashSet<String>>,
     pub response_headers: RefCell<Vec<(String, Vec<u8>)>>,
     pub response_chunk: RefCell<Vec<u8>>,
     pub headers_set: RefCell<Vec<(String, String)>>,
@@ -170,6 +173,7 @@ impl FakeHost {
             request_body: RefCell::default(),
             properties: RefCell::default(),
             property_reads: Cell::new(0),
+            unserializable: RefCell::default(),
             response_headers: RefCell::default(),
             response_chunk: RefCell::default(),
             headers_set: RefCell::default(),
@@ -363,8 +367,41 @@ impl RequestHost for FakeHost {
     }
 
     fn property(&self, path: &[&str]) -> Option<Vec<u8>> {
+        self.property_or_error(path).ok().flatten()
+    }
+
+    fn property_or_error(&self, path: &[&str]) -> Result<Option<Vec<u8>>, Unserializable> {
         self.property_reads.set(self.property_reads.get() + 1);
-        self.properties.borrow().get(&path.join(".")).cloned()
+        let path = path.join(".");
+        if self.unserializable.borrow().contains(&path) {
+            return Err(Unserializable);
+        }
+        let properties = self.properties.borrow();
+        if let Some(v) = properties.get(&path) {
+            return Ok(Some(v.clone()));
+        }
+        let prefix = format!("{path}.");
+        let mut fields: Vec<(&str, &Vec<u8>)> = properties
+            .iter()
+            .filter_map(|(k, v)| Some((k.strip_prefix(&prefix)?, v)))
+            .filter(|(k, _)| !k.contains('.'))
+            .collect();
+        if fields.is_empty() {
+            return Ok(None);
+        }
+        fields.sort();
+        let mut out = (fields.len() as u32).to_le_bytes().to_vec();
+        for (k, v) in &fields {
+            out.extend_from_slice(&(k.len() as u32).to_le_bytes());
+            out.extend_from_slice(&(v.len() as u32).to_le_bytes());
+        }
+        for (k, v) in &fields {
+            out.extend_from_slice(k.as_bytes());
+            out.push(0);
+            out.extend_from_slice(v);
+            out.push(0);
+        }
+        Ok(Some(out))
     }
 
     fn set_request_header(&self, name: &str, value: &str) {

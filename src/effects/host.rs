@@ -23,6 +23,10 @@ pub enum LogLevel {
     Error,
 }
 
+/// Envoy could not serialize a property's value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Unserializable;
+
 /// Envoy refused a callout at once: unknown cluster, circuit breaker open, no healthy host.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Refused;
@@ -91,6 +95,12 @@ pub trait RequestHost: Host {
 
     /// An Envoy property (`xds.cluster_name`, route metadata, dynamic metadata), raw.
     fn property(&self, path: &[&str]) -> Option<Vec<u8>>;
+
+    /// The same, telling a value Envoy cannot hand over (a map holding a null, say) apart from
+    /// an absent one.
+    fn property_or_error(&self, path: &[&str]) -> Result<Option<Vec<u8>>, Unserializable> {
+        Ok(self.property(path))
+    }
 
     /// Replaces a header of the request before it goes upstream.
     fn set_request_header(&self, name: &str, value: &str);

@@ -4,7 +4,7 @@
 
 use crate::coalesce::upstream::SharedFetch;
 use crate::effects::host::Callout;
-use std::collections::HashMap;
+use crate::fast_hash::FastMap;
 
 /// Writes queued by requests (purges) for the root to send; past this, the oldest is dropped.
 pub const OUTBOX_MAX: usize = 256;
@@ -62,7 +62,7 @@ impl Default for Feed {
 
 #[derive(Debug, Default)]
 pub struct L2Calls {
-    pub calls: HashMap<u32, (Call, u64)>,
+    pub calls: FastMap<u32, (Call, u64)>,
     pub outbox: Vec<Outgoing>,
     pub feed: Feed,
 }

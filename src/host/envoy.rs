@@ -3,7 +3,7 @@
 
 use super::metrics::Metrics;
 use crate::effects::counters::Counter;
-use crate::effects::host::{Callout, Host, LogLevel, Refused, RequestHost};
+use crate::effects::host::{Callout, Host, LogLevel, Refused, RequestHost, Unserializable};
 use crate::effects::store::{SharedStore, StoreError};
 use proxy_wasm::hostcalls;
 use proxy_wasm::types::{BufferType, MapType, Status};
@@ -132,6 +132,10 @@ impl RequestHost for Envoy<'_> {
 
     fn property(&self, path: &[&str]) -> Option<Vec<u8>> {
         hostcalls::get_property(path.to_vec()).ok().flatten()
+    }
+
+    fn property_or_error(&self, path: &[&str]) -> Result<Option<Vec<u8>>, Unserializable> {
+        hostcalls::get_property(path.to_vec()).map_err(|_| Unserializable)
     }
 
     fn set_request_header(&self, name: &str, value: &str) {

@@ -4,9 +4,9 @@
 //! The memo is keyed by a hash of *everything* classification reads, and every entry keeps those
 //! bytes and compares them in full: a hash collision costs a parse, never a wrong key.
 
-use std::collections::hash_map::DefaultHasher;
-use std::collections::{HashMap, VecDeque};
-use std::hash::{Hash, Hasher};
+use crate::fast_hash::{Keyed, PreHashedMap};
+use std::collections::VecDeque;
+use std::hash::BuildHasher;
 
 /// The exact inputs of one classification, as one byte string.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -47,10 +47,8 @@ impl MemoInput {
         self.bytes.is_empty()
     }
 
-    fn hash64(&self) -> u64 {
-        let mut h = DefaultHasher::new();
-        self.bytes.hash(&mut h);
-        h.finish()
+    fn hash64(&self, keyed: &Keyed) -> u64 {
+        keyed.hash_one(&self.bytes)
     }
 }
 
@@ -59,8 +57,10 @@ impl MemoInput {
 pub struct Memo<V> {
     capacity: usize,
     max_input: usize,
-    map: HashMap<u64, (MemoInput, V)>,
+    /// By a keyed hash of the input (the input is compared in full too).
+    map: PreHashedMap<(MemoInput, V)>,
     order: VecDeque<u64>,
+    keyed: Keyed,
 }
 
 impl<V: Clone> Memo<V> {
@@ -69,8 +69,9 @@ impl<V: Clone> Memo<V> {
         Memo {
             capacity,
             max_input,
-            map: HashMap::with_capacity(capacity.min(4096)),
+            map: PreHashedMap::with_capacity_and_hasher(capacity.min(4096), Default::default()),
             order: VecDeque::with_capacity(capacity.min(4096)),
+            keyed: Keyed::default(),
         }
     }
 
@@ -78,7 +79,7 @@ impl<V: Clone> Memo<V> {
         if self.capacity == 0 {
             return None;
         }
-        match self.map.get(&input.hash64()) {
+        match self.map.get(&input.hash64(&self.keyed)) {
             Some((stored, value)) if stored == input => Some(value.clone()),
             _ => None,
         }
@@ -88,7 +89,7 @@ impl<V: Clone> Memo<V> {
         if self.capacity == 0 || input.len() > self.max_input {
             return;
         }
-        let h = input.hash64();
+        let h = input.hash64(&self.keyed);
         if self.map.insert(h, (input, value)).is_none() {
             self.order.push_back(h);
         }

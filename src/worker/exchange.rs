@@ -99,17 +99,23 @@ impl Exchange {
 
     pub fn on_request_headers<H: RequestHost>(&mut self, cx: &Ctx<H>, end_of_stream: bool) -> Flow {
         let config = &cx.plugin.config;
-        // Paths the filter does not handle cost one header read, nothing more.
-        if !config.paths.is_empty() || config.purge.is_some() {
+        // Paths the filter does not handle cost one header read, nothing more. When it handles
+        // every path, all headers are read at once (one host call less for every request).
+        if !config.paths.is_empty() {
             let path = cx.host.request_header(":path").unwrap_or_default();
             if let Some(api) = purge_api(config, &path) {
                 return self.purge_headers(cx, api, end_of_stream);
             }
-            if !config.paths.is_empty() && !handles(config, &path) {
+            if !handles(config, &path) {
                 return Flow::Continue;
             }
         }
         let mut head = read_head(config, cx.host);
+        if config.paths.is_empty() {
+            if let Some(api) = purge_api(config, &head.path) {
+                return self.purge_headers(cx, api, end_of_stream);
+            }
+        }
         if head.method == b"GET" && handles(config, &head.path) {
             // A GET with a body: the key could not account for the body the origin may read.
             if !end_of_stream {

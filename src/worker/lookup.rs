@@ -130,6 +130,20 @@ pub fn verdict(worker: &RefCell<Worker>, bytes: &[u8]) -> Verdict {
     }
 }
 
+/// `n` in decimal, without `fmt` (a noticeable share of a hit in wasm).
+fn decimal(mut n: u64, buf: &mut [u8; 20]) -> &str {
+    let mut at = buf.len();
+    loop {
+        at -= 1;
+        buf[at] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    std::str::from_utf8(&buf[at..]).unwrap_or("0")
+}
+
 /// What a 304 repeats of the full answer (RFC 9110 15.4.5).
 const NOT_MODIFIED_HEADERS: &[&str] = &[
     "cache-control",
@@ -194,7 +208,8 @@ pub fn serve(
     let Ok(entry) = Entry::decode(bytes) else {
         return false;
     };
-    let age = entry.age_s(now).to_string();
+    let mut digits = [0u8; 20];
+    let age = decimal(entry.age_s(now), &mut digits);
     if not_modified(head, &entry) {
         let mut headers: Vec<(&str, &str)> = entry
             .headers
@@ -202,14 +217,14 @@ pub fn serve(
             .copied()
             .filter(|(n, _)| NOT_MODIFIED_HEADERS.contains(n))
             .collect();
-        headers.push(("age", &age));
+        headers.push(("age", age));
         headers.push((CACHE_HEADER, cache));
         host.respond(304, headers, b"");
         return true;
     }
     let mut headers: Vec<(&str, &str)> = Vec::with_capacity(entry.headers.len() + 5);
     headers.extend(entry.headers.iter().copied());
-    headers.push(("age", &age));
+    headers.push(("age", age));
     headers.push((CACHE_HEADER, cache));
     let hex;
     if plugin.config.debug_headers {
@@ -250,6 +265,14 @@ mod tests {
             if_none_match: inm.map(|v| v.as_bytes().to_vec()),
             if_modified_since: ims.map(|v| v.as_bytes().to_vec()),
             ..RequestHead::default()
+        }
+    }
+
+    #[test]
+    fn ages_print_in_decimal() {
+        let mut buf = [0u8; 20];
+        for n in [0, 7, 10, 59, 86_400, u64::MAX] {
+            assert_eq!(decimal(n, &mut buf), n.to_string());
         }
     }
 

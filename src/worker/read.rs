@@ -109,19 +109,68 @@ fn issued_identity(issuer: &[u8], claim: &[u8]) -> Vec<u8> {
     id
 }
 
-/// Per-route overrides from `filter_metadata.<namespace>` on the matched route.
+/// Per-route overrides from `filter_metadata.<namespace>` on the matched route: the namespace in
+/// one property read (a host call costs more than the rest of a hit's own work), field by field
+/// only when Envoy cannot serialize the whole namespace (1.40 refuses one holding a null).
 fn read_route_override(config: &Config, host: &impl RequestHost) -> RouteOverride {
     let Some(ns) = &config.route_metadata else {
         return RouteOverride::default();
     };
-    let read =
-        |field: &str| host.property(&["xds", "route_metadata", "filter_metadata", ns, field]);
+    let namespace = ["xds", "route_metadata", "filter_metadata", ns.as_str()];
+    match host.property_or_error(&namespace) {
+        Ok(None) => RouteOverride::default(),
+        Ok(Some(bytes)) => match pairs(&bytes) {
+            Some(fields) => route_override(|name| {
+                fields
+                    .iter()
+                    .find(|(n, _)| *n == name.as_bytes())
+                    .map(|(_, v)| v.to_vec())
+            }),
+            None => RouteOverride::default(),
+        },
+        Err(_) => route_override(|field| {
+            host.property(&["xds", "route_metadata", "filter_metadata", ns, field])
+        }),
+    }
+}
+
+fn route_override(read: impl Fn(&str) -> Option<Vec<u8>>) -> RouteOverride {
     RouteOverride {
         ttl_seconds: seconds(read("ttl_seconds")),
         stale_while_revalidate_seconds: seconds(read("stale_while_revalidate_seconds")),
         stale_if_error_seconds: seconds(read("stale_if_error_seconds")),
         disabled: flag(read("disabled")),
     }
+}
+
+/// A map as Envoy hands it over (the proxy-wasm pairs format): a `u32` count, each entry's name
+/// and value lengths (`u32` each), then each name and value followed by a NUL. Read exactly:
+/// anything else is not a map.
+pub fn pairs(bytes: &[u8]) -> Option<Vec<(&[u8], &[u8])>> {
+    let u32_at = |at: usize| -> Option<usize> {
+        let b: [u8; 4] = bytes.get(at..at.checked_add(4)?)?.try_into().ok()?;
+        Some(u32::from_le_bytes(b) as usize)
+    };
+    let count = u32_at(0)?;
+    // Each entry takes at least 8 bytes of lengths and 2 NULs: a count beyond that is a lie.
+    if count > bytes.len() / 10 {
+        return None;
+    }
+    let mut out = Vec::with_capacity(count);
+    let mut at = 4 + count * 8;
+    for i in 0..count {
+        let (name_len, value_len) = (u32_at(4 + i * 8)?, u32_at(8 + i * 8)?);
+        let name = bytes.get(at..at.checked_add(name_len)?)?;
+        at += name_len;
+        (bytes.get(at) == Some(&0)).then_some(())?;
+        at += 1;
+        let value = bytes.get(at..at.checked_add(value_len)?)?;
+        at += value_len;
+        (bytes.get(at) == Some(&0)).then_some(())?;
+        at += 1;
+        out.push((name, value));
+    }
+    (at == bytes.len()).then_some(out)
 }
 
 /// The longest duration a route may set, as for the configuration's own fields.
@@ -193,6 +242,70 @@ mod tests {
         assert_eq!(h.property_reads.get(), reads, "read once per request");
         let pinned = Config::parse(br#"{"upstream_cluster":"fixed"}"#).unwrap();
         assert_eq!(fetch_cluster(&pinned, &h, &head).as_deref(), Some("fixed"));
+    }
+
+    /// What Envoy 1.40 answered for `filter_metadata.graphql_cache` of `{ ttl_seconds: 2 }` and
+    /// of `{ disabled: true }` (and `{}` for an empty `filter_metadata`).
+    #[test]
+    fn route_metadata_comes_as_pairs() {
+        let hex = |s: &str| -> Vec<u8> {
+            (0..s.len())
+                .step_by(2)
+                .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
+                .collect()
+        };
+        let ttl = hex("010000000b0000000800000074746c5f7365636f6e647300000000000000004000");
+        let two = 2.0f64.to_le_bytes();
+        assert_eq!(pairs(&ttl), Some(vec![(&b"ttl_seconds"[..], &two[..])]));
+        let off = hex("01000000080000000100000064697361626c6564000100");
+        assert_eq!(pairs(&off), Some(vec![(&b"disabled"[..], &[1u8][..])]));
+        assert_eq!(pairs(&hex("00000000")), Some(vec![]));
+        for bad in [
+            &ttl[..ttl.len() - 1],
+            &ttl[..3],
+            b"",
+            &[0xff, 0xff, 0xff, 0xff][..],
+        ] {
+            assert_eq!(pairs(bad), None, "{bad:?}");
+        }
+        let mut trailing = ttl.clone();
+        trailing.push(0);
+        assert_eq!(pairs(&trailing), None);
+    }
+
+    #[test]
+    fn route_metadata_is_read_in_one_call_else_field_by_field() {
+        let config = Config::parse(br#"{"route_metadata":"gc","key_by_cluster":false}"#).unwrap();
+        let h = host(&[]);
+        let ns = "xds.route_metadata.filter_metadata.gc";
+        h.properties
+            .borrow_mut()
+            .insert(format!("{ns}.ttl_seconds"), 7.0f64.to_le_bytes().to_vec());
+        h.properties
+            .borrow_mut()
+            .insert(format!("{ns}.disabled"), vec![1]);
+        let mut head = RequestHead::default();
+        read_route(&config, &h, &mut head);
+        let expected = RouteOverride {
+            ttl_seconds: Some(7),
+            disabled: true,
+            ..RouteOverride::default()
+        };
+        assert_eq!((head.route, h.property_reads.get()), (expected, 1));
+        // A null elsewhere in the namespace: Envoy refuses the namespace, not its fields.
+        h.unserializable.borrow_mut().insert(ns.to_string());
+        let mut head = RequestHead::default();
+        read_route(&config, &h, &mut head);
+        assert_eq!(head.route, expected);
+        assert_eq!(h.property_reads.get(), 1 + 1 + 4);
+        // No metadata at all: one read, nothing overridden.
+        let bare = host(&[]);
+        let mut head = RequestHead::default();
+        read_route(&config, &bare, &mut head);
+        assert_eq!(
+            (head.route, bare.property_reads.get()),
+            (RouteOverride::default(), 1)
+        );
     }
 
     #[test]

@@ -8,6 +8,7 @@ use crate::coalesce::flights::FlightTable;
 use crate::coalesce::upstream::SharedFetch;
 use crate::coalesce::waiters::LocalFlights;
 use crate::config::Config;
+use crate::fast_hash::{FastMap, FastSet};
 use crate::fleet::calls::L2Calls;
 use crate::invalidate::marks::{PurgeTable, PurgeView};
 use crate::request::apq::ApqTable;
@@ -16,7 +17,6 @@ use crate::request::classify::Decided;
 use crate::request::key::{CacheKey, SlotKey};
 use crate::request::memo::Memo;
 use crate::worker::watchdog::BodyWatchdog;
-use std::collections::{HashMap, HashSet};
 
 /// Requests larger than this are classified every time rather than memoized, which bounds the
 /// memo at `key_memo_entries` x 8 KiB per worker.
@@ -84,11 +84,11 @@ pub struct Worker {
     /// Claimed by a request, waiting for the root to dispatch.
     pub pending: Vec<SharedFetch>,
     /// Dispatched: callout token to fetch.
-    pub fetches: HashMap<u32, SharedFetch>,
+    pub fetches: FastMap<u32, SharedFetch>,
     /// Finished records this worker published for watchers, to empty after a grace period.
     pub published: Vec<(CacheKey, u64)>,
     /// Set by the root when it lets a paused request go; read by that request's callbacks.
-    pub outcomes: HashMap<u32, Outcome>,
+    pub outcomes: FastMap<u32, Outcome>,
     pub watchdog: BodyWatchdog,
     /// Raw request bytes to classification.
     pub memo: Memo<Result<Decided, Bypass>>,
@@ -98,7 +98,7 @@ pub struct Worker {
     /// The purge marks as last read.
     pub purges: PurgeView,
     /// Held purge requests: the body watchdog answers these rather than let them go upstream.
-    pub held_purges: HashSet<u32>,
+    pub held_purges: FastSet<u32>,
     /// When this worker last wrote its heartbeat (0: never).
     pub last_beat_ms: u64,
     /// Keys whose shared fetch answered over `max_entry_bytes`: their next misses go upstream
@@ -112,7 +112,7 @@ pub struct Worker {
 #[derive(Debug, Default)]
 pub struct BoundedSet {
     capacity: usize,
-    keys: HashSet<CacheKey>,
+    keys: FastSet<CacheKey>,
     order: std::collections::VecDeque<CacheKey>,
 }
 
@@ -148,14 +148,14 @@ impl Worker {
             queue: None,
             waiters: LocalFlights::default(),
             pending: Vec::new(),
-            fetches: HashMap::new(),
+            fetches: FastMap::default(),
             published: Vec::new(),
-            outcomes: HashMap::new(),
+            outcomes: FastMap::default(),
             watchdog: BodyWatchdog::default(),
             memo: Memo::new(config.key_memo_entries, MEMO_MAX_INPUT),
             hot: HotCache::new(config.local_cache_bytes),
             purges: PurgeView::default(),
-            held_purges: HashSet::new(),
+            held_purges: FastSet::default(),
             last_beat_ms: 0,
             too_large: BoundedSet::new(TOO_LARGE_KEPT),
             l2: L2Calls::default(),
