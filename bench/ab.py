@@ -3,7 +3,9 @@
 step of the hit path (a host call, or a piece of the filter's own work); the filter is built with
 it (a git worktree of HEAD, under target/ab/) and measured against HEAD's build in the same
 rounds (bench.py with BENCH_COMPARE, scenario ttl10). The patches exist only to be measured: none
-is correct as a filter (no counter, a stale clock, no memo, no per-worker copy).
+is correct as a filter (no counter, a stale clock, no memo, no per-worker copy, no cluster in the
+key; `no-body-work` and `floor-work-only` answer a canned hit once 1000 requests warmed the
+cache, the second doing exactly wasm-floor's work in this module: what the module itself costs).
 
 A patch that no longer applies to HEAD fails with its name: refresh it from the code it removes.
 """
@@ -39,7 +41,9 @@ def build_variant(patch):
 
 
 def measure(variant):
+    # An even number of rounds: bench.py alternates the order, so each build goes first as often.
     env = dict(os.environ, BENCH_ONLY=SCENARIO, BENCH_COMPARE=str(variant))
+    env.setdefault("BENCH_ROUNDS", "4")
     out = subprocess.run([str(ROOT / "bench/run.sh")], cwd=ROOT, env=env, capture_output=True, text=True, check=True).stdout
     # compare_report: "<scenario> <HEAD req/s> <variant req/s> <ratio>"
     line = next(l for l in out.splitlines() if re.match(rf"^{re.escape(SCENARIO)}\s+\d+\s+\d+\s+[\d.]+$", l))

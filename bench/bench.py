@@ -393,10 +393,13 @@ def run():
                    for name, o, y, e in chosen if str(WASM) in y]
     runs = {name: [] for name, *_ in chosen}
     # Rounds interleave the scenarios, so a slow spell of this shared machine hits all of them
-    # alike; each scenario reports its median round.
+    # alike; each scenario reports its median round. Every other round runs them in reverse: of
+    # two neighbours, the second ran about 1% slower here (an A/B run in both orders showed
+    # it), and alternating cancels that out.
     for round_no in range(1, ROUNDS + 1):
         print(f"round {round_no}/{ROUNDS}", flush=True)
-        for name, origin_args, yaml_text, env_extra in chosen:
+        order = chosen if round_no % 2 else list(reversed(chosen))
+        for name, origin_args, yaml_text, env_extra in order:
             r = measure(origin_args, yaml_text, env_extra, work, body_file)
             runs[name].append(r)
             print(f"  {name:14s} {r['rps']:10.0f} req/s  p50 {r['p50_us']/1000:7.2f} ms  p99 {r['p99_us']/1000:7.2f} ms"
