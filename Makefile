@@ -16,7 +16,7 @@ export GRAPHQL_CACHE_WASM := $(CURDIR)/$(WASM)
 export ORIGIN_BIN := $(CURDIR)/$(ORIGIN)
 export L2_BIN := $(CURDIR)/$(L2)
 
-.PHONY: help tools redis-check build wasm origin l2 test lint unit integration validate demo demo-check demo-cluster demo-cluster-check bench bench-micro bench-ab fuzz soak clean
+.PHONY: help tools redis-check build wasm origin l2 test lint unit integration validate demo demo-check demo-cluster demo-cluster-check bench bench-micro bench-ab bench-hostcalls fuzz soak clean
 
 help:
 	@echo "make demo   - build, start the origin and Envoy with the filter, and walk through it with curl"
@@ -25,6 +25,8 @@ help:
 	@echo "make build  - build $(WASM), the origin and the L2 service"
 	@echo "make bench  - benchmarks through Envoy (writes bench/results/)"
 	@echo "make bench-micro - criterion benchmarks of the key path"
+	@echo "make bench-ab - where a hit's time goes (each bench/ab/ patch A/B'd against HEAD)"
+	@echo "make bench-hostcalls - what one proxy-wasm host call costs a request"
 	@echo "make soak   - a million distinct keys through Envoy, RSS sampled (bounded memory)"
 	@echo "make oci    - the filter as a reproducible OCI image (Istio, Envoy Gateway) under target/oci/"
 	@echo "make fuzz   - coverage-guided fuzzing of every parser and decoder (FUZZ_SECONDS each)"
@@ -154,6 +156,10 @@ bench: tools build floor
 # measured against HEAD in the same rounds (AB_SCENARIO, default ttl10; about a minute a patch).
 bench-ab: tools build
 	$(VENV)/bin/python bench/ab.py
+
+# What one host call costs a request: the floor making it ten extra times, beside the plain floor.
+bench-hostcalls: tools build floor
+	$(VENV)/bin/python bench/hostcalls.py
 
 # Coverage-guided fuzzing (libFuzzer via cargo-fuzz; RUSTC_BOOTSTRAP lets the stable toolchain
 # build it): every target for FUZZ_SECONDS, growing fuzz/corpus/<target>/ (which `make unit`

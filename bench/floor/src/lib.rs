@@ -2,25 +2,110 @@
 //! request headers and body as the cache does, and answers a fixed local reply (the plugin
 //! configuration is the answer's body, so it has the cached answer's size), with no key, no
 //! lookup and no state.
+//!
+//! With a VM configuration naming a host call (`make bench-hostcalls`), it also makes that call
+//! ten times per request after reading the body: what one such call costs, measured against the
+//! plain floor in the same run.
 
+use proxy_wasm::hostcalls;
 use proxy_wasm::traits::{Context, HttpContext, RootContext};
-use proxy_wasm::types::{Action, ContextType, LogLevel};
+use proxy_wasm::types::{Action, ContextType, LogLevel, MapType, MetricType};
+use std::hint::black_box;
 use std::rc::Rc;
 
 proxy_wasm::main! {{
     proxy_wasm::set_log_level(LogLevel::Warn);
     proxy_wasm::set_root_context(|_| -> Box<dyn RootContext> {
-        Box::new(FloorRoot { answer: Rc::new(Vec::new()) })
+        Box::new(FloorRoot { answer: Rc::new(Vec::new()), extra: Extra::None })
     });
 }}
 
 struct FloorRoot {
     answer: Rc<Vec<u8>>,
+    extra: Extra,
+}
+
+/// A host call made `REPEAT` times per request, on top of the floor's work.
+#[derive(Clone, Copy)]
+enum Extra {
+    None,
+    Property,
+    Header,
+    Headers,
+    SharedData,
+    Clock,
+    MetricRead(u32),
+    MetricIncrement(u32),
+}
+
+const REPEAT: usize = 10;
+const SHARED_KEY: &str = "wasm_floor.epoch";
+
+impl Extra {
+    fn parse(name: &[u8]) -> Option<Extra> {
+        let metric = || hostcalls::define_metric(MetricType::Counter, "wasm_floor.calls").ok();
+        Some(match name {
+            b"" => Extra::None,
+            b"property" => Extra::Property,
+            b"header" => Extra::Header,
+            b"headers" => Extra::Headers,
+            b"shared_data" => {
+                let _ = hostcalls::set_shared_data(SHARED_KEY, Some(&7u64.to_le_bytes()), None);
+                Extra::SharedData
+            }
+            b"clock" => Extra::Clock,
+            b"metric_read" => Extra::MetricRead(metric()?),
+            b"metric_increment" => Extra::MetricIncrement(metric()?),
+            _ => return None,
+        })
+    }
+
+    fn run(self) {
+        for _ in 0..REPEAT {
+            match self {
+                Extra::None => return,
+                Extra::Property => {
+                    black_box(hostcalls::get_property(vec!["xds", "cluster_name"]).ok());
+                }
+                Extra::Header => {
+                    black_box(
+                        hostcalls::get_map_value_bytes(MapType::HttpRequestHeaders, ":path").ok(),
+                    );
+                }
+                Extra::Headers => {
+                    black_box(hostcalls::get_map_bytes(MapType::HttpRequestHeaders).ok());
+                }
+                Extra::SharedData => {
+                    black_box(hostcalls::get_shared_data(SHARED_KEY).ok());
+                }
+                Extra::Clock => {
+                    black_box(hostcalls::get_current_time().ok());
+                }
+                Extra::MetricRead(id) => {
+                    black_box(hostcalls::get_metric(id).ok());
+                }
+                Extra::MetricIncrement(id) => {
+                    let _ = hostcalls::increment_metric(id, 1);
+                }
+            }
+        }
+    }
 }
 
 impl Context for FloorRoot {}
 
 impl RootContext for FloorRoot {
+    fn on_vm_start(&mut self, _size: usize) -> bool {
+        let name = self.get_vm_configuration().unwrap_or_default();
+        match Extra::parse(&name) {
+            Some(extra) => {
+                self.extra = extra;
+                true
+            }
+            None => false,
+        }
+    }
+
     fn on_configure(&mut self, _size: usize) -> bool {
         self.answer = Rc::new(self.get_plugin_configuration().unwrap_or_default());
         true
@@ -29,6 +114,7 @@ impl RootContext for FloorRoot {
     fn create_http_context(&self, _context_id: u32) -> Option<Box<dyn HttpContext>> {
         Some(Box::new(Floor {
             answer: Rc::clone(&self.answer),
+            extra: self.extra,
         }))
     }
 
@@ -39,6 +125,7 @@ impl RootContext for FloorRoot {
 
 struct Floor {
     answer: Rc<Vec<u8>>,
+    extra: Extra,
 }
 
 impl Floor {
@@ -58,7 +145,7 @@ impl HttpContext for Floor {
     fn on_http_request_headers(&mut self, _num_headers: usize, end_of_stream: bool) -> Action {
         // What the cache reads of every request before it can decide.
         let headers = self.get_http_request_headers_bytes();
-        std::hint::black_box(&headers);
+        black_box(&headers);
         if end_of_stream {
             return self.reply();
         }
@@ -70,7 +157,8 @@ impl HttpContext for Floor {
             return Action::Pause;
         }
         let body = self.get_http_request_body(0, body_size);
-        std::hint::black_box(&body);
+        black_box(&body);
+        self.extra.run();
         self.reply()
     }
 }
