@@ -1,8 +1,8 @@
 //! Finding a fresh entry for a key (this worker's copy first, then shared data) and serving it.
 //! With invalidation on, every lookup first reads the purge epoch (the host's purge signal, else
 //! the epoch in shared data): a purge answered on any worker is seen by the next lookup
-//! everywhere. Copies checked at the current epoch are served as they
-//! are; others are checked against the marks once, then kept or dropped.
+//! everywhere. Copies checked at the current epoch are served as they are; others are checked
+//! against the marks once, then kept or dropped.
 
 use crate::cache::entry::Entry;
 use crate::cache::freshness::http_date;
