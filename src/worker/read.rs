@@ -117,18 +117,23 @@ fn read_route_override(config: &Config, host: &impl RequestHost) -> RouteOverrid
         return RouteOverride::default();
     };
     let namespace = ["xds", "route_metadata", "filter_metadata", ns.as_str()];
-    match host.property_or_error(&namespace) {
-        Ok(None) => RouteOverride::default(),
-        Ok(Some(bytes)) => match pairs(&bytes) {
-            Some(fields) => route_override(|name| {
-                fields
-                    .iter()
-                    .find(|(n, _)| *n == name.as_bytes())
-                    .map(|(_, v)| v.to_vec())
-            }),
-            None => RouteOverride::default(),
-        },
-        Err(_) => route_override(|field| {
+    let whole = host.property_or_error(&namespace);
+    if let Ok(None) = whole {
+        return RouteOverride::default();
+    }
+    let fields = match &whole {
+        Ok(Some(bytes)) => pairs(bytes),
+        _ => None,
+    };
+    match fields {
+        Some(fields) => route_override(|name| {
+            fields
+                .iter()
+                .find(|(n, _)| *n == name.as_bytes())
+                .map(|(_, v)| v.to_vec())
+        }),
+        // Refused, or not a map as Envoy 1.40 writes one: the fields themselves, rather than guess.
+        None => route_override(|field| {
             host.property(&["xds", "route_metadata", "filter_metadata", ns, field])
         }),
     }
@@ -298,6 +303,14 @@ mod tests {
         read_route(&config, &h, &mut head);
         assert_eq!(head.route, expected);
         assert_eq!(h.property_reads.get(), 1 + 1 + 4);
+        // Bytes that are not a map as Envoy writes one: the fields are read too.
+        h.unserializable.borrow_mut().clear();
+        h.properties
+            .borrow_mut()
+            .insert(ns.to_string(), b"?".to_vec());
+        let mut head = RequestHead::default();
+        read_route(&config, &h, &mut head);
+        assert_eq!(head.route, expected);
         // No metadata at all: one read, nothing overridden.
         let bare = host(&[]);
         let mut head = RequestHead::default();
