@@ -877,6 +877,13 @@ mod tests {
         Config::parse(json.as_bytes()).unwrap_err()
     }
 
+    /// Each configuration is refused with its error naming that field.
+    fn assert_fields(cases: &[(&str, &str)]) {
+        for (json, field) in cases {
+            assert_eq!(err(json).field, *field, "{json}");
+        }
+    }
+
     #[test]
     fn invalidation_fields() {
         let c = Config::parse(
@@ -928,39 +935,32 @@ mod tests {
 
     #[test]
     fn errors_name_the_field() {
-        assert_eq!(err(r#"{"ttl_seconds":"ten"}"#).field, "ttl_seconds");
-        assert_eq!(err(r#"{"ttl_seconds":-1}"#).field, "ttl_seconds");
-        assert_eq!(err(r#"{"ttl_secons":1}"#).field, "ttl_secons");
-        assert_eq!(
-            err(r#"{"vary_headers":["ok","bad header"]}"#).field,
-            "vary_headers[1]"
-        );
-        assert_eq!(
-            err(r#"{"vary_headers":[":authority"]}"#).field,
-            "vary_headers[0]"
-        );
-        assert_eq!(err(r#"{"vary_headers":[1]}"#).field, "vary_headers[0]");
-        assert_eq!(err(r#"{"cache_slots":0}"#).field, "cache_slots");
-        assert_eq!(err(r#"{"max_entry_bytes":10}"#).field, "max_entry_bytes");
-        assert_eq!(err(r#"{"max_body_bytes":0}"#).field, "max_body_bytes");
-        assert_eq!(err(r#"{"max_query_depth":51}"#).field, "max_query_depth");
-        assert_eq!(err(r#"{"paths":["graphql"]}"#).field, "paths[0]");
-        assert_eq!(err(r#"{"max_query_fields":0}"#).field, "max_query_fields");
-        assert_eq!(err(r#"{"flight_slots":0}"#).field, "flight_slots");
-        assert_eq!(err(r#"{"fetch_timeout_ms":0}"#).field, "fetch_timeout_ms");
-        assert_eq!(err(r#"{"max_wait_ms":-5}"#).field, "max_wait_ms");
-        assert_eq!(err(r#"{"max_waiters":0}"#).field, "max_waiters");
-        assert_eq!(err(r#"{"upstream_cluster":" "}"#).field, "upstream_cluster");
-        assert_eq!(err(r#"{"coalesce":1}"#).field, "coalesce");
-        assert_eq!(
-            err(r#"{"key_memo_entries":100000}"#).field,
-            "key_memo_entries"
-        );
-        assert_eq!(err(r#"{"debug_headers":"yes"}"#).field, "debug_headers");
-        assert_eq!(
-            err(r#"{"cache_slots":1048576,"max_entry_bytes":67108864}"#).field,
-            "cache_slots"
-        );
+        assert_fields(&[
+            (r#"{"ttl_seconds":"ten"}"#, "ttl_seconds"),
+            (r#"{"ttl_seconds":-1}"#, "ttl_seconds"),
+            (r#"{"ttl_secons":1}"#, "ttl_secons"),
+            (r#"{"vary_headers":["ok","bad header"]}"#, "vary_headers[1]"),
+            (r#"{"vary_headers":[":authority"]}"#, "vary_headers[0]"),
+            (r#"{"vary_headers":[1]}"#, "vary_headers[0]"),
+            (r#"{"cache_slots":0}"#, "cache_slots"),
+            (r#"{"max_entry_bytes":10}"#, "max_entry_bytes"),
+            (r#"{"max_body_bytes":0}"#, "max_body_bytes"),
+            (r#"{"max_query_depth":51}"#, "max_query_depth"),
+            (r#"{"paths":["graphql"]}"#, "paths[0]"),
+            (r#"{"max_query_fields":0}"#, "max_query_fields"),
+            (r#"{"flight_slots":0}"#, "flight_slots"),
+            (r#"{"fetch_timeout_ms":0}"#, "fetch_timeout_ms"),
+            (r#"{"max_wait_ms":-5}"#, "max_wait_ms"),
+            (r#"{"max_waiters":0}"#, "max_waiters"),
+            (r#"{"upstream_cluster":" "}"#, "upstream_cluster"),
+            (r#"{"coalesce":1}"#, "coalesce"),
+            (r#"{"key_memo_entries":100000}"#, "key_memo_entries"),
+            (r#"{"debug_headers":"yes"}"#, "debug_headers"),
+            (
+                r#"{"cache_slots":1048576,"max_entry_bytes":67108864}"#,
+                "cache_slots",
+            ),
+        ]);
     }
 
     #[test]
@@ -994,44 +994,37 @@ mod tests {
 
     #[test]
     fn identity_and_rule_errors_name_the_field() {
-        assert_eq!(
-            err(r#"{"identity":{"source":"cookie"}}"#).field,
-            "identity.source"
-        );
-        assert_eq!(
-            err(r#"{"identity":{"source":"header"}}"#).field,
-            "identity.header"
-        );
-        assert_eq!(
-            err(r#"{"identity":{"source":"jwt","header":"x"}}"#).field,
-            "identity.header"
-        );
-        assert_eq!(
-            err(r#"{"identity":{"source":"jwt","claim":""}}"#).field,
-            "identity.claim"
-        );
-        assert_eq!(
-            err(r#"{"identity":{"source":"jwt","clam":"sub"}}"#).field,
-            "identity.clam"
-        );
-        assert_eq!(err(r#"{"default_scope":"shared"}"#).field, "default_scope");
-        assert_eq!(
-            err(r#"{"rules":[{"operation":"A"},{"field":"me","scope":"mine"}]}"#).field,
-            "rules[1].scope"
-        );
-        assert_eq!(err(r#"{"rules":[{"ttl_seconds":5}]}"#).field, "rules[0]");
-        assert_eq!(
-            err(r#"{"rules":[{"operation":"A","field":"b"}]}"#).field,
-            "rules[0]"
-        );
-        assert_eq!(
-            err(r#"{"rules":[{"operation":"A","ttl_seconds":99999999999}]}"#).field,
-            "rules[0].ttl_seconds"
-        );
-        assert_eq!(
-            err(r#"{"rules":[{"operation":"A","cache":"no"}]}"#).field,
-            "rules[0].cache"
-        );
+        assert_fields(&[
+            (r#"{"identity":{"source":"cookie"}}"#, "identity.source"),
+            (r#"{"identity":{"source":"header"}}"#, "identity.header"),
+            (
+                r#"{"identity":{"source":"jwt","header":"x"}}"#,
+                "identity.header",
+            ),
+            (
+                r#"{"identity":{"source":"jwt","claim":""}}"#,
+                "identity.claim",
+            ),
+            (
+                r#"{"identity":{"source":"jwt","clam":"sub"}}"#,
+                "identity.clam",
+            ),
+            (r#"{"default_scope":"shared"}"#, "default_scope"),
+            (
+                r#"{"rules":[{"operation":"A"},{"field":"me","scope":"mine"}]}"#,
+                "rules[1].scope",
+            ),
+            (r#"{"rules":[{"ttl_seconds":5}]}"#, "rules[0]"),
+            (r#"{"rules":[{"operation":"A","field":"b"}]}"#, "rules[0]"),
+            (
+                r#"{"rules":[{"operation":"A","ttl_seconds":99999999999}]}"#,
+                "rules[0].ttl_seconds",
+            ),
+            (
+                r#"{"rules":[{"operation":"A","cache":"no"}]}"#,
+                "rules[0].cache",
+            ),
+        ]);
     }
 
     #[test]
@@ -1060,31 +1053,18 @@ mod tests {
         assert_eq!((l2.timeout_ms, l2.wait_ms), (50, 2000));
         assert_eq!(l2.authority, "graphql-cache-l2");
         assert_eq!(l2.budget_ms(), 2 * 50 + 2000);
-        assert_eq!(err(r#"{"l2":{}}"#).field, "l2.cluster");
-        assert_eq!(err(r#"{"l2":{"cluster":""}}"#).field, "l2.cluster");
-        assert_eq!(
-            err(r#"{"l2":{"cluster":"a","wait_cluster":"b c"}}"#).field,
-            "l2.wait_cluster"
-        );
-        assert_eq!(
-            err(r#"{"l2":{"cluster":"a","timeout_ms":0}}"#).field,
-            "l2.timeout_ms"
-        );
-        assert_eq!(
-            err(r#"{"l2":{"cluster":"a","wait_ms":600000}}"#).field,
-            "l2.wait_ms"
-        );
-        assert_eq!(
-            err(r#"{"l2":{"cluster":"a","authority":""}}"#).field,
-            "l2.authority"
-        );
-        assert_eq!(
-            err(r#"{"l2":{"cluster":"a","redis":"x"}}"#).field,
-            "l2.redis"
-        );
-        assert_eq!(
-            err(r#"{"coalesce":false,"l2":{"cluster":"a"}}"#).field,
-            "l2"
-        );
+        assert_fields(&[
+            (r#"{"l2":{}}"#, "l2.cluster"),
+            (r#"{"l2":{"cluster":""}}"#, "l2.cluster"),
+            (
+                r#"{"l2":{"cluster":"a","wait_cluster":"b c"}}"#,
+                "l2.wait_cluster",
+            ),
+            (r#"{"l2":{"cluster":"a","timeout_ms":0}}"#, "l2.timeout_ms"),
+            (r#"{"l2":{"cluster":"a","wait_ms":600000}}"#, "l2.wait_ms"),
+            (r#"{"l2":{"cluster":"a","authority":""}}"#, "l2.authority"),
+            (r#"{"l2":{"cluster":"a","redis":"x"}}"#, "l2.redis"),
+            (r#"{"coalesce":false,"l2":{"cluster":"a"}}"#, "l2"),
+        ]);
     }
 }
