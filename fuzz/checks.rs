@@ -4,11 +4,15 @@
 #![allow(clippy::panic)]
 
 use graphql_cache::cache::entry::Entry;
+use graphql_cache::cache::peer::{vetted, Bounds};
 use graphql_cache::coalesce::flights::FlightRecord;
 use graphql_cache::coalesce::liveness;
 use graphql_cache::coalesce::wakeup::Message;
 use graphql_cache::config::Config;
-use graphql_cache::fleet::purge_log::{read_page, valid_cursor, PurgeRecord};
+use graphql_cache::fleet::purge_log::{
+    read_page, valid_cursor, valid_generation, PurgeRecord, Reader,
+};
+use graphql_cache::fleet::seal::FleetKey;
 use graphql_cache::fleet::wire::{read_lookup, Looked};
 use graphql_cache::invalidate::marks::PurgeView;
 use graphql_cache::invalidate::purge::parse_selectors;
@@ -19,6 +23,8 @@ use graphql_cache::request::classify::{
     classify_body, classify_get, no_persisted_queries, RequestHead,
 };
 use graphql_cache::request::http::{parse_get_query, parse_post_body};
+use graphql_cache::request::key::CacheKey;
+use graphql_cache::request::rules::Lifetimes;
 use graphql_cache::worker::read::pairs;
 
 /// One property check over arbitrary bytes.
@@ -201,7 +207,7 @@ pub fn config(data: &[u8]) {
             assert!(c
                 .purge
                 .as_ref()
-                .is_none_or(|p| p.token.chars().count() >= 16));
+                .is_none_or(|p| p.token.expose().chars().count() >= 16));
         }
         Err(e) => assert!(!e.to_string().is_empty()),
     }
@@ -218,9 +224,47 @@ pub fn l2_envelopes(data: &[u8]) {
             "decode accepts only what encode writes"
         );
     }
-    if let Some(page) = read_page(data) {
+    let Some(key) = FleetKey::new(&[7; 32]) else {
+        return;
+    };
+    let reader = Reader {
+        key: &key,
+        now_us: 1_764_582_000_000_000,
+        skew_us: 1_000_000,
+    };
+    if let Some(page) = read_page(data, &reader) {
         assert!(valid_cursor(&page.cursor));
-        assert!(page.records.len() + page.skipped <= data.len() / 8 + 1);
+        assert!(page.generation.as_deref().is_none_or(valid_generation));
+        assert!(page.records.len() <= page.entries && page.entries <= data.len() / 8 + 1);
+        assert!(page
+            .records
+            .iter()
+            .all(|r| r.at_us <= reader.now_us + reader.skew_us));
+    }
+    // An entry another Envoy stored: whatever comes back is an entry this Envoy could store.
+    let lifetimes = Lifetimes {
+        ttl_seconds: 60,
+        stale_while_revalidate_seconds: 10,
+        stale_if_error_seconds: 0,
+    };
+    let bounds = Bounds {
+        key: &CacheKey {
+            digest: data
+                .get(5..37)
+                .and_then(|d| d.try_into().ok())
+                .unwrap_or([0; 32]),
+        },
+        lifetimes: &lifetimes,
+        vary_headers: &[],
+        max_entry_bytes: 1 << 20,
+        now_ms: 1_764_582_000_000,
+        now_us: 1_764_582_000_000_000,
+        skew_us: 1_000_000,
+    };
+    if let Ok(bytes) = vetted(data, &bounds) {
+        let entry = Entry::decode(&bytes).expect("vetted entries decode");
+        assert!(entry.born_us <= bounds.now_us + bounds.skew_us);
+        assert!(entry.expires_at_ms <= bounds.now_ms + 60_000);
     }
     let (value, body) = data.split_at(data.iter().position(|&b| b == 0).unwrap_or(data.len()));
     let headers = vec![

@@ -99,6 +99,17 @@ pub struct L2 {
     pub wait_ms: u64,
     /// The `:authority` of calls to the service.
     pub authority: String,
+    /// Sent as `authorization: Bearer` on every call: the service answers nobody else.
+    pub secret: Option<Secret>,
+    /// Signs what this Envoy puts in the L2 and checks what it reads back: the service and
+    /// Redis store the fleet's entries and purges but cannot forge them.
+    pub fleet_key: FleetKey,
+    /// How far ahead of this Envoy's clock a purge record may be dated (clocks differ a little;
+    /// a record dated later is taken as made now, so nobody can purge the future).
+    pub purge_skew_ms: u64,
+    /// Once reads of the fleet's purge log have failed this long, everything born before they
+    /// began is purged here (0: never). Past it, a purge made elsewhere may have been missed.
+    pub feed_failsafe_ms: u64,
 }
 
 impl L2 {
@@ -113,7 +124,52 @@ impl L2 {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PurgeApi {
     pub path: String,
-    pub token: String,
+    pub token: Secret,
+}
+
+/// The fleet's signing key (what it signs: `fleet::seal`). Never printed.
+#[derive(Clone, PartialEq, Eq)]
+pub struct FleetKey(Vec<u8>);
+
+/// The fleet key's least length: 256 bits of text.
+pub const MIN_FLEET_KEY: usize = 32;
+
+impl FleetKey {
+    /// `None` when shorter than [`MIN_FLEET_KEY`].
+    pub fn new(bytes: &[u8]) -> Option<FleetKey> {
+        (bytes.len() >= MIN_FLEET_KEY).then(|| FleetKey(bytes.to_vec()))
+    }
+
+    pub fn bytes(&self) -> &[u8] {
+        &self.0
+    }
+}
+
+impl fmt::Debug for FleetKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("FleetKey(..)")
+    }
+}
+
+/// A secret from the configuration: never printed, not even by `{:?}` (config errors and logs
+/// may show the configuration's other values).
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(String);
+
+impl Secret {
+    pub fn new(value: String) -> Secret {
+        Secret(value)
+    }
+
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Secret(..)")
+    }
 }
 
 /// What a mutation answered `200` with `data` and no `errors` purges.
@@ -269,6 +325,7 @@ struct RawConfig {
     key_fields: Option<HashMap<String, Vec<String>>>,
     purge_path: Option<String>,
     purge_token: Option<String>,
+    purge_token_env: Option<String>,
     mutation_invalidation: Option<String>,
     tag_slots: Option<u64>,
     apq_slots: Option<u64>,
@@ -284,12 +341,18 @@ struct RawL2 {
     timeout_ms: Option<u64>,
     wait_ms: Option<u64>,
     authority: Option<String>,
+    secret: Option<String>,
+    secret_env: Option<String>,
+    fleet_key: Option<String>,
+    fleet_key_env: Option<String>,
+    purge_skew_ms: Option<u64>,
+    feed_failsafe_ms: Option<u64>,
 }
 
 /// The L2 service caps every long-poll at its `--max-wait-ms` (5 s by default).
 const MAX_L2_WAIT_MS: u64 = 60_000;
 
-fn parse_l2(raw: Option<RawL2>) -> Result<Option<L2>, ConfigError> {
+fn parse_l2(raw: Option<RawL2>, env: &Env<'_>) -> Result<Option<L2>, ConfigError> {
     let Some(raw) = raw else { return Ok(None) };
     let name = |field: &str, v: Option<String>| -> Result<Option<String>, ConfigError> {
         match v {
@@ -319,13 +382,83 @@ fn parse_l2(raw: Option<RawL2>) -> Result<Option<L2>, ConfigError> {
         Some(a) => a,
         None => "graphql-cache-l2".to_string(),
     };
+    let l2_secret = secret("l2.secret", raw.secret, raw.secret_env, env)?;
+    if l2_secret
+        .as_deref()
+        .is_some_and(|s| s.len() < MIN_SECRET || !s.bytes().all(|b| b.is_ascii_graphic()))
+    {
+        return Err(field_error(
+            "l2.secret",
+            "must be at least 16 printable characters, without white space",
+        ));
+    }
+    let fleet_key = secret("l2.fleet_key", raw.fleet_key, raw.fleet_key_env, env)?
+        .ok_or_else(|| {
+            field_error(
+                "l2.fleet_key",
+                "is required: the key (32+ characters) that signs the fleet's entries and purges \
+                 (`fleet_key_env` names an environment variable holding it)",
+            )
+        })
+        .and_then(|k| {
+            FleetKey::new(k.as_bytes())
+                .ok_or_else(|| field_error("l2.fleet_key", "must be at least 32 characters"))
+        })?;
+    let purge_skew_ms = bounded("l2.purge_skew_ms", raw.purge_skew_ms, 1_000, 0, 60_000)?;
+    let feed_failsafe_ms = bounded(
+        "l2.feed_failsafe_ms",
+        raw.feed_failsafe_ms,
+        5_000,
+        0,
+        3_600_000,
+    )?;
     Ok(Some(L2 {
         cluster,
         wait_cluster,
         timeout_ms,
         wait_ms,
         authority,
+        secret: l2_secret.map(Secret),
+        fleet_key,
+        purge_skew_ms,
+        feed_failsafe_ms,
     }))
+}
+
+/// Envoy's environment as the VM sees it (the variables listed in
+/// `vm_config.environment_variables.host_env_keys`).
+pub type Env<'a> = dyn Fn(&str) -> Option<String> + 'a;
+
+/// The shortest L2 secret accepted.
+const MIN_SECRET: usize = 16;
+
+/// A secret written in the configuration (`field`: Envoy's `/config_dump` shows it) or named by
+/// an environment variable (`field_env`: only the name shows). Never echoed in an error.
+fn secret(
+    field: &str,
+    literal: Option<String>,
+    env_name: Option<String>,
+    env: &Env<'_>,
+) -> Result<Option<String>, ConfigError> {
+    let env_field = format!("{field}_env");
+    match (literal, env_name) {
+        (Some(_), Some(_)) => Err(field_error(
+            &env_field,
+            format!("give `{field}` or `{env_field}`, not both"),
+        )),
+        (Some(v), None) => Ok(Some(v)),
+        (None, None) => Ok(None),
+        (None, Some(name)) => match env(&name).filter(|v| !v.is_empty()) {
+            Some(v) => Ok(Some(v)),
+            None => Err(field_error(
+                &env_field,
+                format!(
+                    "environment variable {name:?} is not set for the VM (list it in \
+                     vm_config.environment_variables.host_env_keys)"
+                ),
+            )),
+        },
+    }
 }
 
 #[derive(Deserialize)]
@@ -494,7 +627,10 @@ fn parse_purge(
                     "must be at least 16 characters, without white space",
                 ));
             }
-            Ok(Some(PurgeApi { path, token }))
+            Ok(Some(PurgeApi {
+                path,
+                token: Secret(token),
+            }))
         }
     }
 }
@@ -502,6 +638,11 @@ fn parse_purge(
 impl Config {
     /// Parses the plugin's `configuration` bytes. Empty input (no configuration) gives the defaults.
     pub fn parse(bytes: &[u8]) -> Result<Config, ConfigError> {
+        Self::parse_with_env(bytes, &|_| None)
+    }
+
+    /// [`Config::parse`], with secrets named by environment variables read through `env`.
+    pub fn parse_with_env(bytes: &[u8], env: &Env<'_>) -> Result<Config, ConfigError> {
         let text = std::str::from_utf8(bytes)
             .map_err(|_| field_error("", "configuration is not UTF-8"))?;
         if text.trim().is_empty() {
@@ -523,10 +664,10 @@ impl Config {
         })?;
         de.end()
             .map_err(|e| field_error("", format!("trailing characters: {e}")))?;
-        Self::from_raw(raw)
+        Self::from_raw(raw, env)
     }
 
-    fn from_raw(raw: RawConfig) -> Result<Config, ConfigError> {
+    fn from_raw(raw: RawConfig, env: &Env<'_>) -> Result<Config, ConfigError> {
         let d = Config::default();
         let ttl_seconds = raw.ttl_seconds.unwrap_or(d.ttl_seconds);
         if ttl_seconds > MAX_TTL_SECONDS {
@@ -667,7 +808,8 @@ impl Config {
             256 << 20,
         )?;
         let key_fields = parse_key_fields(raw.key_fields)?;
-        let purge = parse_purge(raw.purge_path, raw.purge_token)?;
+        let token = secret("purge_token", raw.purge_token, raw.purge_token_env, env)?;
+        let purge = parse_purge(raw.purge_path, token)?;
         let mutation_invalidation = match raw.mutation_invalidation.as_deref() {
             None | Some("entity") => MutationInvalidation::Entity,
             Some("type") => MutationInvalidation::Type,
@@ -703,7 +845,7 @@ impl Config {
                 ))
             }
         };
-        let l2 = parse_l2(raw.l2)?;
+        let l2 = parse_l2(raw.l2, env)?;
         let coalesce = raw.coalesce.unwrap_or(d.coalesce);
         if l2.is_some() && !coalesce {
             // Only a key's leader calls L2: with no leaders nothing would.
@@ -895,7 +1037,7 @@ mod tests {
             c.purge,
             Some(PurgeApi {
                 path: "/graphql-cache/purge".into(),
-                token: "0123456789abcdef".into()
+                token: Secret::new("0123456789abcdef".into())
             })
         );
         assert_eq!(c.mutation_invalidation, MutationInvalidation::Type);
@@ -1044,7 +1186,7 @@ mod tests {
     #[test]
     fn l2_is_optional_and_checked_field_by_field() {
         assert_eq!(Config::default().l2, None);
-        let c = Config::parse(br#"{"l2":{"cluster":"graphql_cache_l2"}}"#).unwrap();
+        let c = Config::parse(br#"{"l2":{"cluster":"graphql_cache_l2","fleet_key":"fleet-key-for-tests-0123456789abcdef"}}"#).unwrap();
         let l2 = c.l2.unwrap();
         assert_eq!(
             l2.wait_cluster, "graphql_cache_l2",
@@ -1064,7 +1206,64 @@ mod tests {
             (r#"{"l2":{"cluster":"a","wait_ms":600000}}"#, "l2.wait_ms"),
             (r#"{"l2":{"cluster":"a","authority":""}}"#, "l2.authority"),
             (r#"{"l2":{"cluster":"a","redis":"x"}}"#, "l2.redis"),
-            (r#"{"coalesce":false,"l2":{"cluster":"a"}}"#, "l2"),
+            (
+                r#"{"coalesce":false,"l2":{"cluster":"a","fleet_key":"fleet-key-for-tests-0123456789abcdef"}}"#,
+                "l2",
+            ),
+            (r#"{"l2":{"cluster":"a"}}"#, "l2.fleet_key"),
+            (
+                r#"{"l2":{"cluster":"a","fleet_key":"short"}}"#,
+                "l2.fleet_key",
+            ),
+            (
+                r#"{"l2":{"cluster":"a","fleet_key":"fleet-key-for-tests-0123456789abcdef","secret":"short"}}"#,
+                "l2.secret",
+            ),
+            (
+                r#"{"l2":{"cluster":"a","fleet_key":"fleet-key-for-tests-0123456789abcdef","purge_skew_ms":600000}}"#,
+                "l2.purge_skew_ms",
+            ),
         ]);
+    }
+
+    #[test]
+    fn secrets_come_from_the_vm_environment_and_are_never_shown() {
+        let env = |name: &str| match name {
+            "FLEET" => Some("fleet-key-from-the-environment-0123456789".to_string()),
+            "L2" => Some("l2-secret-0123456789".to_string()),
+            "PURGE" => Some("purge-token-0123456789".to_string()),
+            _ => None,
+        };
+        let c = Config::parse_with_env(
+            br#"{"purge_path":"/p","purge_token_env":"PURGE",
+                 "l2":{"cluster":"a","fleet_key_env":"FLEET","secret_env":"L2"}}"#,
+            &env,
+        )
+        .unwrap();
+        let l2 = c.l2.as_ref().unwrap();
+        assert_eq!(l2.secret.as_ref().unwrap().expose(), "l2-secret-0123456789");
+        assert_eq!(
+            l2.fleet_key,
+            FleetKey::new(b"fleet-key-from-the-environment-0123456789").unwrap()
+        );
+        assert_eq!(
+            c.purge.as_ref().unwrap().token.expose(),
+            "purge-token-0123456789"
+        );
+        let shown = format!("{c:?}");
+        for secret in ["l2-secret", "fleet-key-from", "purge-token"] {
+            assert!(!shown.contains(secret), "{secret} in {shown}");
+        }
+        let field = |json: &str| Config::parse_with_env(json.as_bytes(), &env).unwrap_err();
+        let missing = field(r#"{"l2":{"cluster":"a","fleet_key_env":"NOPE"}}"#);
+        assert_eq!(missing.field, "l2.fleet_key_env");
+        assert!(missing.problem.contains("host_env_keys"), "{missing}");
+        let both = field(
+            r#"{"purge_path":"/p","purge_token":"0123456789abcdef","purge_token_env":"PURGE"}"#,
+        );
+        assert_eq!(both.field, "purge_token_env");
+        let short = field(r#"{"l2":{"cluster":"a","fleet_key_env":"L2"}}"#);
+        assert_eq!(short.field, "l2.fleet_key");
+        assert!(!short.to_string().contains("l2-secret"), "{short}");
     }
 }

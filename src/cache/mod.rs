@@ -1,11 +1,13 @@
 //! The cache: what may be stored (`storable`, `headers`, `not_stored`) and for how long
 //! (`freshness`), the stored record (`entry`), the bounded slot table in shared data (`table`),
-//! and each worker's copies of hot entries (`hot`).
+//! each worker's copies of hot entries (`hot`), and what an entry from another Envoy must be
+//! to be used (`peer`).
 
 pub mod entry;
 pub mod freshness;
 pub mod headers;
 pub mod hot;
 pub mod not_stored;
+pub mod peer;
 pub mod storable;
 pub mod table;

@@ -32,11 +32,15 @@ pub enum Counter {
     L2Stores,
     L2PurgesSent,
     L2PurgesApplied,
+    L2Rejected,
+    L2PurgeGaps,
+    L2PurgesFolded,
+    FeedFailSafe,
 }
 
 impl Counter {
     /// Every counter, in the order of its index.
-    pub const ALL: [Counter; 30] = [
+    pub const ALL: [Counter; 34] = [
         Counter::Hits,
         Counter::Misses,
         Counter::Bypasses,
@@ -67,6 +71,10 @@ impl Counter {
         Counter::L2Stores,
         Counter::L2PurgesSent,
         Counter::L2PurgesApplied,
+        Counter::L2Rejected,
+        Counter::L2PurgeGaps,
+        Counter::L2PurgesFolded,
+        Counter::FeedFailSafe,
     ];
 
     /// Position in [`Counter::ALL`], for a host that keeps metric ids in an array.
@@ -106,6 +114,10 @@ impl Counter {
             Counter::L2Stores => "graphql_cache.l2_stores",
             Counter::L2PurgesSent => "graphql_cache.l2_purges_sent",
             Counter::L2PurgesApplied => "graphql_cache.l2_purges_applied",
+            Counter::L2Rejected => "graphql_cache.l2_rejected",
+            Counter::L2PurgeGaps => "graphql_cache.l2_purge_gaps",
+            Counter::L2PurgesFolded => "graphql_cache.l2_purges_folded",
+            Counter::FeedFailSafe => "graphql_cache.l2_feed_failsafe",
         }
     }
 }

@@ -118,6 +118,8 @@ pub struct FakeHost {
     /// The callout response being delivered: headers, body.
     pub callout: RefCell<CalloutAnswer>,
     pub callout_body_reads: Cell<u32>,
+    /// The VM's environment (see [`Host::env`]).
+    pub env: RefCell<HashMap<String, String>>,
 }
 
 impl FakeHost {
@@ -179,6 +181,7 @@ impl FakeHost {
             headers_set: RefCell::default(),
             callout: RefCell::default(),
             callout_body_reads: Cell::new(0),
+            env: RefCell::default(),
         }
     }
 
@@ -253,6 +256,10 @@ fn owned(headers: Vec<(&str, &str)>) -> Vec<(String, String)> {
 impl Host for FakeHost {
     fn now_us(&self) -> u64 {
         self.clock.get() * 1000
+    }
+
+    fn env(&self, name: &str) -> Option<String> {
+        self.env.borrow().get(name).cloned()
     }
 
     fn random_u64(&self) -> u64 {

@@ -82,6 +82,13 @@ pub trait Host: SharedStore {
 
     /// Moves the purge signal, after the marks were written.
     fn raise_purge_signal(&self) {}
+
+    /// An environment variable of Envoy's that the VM was given (WASI's environment: Envoy
+    /// passes those listed in `vm_config.environment_variables`). Where secrets come from, so
+    /// that they stay out of Envoy's `/config_dump`.
+    fn env(&self, _name: &str) -> Option<String> {
+        None
+    }
 }
 
 /// The request whose callback is running.

@@ -26,3 +26,37 @@ pub enum StoreError {
     CasMismatch,
     Failed,
 }
+
+/// A key is created with this CAS token: Envoy ignores the token for a missing key, and a key
+/// just created by another worker has a lower one, so creating never overwrites it.
+pub const CREATE_CAS: u32 = u32::MAX;
+/// Read-modify-write tries before giving up to contention.
+const CAS_ATTEMPTS: usize = 64;
+
+/// Read-modify-write of one key under CAS; `next` returns `None` to leave it as it is.
+/// `Ok(true)` when written.
+pub fn update(
+    store: &impl SharedStore,
+    key: &str,
+    mut next: impl FnMut(Option<&[u8]>) -> Option<Vec<u8>>,
+) -> Result<bool, StoreError> {
+    for _ in 0..CAS_ATTEMPTS {
+        let (value, cas) = store.get_cas(key);
+        let Some(cas) = cas else {
+            // Never created: create it empty (unless another worker just did), then retry.
+            if let Err(StoreError::Failed) = store.set_cas(key, b"", Some(CREATE_CAS)) {
+                return Err(StoreError::Failed);
+            }
+            continue;
+        };
+        let Some(new) = next(value.as_deref()) else {
+            return Ok(false);
+        };
+        match store.set_cas(key, &new, Some(cas)) {
+            Ok(()) => return Ok(true),
+            Err(StoreError::CasMismatch) => continue,
+            Err(e) => return Err(e),
+        }
+    }
+    Err(StoreError::CasMismatch)
+}

@@ -1,15 +1,14 @@
 //! What one worker has outstanding with the L2 service, by callout token, and what it still has
 //! to send. Bounded: every call is either answered or times out at Envoy, and the outbox keeps at
-//! most [`OUTBOX_MAX`] writes.
+//! most [`OUTBOX_MAX`] stores and releases (purges wait in shared data: `fleet::outbox`).
 
 use crate::coalesce::upstream::SharedFetch;
 use crate::effects::host::Callout;
 use crate::fast_hash::FastMap;
 
-/// Writes queued by requests (purges) for the root to send; past this, the oldest is dropped.
+/// Stores and releases queued for the root to send; past this, the oldest is dropped (a lost
+/// store is a later miss, a lost release a lease that runs out).
 pub const OUTBOX_MAX: usize = 256;
-/// A purge write that failed is sent again this many times in all (on the next ticks).
-pub const PURGE_ATTEMPTS: u8 = 3;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Call {
@@ -19,52 +18,30 @@ pub enum Call {
     Wait(SharedFetch),
     /// A store or release: nobody waits for it.
     Write,
-    /// A purge record for the log; sent again if it fails.
-    Purge(Outgoing),
+    /// The purge owed to the log under this place in the outbox (`fleet::outbox`): removed from
+    /// it once the log has it, sent again otherwise.
+    Purge(u64),
     /// This worker's read of the purge log.
     Feed,
 }
 
-/// A write waiting to be sent.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Outgoing {
-    pub callout: Callout,
-    pub attempts: u8,
-    /// A purge record (sent again if it fails); otherwise a lease release.
-    pub purge: bool,
-}
-
-/// Where this worker is in the fleet's purge log.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// This worker's part in following the purge log (where the log is at: `fleet::follower`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Feed {
-    /// The last entry applied (`0`: from the start, so a new node learns every purge the log
-    /// still holds before it trusts what L2 gives it).
-    pub cursor: String,
     /// A read is outstanding.
     pub reading: bool,
     /// When the next read may start (after a failure).
     pub next_ms: u64,
-    /// The log was read to its end at least once since the last failure: until then an L2 hit
-    /// may be an entry purged by a purge this node has not applied yet, and is not served.
-    pub caught_up: bool,
-}
-
-impl Default for Feed {
-    fn default() -> Self {
-        Feed {
-            cursor: "0".to_string(),
-            reading: false,
-            next_ms: 0,
-            caught_up: false,
-        }
-    }
 }
 
 #[derive(Debug, Default)]
 pub struct L2Calls {
     pub calls: FastMap<u32, (Call, u64)>,
-    pub outbox: Vec<Outgoing>,
+    /// Stores and releases to send.
+    pub outbox: Vec<Callout>,
     pub feed: Feed,
+    /// A purge record is on its way to the log (one at a time, in order).
+    pub sending_purge: bool,
 }
 
 impl L2Calls {
@@ -77,16 +54,12 @@ impl L2Calls {
         self.calls.remove(&token).map(|(c, _)| c)
     }
 
-    /// Queues a write for the root to send (`purge`: a purge record).
-    pub fn queue(&mut self, callout: Callout, purge: bool) {
+    /// Queues a store or release for the root to send.
+    pub fn queue(&mut self, callout: Callout) {
         if self.outbox.len() >= OUTBOX_MAX {
             self.outbox.remove(0);
         }
-        self.outbox.push(Outgoing {
-            callout,
-            attempts: 0,
-            purge,
-        });
+        self.outbox.push(callout);
     }
 
     /// Forgets calls Envoy never answered (it times every one out, so this is a safety net; the
@@ -99,8 +72,10 @@ impl L2Calls {
             .map(|(t, _)| *t)
             .collect();
         for token in lost {
-            if let Some((Call::Feed, _)) = self.calls.remove(&token) {
-                self.feed.reading = false;
+            match self.calls.remove(&token) {
+                Some((Call::Feed, _)) => self.feed.reading = false,
+                Some((Call::Purge(_), _)) => self.sending_purge = false,
+                _ => {}
             }
         }
     }
@@ -122,10 +97,10 @@ mod tests {
     fn the_outbox_is_bounded_oldest_first() {
         let mut c = L2Calls::default();
         for n in 0..=OUTBOX_MAX {
-            c.queue(callout(n as u8), false);
+            c.queue(callout(n as u8));
         }
         assert_eq!(c.outbox.len(), OUTBOX_MAX);
-        assert_eq!(c.outbox[0].callout, callout(1));
+        assert_eq!(c.outbox[0], callout(1));
     }
 
     #[test]
@@ -134,8 +109,10 @@ mod tests {
         c.sent(1, Call::Feed, 10);
         c.feed.reading = true;
         c.sent(2, Call::Write, 100);
+        c.sent(3, Call::Purge(7), 20);
+        c.sending_purge = true;
         c.forget_older_than(50);
-        assert!(!c.feed.reading);
+        assert!(!c.feed.reading && !c.sending_purge);
         assert!(c.take(1).is_none() && c.take(2).is_some());
     }
 }

@@ -7,5 +7,8 @@
 //! `worker::l2_write` and `worker::purge_feed`.
 
 pub mod calls;
+pub mod follower;
+pub mod outbox;
 pub mod purge_log;
+pub mod seal;
 pub mod wire;

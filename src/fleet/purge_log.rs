@@ -2,6 +2,7 @@
 //! moment they were purged (the purging node's clock), so every node marks the same instant and
 //! an entry born before the purge is purged everywhere, whichever node stored it.
 
+use crate::fleet::seal::FleetKey;
 use crate::invalidate::marks::Target;
 use base64::Engine;
 use serde::Deserialize;
@@ -89,17 +90,24 @@ pub fn records(at_us: u64, targets: &[(Target, bool)]) -> Vec<Vec<u8>> {
 pub struct Page {
     /// Where the next read starts.
     pub cursor: String,
-    /// The log was trimmed past the cursor: purges were missed.
+    /// The log's generation: a new one means the log was lost and begun again.
+    pub generation: Option<String>,
+    /// Purges may have been missed: the service says so (the log was trimmed past the cursor,
+    /// lost, or begun again), or a record could not be read (unsigned, signed with another key,
+    /// or written by a version this one does not know).
     pub gap: bool,
-    /// The records, oldest first; entries that do not decode are dropped (and counted by the
-    /// caller as `skipped`).
+    /// The records that could be read, oldest first, dated no later than the reader's `now`
+    /// plus its skew.
     pub records: Vec<PurgeRecord>,
-    pub skipped: usize,
+    /// How many entries the page held, readable or not.
+    pub entries: usize,
 }
 
 #[derive(Deserialize)]
 struct RawPage {
     last: String,
+    #[serde(default)]
+    gen: Option<String>,
     gap: bool,
     entries: Vec<RawEntry>,
 }
@@ -117,30 +125,51 @@ pub fn valid_cursor(cursor: &str) -> bool {
             && cursor.bytes().all(|b| b.is_ascii_digit() || b == b'-'))
 }
 
-/// Reads `GET /v1/purges`'s JSON answer.
-pub fn read_page(body: &[u8]) -> Option<Page> {
+/// A generation goes back into a path too.
+pub fn valid_generation(generation: &str) -> bool {
+    !generation.is_empty()
+        && generation.len() <= 64
+        && generation.bytes().all(|b| b.is_ascii_alphanumeric())
+}
+
+/// How a reader takes records: whose signature it trusts, and its clock.
+#[derive(Debug, Clone, Copy)]
+pub struct Reader<'a> {
+    pub key: &'a FleetKey,
+    pub now_us: u64,
+    /// How far ahead of `now_us` a record may be dated.
+    pub skew_us: u64,
+}
+
+impl Reader<'_> {
+    /// A record as the log holds it, opened and dated no later than now plus the skew: a
+    /// record from the future would purge what is stored until then.
+    pub fn record(&self, sealed: &[u8]) -> Option<PurgeRecord> {
+        let mut record = PurgeRecord::decode(self.key.open_record(sealed)?)?;
+        record.at_us = record.at_us.min(self.now_us.saturating_add(self.skew_us));
+        Some(record)
+    }
+}
+
+/// Reads `GET /v1/purges`'s JSON answer. `None` when it is not one.
+pub fn read_page(body: &[u8], reader: &Reader<'_>) -> Option<Page> {
     let raw: RawPage = serde_json::from_slice(body).ok()?;
-    if !valid_cursor(&raw.last) {
+    if !valid_cursor(&raw.last) || raw.gen.as_deref().is_some_and(|g| !valid_generation(g)) {
         return None;
     }
-    let mut skipped = 0;
-    let records = raw
+    let b64 = base64::engine::general_purpose::STANDARD;
+    let read: Vec<Option<PurgeRecord>> = raw
         .entries
         .iter()
-        .filter_map(|e| {
-            let record = base64::engine::general_purpose::STANDARD
-                .decode(&e.data)
-                .ok()
-                .and_then(|b| PurgeRecord::decode(&b));
-            skipped += usize::from(record.is_none());
-            record
-        })
+        .map(|e| b64.decode(&e.data).ok().and_then(|b| reader.record(&b)))
         .collect();
+    let unreadable = read.iter().any(Option::is_none);
     Some(Page {
+        entries: read.len(),
         cursor: raw.last,
-        gap: raw.gap,
-        records,
-        skipped,
+        generation: raw.gen,
+        gap: raw.gap || unreadable,
+        records: read.into_iter().flatten().collect(),
     })
 }
 
@@ -196,21 +225,76 @@ mod tests {
         assert_eq!(back, targets);
     }
 
+    fn key(b: u8) -> FleetKey {
+        FleetKey::new(&[b; 32]).unwrap()
+    }
+
+    fn page(entries: &[Vec<u8>], gap: bool) -> String {
+        let b64 = base64::engine::general_purpose::STANDARD;
+        let entries: Vec<String> = entries
+            .iter()
+            .enumerate()
+            .map(|(i, d)| format!(r#"{{"id":"{i}-0","data":"{}"}}"#, b64.encode(d)))
+            .collect();
+        format!(
+            r#"{{"gen":"a1b2","last":"1764582000456-0","gap":{gap},"entries":[{}]}}"#,
+            entries.join(",")
+        )
+    }
+
     #[test]
-    fn pages_are_read_and_bad_entries_skipped() {
-        let data = base64::engine::general_purpose::STANDARD.encode(record().encode().unwrap());
-        let body = format!(
-            r#"{{"last":"1764582000456-0","gap":false,"entries":[{{"id":"1-0","data":"{data}"}},{{"id":"2-0","data":"!!"}}]}}"#
-        );
-        let page = read_page(body.as_bytes()).unwrap();
-        assert_eq!(page.cursor, "1764582000456-0");
-        assert_eq!(page.records, vec![record()]);
-        assert_eq!(page.skipped, 1);
+    fn pages_are_read_and_an_unreadable_record_is_a_gap() {
+        let now = 1_764_582_000_000_000;
+        let reader = Reader {
+            key: &key(1),
+            now_us: now,
+            skew_us: 1_000_000,
+        };
+        let good = key(1).seal_record(&record().encode().unwrap());
+        let p = read_page(page(std::slice::from_ref(&good), false).as_bytes(), &reader).unwrap();
+        assert_eq!(p.cursor, "1764582000456-0");
+        assert_eq!(p.generation.as_deref(), Some("a1b2"));
+        assert_eq!((p.records.clone(), p.gap), (vec![record()], false));
+        let forged = key(2).seal_record(&record().encode().unwrap());
+        let unsigned = record().encode().unwrap();
+        for bad in [forged, unsigned, b"!!".to_vec()] {
+            let p = read_page(page(&[good.clone(), bad], false).as_bytes(), &reader).unwrap();
+            assert_eq!((p.records, p.gap), (vec![record()], true));
+        }
+        assert!(read_page(page(&[], true).as_bytes(), &reader).unwrap().gap);
         assert_eq!(
-            read_page(br#"{"last":"0&x=1","gap":false,"entries":[]}"#),
+            read_page(br#"{"last":"0&x=1","gap":false,"entries":[]}"#, &reader),
             None
         );
-        assert_eq!(read_page(b"not json"), None);
+        assert_eq!(
+            read_page(
+                br#"{"gen":"a&b","last":"0","gap":false,"entries":[]}"#,
+                &reader
+            ),
+            None
+        );
+        assert_eq!(read_page(b"not json", &reader), None);
         assert!(valid_cursor("$") && valid_cursor("0") && !valid_cursor(""));
+    }
+
+    #[test]
+    fn a_record_from_the_future_is_dated_now_plus_the_skew() {
+        let reader = Reader {
+            key: &key(1),
+            now_us: 5_000_000,
+            skew_us: 1_000_000,
+        };
+        let future = PurgeRecord {
+            at_us: u64::MAX,
+            targets: vec![(Target::All, false)],
+        };
+        let sealed = key(1).seal_record(&future.encode().unwrap());
+        assert_eq!(reader.record(&sealed).unwrap().at_us, 6_000_000);
+        let past = PurgeRecord {
+            at_us: 4_000_000,
+            ..future
+        };
+        let sealed = key(1).seal_record(&past.encode().unwrap());
+        assert_eq!(reader.record(&sealed).unwrap().at_us, 4_000_000);
     }
 }

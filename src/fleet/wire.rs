@@ -40,6 +40,12 @@ fn call(l2: &L2, cluster: &str, method: &str, path: String, body: Option<Vec<u8>
         (":path".to_string(), path),
         (":authority".to_string(), l2.authority.clone()),
     ];
+    if let Some(secret) = &l2.secret {
+        headers.push((
+            "authorization".to_string(),
+            format!("Bearer {}", secret.expose()),
+        ));
+    }
     if body.is_some() {
         headers.push((
             "content-type".to_string(),
@@ -53,12 +59,17 @@ fn call(l2: &L2, cluster: &str, method: &str, path: String, body: Option<Vec<u8>
     }
 }
 
+/// The name of `key`'s entry in the L2 (see `seal`: keyed with the fleet key).
+fn name(l2: &L2, key: &CacheKey) -> String {
+    l2.fleet_key.l2_name(key).hex()
+}
+
 /// Looks `key` up, taking its lease for `lease_ms` if nobody holds it. With `wait_ms > 0` the
 /// service waits for the holder's store, so the call goes to the long-poll cluster.
 pub fn lookup(l2: &L2, key: &CacheKey, lease_ms: u64, owner: &str, wait_ms: u64) -> Callout {
     let mut path = format!(
         "/v1/lookup?key={}&lease_ms={}&owner={owner}",
-        key.hex(),
+        name(l2, key),
         lease_ms.clamp(1, 86_400_000)
     );
     let cluster = if wait_ms > 0 {
@@ -70,36 +81,44 @@ pub fn lookup(l2: &L2, key: &CacheKey, lease_ms: u64, owner: &str, wait_ms: u64)
     call(l2, cluster, "POST", path, None)
 }
 
-/// Stores `value` under `key` for `ttl_ms`, releasing the lease if `owner` holds it.
-pub fn store(l2: &L2, key: &CacheKey, ttl_ms: u64, owner: &str, value: Vec<u8>) -> Callout {
+/// Stores `entry` (encoded) under `key` for `ttl_ms`, signed with the fleet key, releasing the
+/// lease if `owner` holds it.
+pub fn store(l2: &L2, key: &CacheKey, ttl_ms: u64, owner: &str, entry: &[u8]) -> Callout {
     let path = format!(
         "/v1/store?key={}&ttl_ms={}&owner={owner}",
-        key.hex(),
+        name(l2, key),
         ttl_ms.clamp(1, 31_536_000_000)
     );
-    call(l2, &l2.cluster, "PUT", path, Some(value))
+    let sealed = l2.fleet_key.seal_entry(key, entry);
+    call(l2, &l2.cluster, "PUT", path, Some(sealed))
 }
 
 /// Gives the lease up (the fetch failed or its answer is not stored): a waiting node leads next.
 pub fn release(l2: &L2, key: &CacheKey, owner: &str) -> Callout {
-    let path = format!("/v1/release?key={}&owner={owner}", key.hex());
+    let path = format!("/v1/release?key={}&owner={owner}", name(l2, key));
     call(l2, &l2.cluster, "POST", path, None)
 }
 
-/// Appends a purge record to the fleet's purge log.
-pub fn publish_purge(l2: &L2, record: Vec<u8>) -> Callout {
+/// Appends a purge record (encoded) to the fleet's purge log, signed with the fleet key.
+pub fn publish_purge(l2: &L2, record: &[u8]) -> Callout {
+    let sealed = l2.fleet_key.seal_record(record);
     call(
         l2,
         &l2.cluster,
         "POST",
         "/v1/purge".to_string(),
-        Some(record),
+        Some(sealed),
     )
 }
 
-/// Reads the purge log after `cursor`, waiting up to `wait_ms` for an entry.
-pub fn read_purges(l2: &L2, cursor: &str, wait_ms: u64) -> Callout {
-    let path = format!("/v1/purges?after={cursor}&wait_ms={wait_ms}");
+/// Reads the purge log after `cursor` of log `generation` (known after the first read),
+/// waiting up to `wait_ms` for an entry.
+pub fn read_purges(l2: &L2, cursor: &str, generation: Option<&str>, wait_ms: u64) -> Callout {
+    let mut path = format!("/v1/purges?after={cursor}&wait_ms={wait_ms}");
+    if let Some(g) = generation {
+        path.push_str("&gen=");
+        path.push_str(g);
+    }
     call(l2, &l2.wait_cluster, "GET", path, None)
 }
 
@@ -156,6 +175,10 @@ mod tests {
             timeout_ms: 50,
             wait_ms: 2000,
             authority: "graphql-cache-l2".into(),
+            secret: None,
+            fleet_key: crate::fleet::seal::FleetKey::new(&[1; 32]).unwrap(),
+            purge_skew_ms: 1000,
+            feed_failsafe_ms: 5000,
         }
     }
 
@@ -180,21 +203,34 @@ mod tests {
             path(&quick),
             format!(
                 "/v1/lookup?key={}&lease_ms=12000&owner=00000000000000ff",
-                "ab".repeat(32)
+                l2().fleet_key.l2_name(&key).hex()
             )
         );
+        assert!(!path(&quick).contains(&key.hex()), "names are keyed");
         assert_eq!(quick.headers[2].1, "graphql-cache-l2");
         let waiting = lookup(&l2(), &key, 0, "o", 1500);
         assert_eq!(waiting.cluster, "l2_wait");
         assert!(path(&waiting).ends_with("&lease_ms=1&owner=o&wait_ms=1500"));
-        let put = store(&l2(), &key, 0, "o", b"v".to_vec());
+        let put = store(&l2(), &key, 0, "o", b"v");
         assert_eq!(put.headers[0].1, "PUT");
         assert!(
             path(&put).contains("&ttl_ms=1&"),
             "a ttl of 0 would be refused"
         );
-        assert_eq!(put.body.as_deref(), Some(&b"v"[..]));
-        assert_eq!(read_purges(&l2(), "0", 1000).cluster, "l2_wait");
+        let sealed = put.body.unwrap();
+        assert_eq!(l2().fleet_key.open_entry(&key, &sealed), Some(&b"v"[..]));
+        let read = read_purges(&l2(), "0", Some("g1"), 1000);
+        assert_eq!(read.cluster, "l2_wait");
+        assert!(path(&read).ends_with("&gen=g1"));
+        assert!(quick.headers.iter().all(|(n, _)| n != "authorization"));
+        let with_secret = L2 {
+            secret: Some(crate::config::Secret::new("s3cret-0123456789".into())),
+            ..l2()
+        };
+        let authed = release(&with_secret, &key, "o");
+        assert!(authed
+            .headers
+            .contains(&("authorization".into(), "Bearer s3cret-0123456789".into())));
         assert_eq!(owner(255), "00000000000000ff");
     }
 

@@ -46,6 +46,10 @@ impl Host for Envoy<'_> {
         self.metrics.inc(counter);
     }
 
+    fn env(&self, name: &str) -> Option<String> {
+        std::env::var(name).ok()
+    }
+
     fn log(&self, level: LogLevel, message: &str) {
         let level = match level {
             LogLevel::Warn => proxy_wasm::types::LogLevel::Warn,

@@ -10,10 +10,19 @@ use proxy_wasm::types::MetricType;
 const PURGE_SIGNAL: &str = "graphql_cache.purge_signal";
 
 /// A counter the host refused to define is skipped: losing a statistic must never cost a request.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct Metrics {
     ids: [Option<u32>; Counter::ALL.len()],
     signal: Option<u32>,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Metrics {
+            ids: [None; Counter::ALL.len()],
+            signal: None,
+        }
+    }
 }
 
 impl Metrics {

@@ -8,7 +8,7 @@
 //! Every worker keeps a [`PurgeView`] of the table and rereads it only when the epoch (a small
 //! counter bumped by every purge, read once per lookup) has moved.
 
-use crate::effects::store::{SharedStore, StoreError};
+use crate::effects::store::{update, SharedStore, StoreError, CREATE_CAS};
 use sha2::{Digest, Sha256};
 use std::collections::HashMap;
 
@@ -20,9 +20,6 @@ const VERSION: u8 = 1;
 const HEADER: usize = 4 + 1 + 4 + 16 + 4;
 /// Slot index and its marks.
 const SLOT_BYTES: usize = 4 + 16;
-const CAS_ATTEMPTS: usize = 64;
-/// See `coalesce::flights`: creating a key with this token never overwrites one just created.
-const CREATE_CAS: u32 = u32::MAX;
 
 /// When a slot (or `all`) was last purged, in µs since the epoch; 0 = never. Microseconds,
 /// because a lookup right after a purge's answer must be told apart from one just before it.
@@ -265,34 +262,6 @@ impl PurgeTable {
         })?;
         Ok(true)
     }
-}
-
-/// Read-modify-write of one key under CAS; `next` returns `None` to leave it as it is.
-/// `Ok(true)` when written.
-fn update(
-    store: &impl SharedStore,
-    key: &str,
-    next: impl Fn(Option<&[u8]>) -> Option<Vec<u8>>,
-) -> Result<bool, StoreError> {
-    for _ in 0..CAS_ATTEMPTS {
-        let (value, cas) = store.get_cas(key);
-        let Some(cas) = cas else {
-            // Never created: create it empty (unless another worker just did), then retry.
-            if let Err(StoreError::Failed) = store.set_cas(key, b"", Some(CREATE_CAS)) {
-                return Err(StoreError::Failed);
-            }
-            continue;
-        };
-        let Some(new) = next(value.as_deref()) else {
-            return Ok(false);
-        };
-        match store.set_cas(key, &new, Some(cas)) {
-            Ok(()) => return Ok(true),
-            Err(StoreError::CasMismatch) => continue,
-            Err(e) => return Err(e),
-        }
-    }
-    Err(StoreError::CasMismatch)
 }
 
 #[cfg(test)]

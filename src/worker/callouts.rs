@@ -40,7 +40,7 @@ pub fn on_callout(
             true,
             Answered { headers, body_size },
         ),
-        Call::Write | Call::Purge(_) => on_written(worker, host, call, headers.as_deref()),
+        Call::Write | Call::Purge(_) => on_written(plugin, worker, host, call, headers.as_deref()),
         Call::Feed => on_page(plugin, worker, host, headers.as_deref(), body_size),
     }
 }

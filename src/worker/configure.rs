@@ -20,7 +20,7 @@ pub fn configure(
     worker: &RefCell<Worker>,
     host: &impl Host,
 ) -> Result<Plugin, ConfigError> {
-    let config = Config::parse(bytes).inspect_err(|e| {
+    let config = Config::parse_with_env(bytes, &|name| host.env(name)).inspect_err(|e| {
         host.log(LogLevel::Error, &format!("graphql-cache: {e}"));
     })?;
     worker.borrow_mut().reconfigure(&config);

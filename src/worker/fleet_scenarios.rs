@@ -10,7 +10,7 @@ use crate::worker::callouts::on_callout;
 use base64::Engine;
 
 const FLEET: &str = r#"{"debug_headers":true,"purge_path":"/purge","purge_token":"0123456789abcdef",
-    "l2":{"cluster":"l2","wait_cluster":"l2_wait","wait_ms":1500}}"#;
+    "l2":{"cluster":"l2","wait_cluster":"l2_wait","wait_ms":1500,"fleet_key":"fleet-key-for-tests-0123456789abcdef"}}"#;
 const EMPTY_LOG: &str = r#"{"last":"0","gap":false,"entries":[]}"#;
 
 fn path(c: &Callout) -> &str {
@@ -359,7 +359,7 @@ fn a_failed_read_of_the_log_stops_l2_hits_until_the_next_one() {
 
 #[test]
 fn another_envoy_s_purge_reaches_l1_even_where_nothing_else_purges() {
-    let quiet = r#"{"mutation_invalidation":"off","l2":{"cluster":"l2","wait_cluster":"l2_wait"}}"#;
+    let quiet = r#"{"mutation_invalidation":"off","l2":{"cluster":"l2","wait_cluster":"l2_wait","fleet_key":"fleet-key-for-tests-0123456789abcdef"}}"#;
     let n = Node::new(1, quiet, FakeHost::new());
     n.reads_log(EMPTY_LOG);
     led_and_stored(&n, 1, USER, USER_ANSWER);
@@ -426,9 +426,14 @@ fn a_key_whose_flight_slot_is_taken_still_asks_l2() {
 }
 
 #[test]
-fn a_purge_record_that_cannot_be_written_is_sent_twice_more_then_dropped() {
+fn a_purge_stays_owed_until_the_log_has_it() {
     let x = node(1);
-    x.purge(1, "0123456789abcdef", r#"[{"kind":"all"}]"#);
+    let answered = x.purge(1, "0123456789abcdef", r#"[{"kind":"all"}]"#);
+    assert_eq!(
+        answered.body,
+        br#"{"purged":1,"fleet":"pending","pending":1}"#.to_vec(),
+        "the API says the fleet does not have it yet"
+    );
     x.deliver_queue();
     let publishes = |n: &Node| {
         n.host
@@ -439,14 +444,95 @@ fn a_purge_record_that_cannot_be_written_is_sent_twice_more_then_dropped() {
             .map(|(t, _)| *t)
             .collect::<Vec<u32>>()
     };
-    for sent in 1..=3 {
+    for sent in 1..=5 {
         let tokens = publishes(&x);
-        assert_eq!(tokens.len(), sent);
-        x.l2_answers(*tokens.last().unwrap(), 503, &[], b"redis not connected");
+        assert_eq!(
+            tokens.len(),
+            sent,
+            "one at a time, again after each failure"
+        );
+        x.l2_answers(*tokens.last().unwrap(), 424, &[], b"redis not connected");
         x.tick();
     }
-    assert_eq!(publishes(&x).len(), 3, "three attempts in all");
-    assert_eq!(x.host.counted(Counter::L2Failures), 3);
+    assert_eq!(crate::fleet::outbox::pending(&x.host), 1);
+    let last = *publishes(&x).last().unwrap();
+    x.l2_answers(
+        last,
+        200,
+        &[("content-type", "application/json")],
+        br#"{"id":"1-0"}"#,
+    );
+    assert_eq!(crate::fleet::outbox::pending(&x.host), 0, "the log has it");
+    x.tick();
+    assert_eq!(publishes(&x).len(), 6, "nothing is sent again");
+    assert_eq!(x.host.counted(Counter::L2Failures), 5);
+    x.assert_host_rules_kept();
+}
+
+#[test]
+fn only_the_envoy_s_follower_reads_the_log_and_sends_purges() {
+    let host = FakeHost::new();
+    let x = Node::new(1, FLEET, host);
+    x.reads_log(EMPTY_LOG);
+    let sibling = Node::new(2, FLEET, FakeHost::sibling(&x.host));
+    sibling.tick();
+    let feeds = |n: &Node| {
+        n.host
+            .dispatched
+            .borrow()
+            .iter()
+            .filter(|(_, c)| path(c).starts_with("/v1/purges"))
+            .count()
+    };
+    assert_eq!(feeds(&sibling), 0, "x follows the log for both");
+    // A purge through the sibling is sent by the follower, x.
+    sibling.purge(1, "0123456789abcdef", r#"[{"kind":"all"}]"#);
+    sibling.deliver_queue();
+    x.tick();
+    let purge_senders: Vec<u32> = x
+        .host
+        .dispatched
+        .borrow()
+        .iter()
+        .filter(|(_, c)| path(c) == "/v1/purge")
+        .map(|(t, _)| *t)
+        .collect();
+    assert_eq!(purge_senders.len(), 1);
+    // x stops following (its VM is gone): the sibling takes over where it was, once the lease
+    // has run out.
+    x.host.advance(10_000);
+    sibling.tick();
+    assert_eq!(feeds(&sibling), 1, "the sibling follows now");
+    let state = crate::fleet::follower::read(&x.host);
+    assert_eq!(state.owner, sibling.worker.borrow().id);
+}
+
+#[test]
+fn a_feed_failing_past_the_bound_purges_what_was_born_before_it_failed() {
+    let x = node(1);
+    led_and_stored(&x, 1, QUERY, ANSWER);
+    x.post(2, QUERY, &[]);
+    assert_eq!(x.reply(2).header("x-cache"), Some("HIT"));
+    for _ in 0..30 {
+        x.host.advance(250);
+        x.tick();
+        let reading = x
+            .worker
+            .borrow()
+            .l2
+            .calls
+            .iter()
+            .find_map(|(t, (c, _))| matches!(c, crate::fleet::calls::Call::Feed).then_some(*t));
+        if let Some(token) = reading {
+            x.l2_answers(token, 503, &[], b"down");
+        }
+    }
+    assert_eq!(x.host.counted(Counter::FeedFailSafe), 1, "once per failure");
+    x.post(3, QUERY, &[]);
+    assert!(
+        x.host.reply_to(3).is_none(),
+        "not answered from L1: it went on to L2 and the origin"
+    );
     x.assert_host_rules_kept();
 }
 

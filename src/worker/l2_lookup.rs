@@ -4,12 +4,14 @@
 //! (`COALESCED`, reason `l2`). Every failure sends the fetch to the origin as if there were no L2.
 
 use crate::cache::entry::Entry;
+use crate::cache::peer::{vetted, Bounds};
 use crate::coalesce::relay::Response;
 use crate::coalesce::upstream::{L2Role, SharedFetch};
 use crate::config::L2;
 use crate::effects::counters::Counter;
 use crate::effects::host::Host;
 use crate::fleet::calls::Call;
+use crate::fleet::follower;
 use crate::fleet::wire::{self, owner, read_lookup, L2Failure, Looked};
 use crate::invalidate::marks::Verdict;
 use crate::worker::answer::{Label, Labels};
@@ -134,30 +136,47 @@ fn origin(plugin: &Plugin, worker: &RefCell<Worker>, host: &impl Host, fetch: Sh
     }
 }
 
-/// The answer an L2 value gives this flight, if it may: an entry for this key, not purged by
-/// the marks this Envoy knows (and only once it has read the fleet's purge log), still fresh.
-/// A stale but keepable entry is put in L1 for stale serving; the flight still fetches.
+/// The answer an L2 value gives this flight, if it may: signed by the fleet for this key, what
+/// this Envoy would have stored from the origin (its times brought within this Envoy's limits),
+/// not purged by the marks this Envoy knows (and only once it has read the fleet's purge log),
+/// still fresh. A stale but keepable entry is put in L1 for stale serving; the flight still
+/// fetches.
 fn usable(
     plugin: &Plugin,
     worker: &RefCell<Worker>,
     host: &impl Host,
     fetch: &SharedFetch,
-    bytes: &[u8],
+    sealed: &[u8],
 ) -> Option<Response> {
-    if !worker.borrow().l2.feed.caught_up {
-        return None;
-    }
-    let entry = Entry::decode(bytes).ok()?;
-    if entry.digest != fetch.key.digest {
-        return None;
-    }
-    refresh_marks(plugin, worker, host);
-    let verdict = verdict(worker, bytes);
     let now = host.now_ms();
+    if !follower::read(host).trusted(now) {
+        return None;
+    }
+    let l2 = plugin.config.l2.as_ref()?;
+    let bounds = Bounds {
+        key: &fetch.key,
+        lifetimes: &fetch.asked.lifetimes,
+        vary_headers: &plugin.config.vary_headers,
+        max_entry_bytes: plugin.config.max_entry_bytes,
+        now_ms: now,
+        now_us: host.now_us(),
+        skew_us: l2.purge_skew_ms.saturating_mul(1000),
+    };
+    let vetted = l2
+        .fleet_key
+        .open_entry(&fetch.key, sealed)
+        .and_then(|bytes| vetted(bytes, &bounds).ok());
+    let Some(bytes) = vetted else {
+        host.count(Counter::L2Rejected);
+        return None;
+    };
+    let entry = Entry::decode(&bytes).ok()?;
+    refresh_marks(plugin, worker, host);
+    let verdict = verdict(worker, &bytes);
     if verdict == Verdict::Purged || entry.keep_until_ms() <= now {
         return None;
     }
-    match plugin.table.insert(host, &fetch.key, bytes, now) {
+    match plugin.table.insert(host, &fetch.key, &bytes, now) {
         Ok(stored) if stored.evicted => host.count(Counter::Evictions),
         Ok(_) => {}
         Err(_) => host.count(Counter::StoreFailures),

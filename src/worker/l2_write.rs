@@ -1,14 +1,17 @@
 //! Writes to the fleet's L2, from the root context: what a leader fetched (stored there for
-//! every other Envoy, or its lease given up), and the purge records requests queue. Nobody waits
-//! for a write: a failed one is counted and, for purges, sent again on the next ticks.
+//! every other Envoy, or its lease given up), and the purges this Envoy owes the purge log.
+//! Nobody waits for a write: a failed store is counted; a purge stays owed (in shared data,
+//! `fleet::outbox`) until the log has it, and the Envoy's feed follower sends it again.
 
 use crate::cache::entry::Entry;
 use crate::coalesce::upstream::{L2Role, SharedFetch};
 use crate::config::L2;
 use crate::effects::counters::Counter;
 use crate::effects::host::{Callout, Host};
-use crate::fleet::calls::{Call, Outgoing, PURGE_ATTEMPTS};
-use crate::fleet::purge_log::records;
+use crate::effects::store::StoreError;
+use crate::fleet::calls::Call;
+use crate::fleet::follower;
+use crate::fleet::outbox::{self, Pushed};
 use crate::fleet::wire::{self, owner, L2Failure};
 use crate::invalidate::marks::Target;
 use crate::request::key::CacheKey;
@@ -57,7 +60,7 @@ fn store_callout(
         return None;
     }
     host.count(Counter::L2Stores);
-    Some(wire::store(l2, key, ttl, me, entry))
+    Some(wire::store(l2, key, ttl, me, &entry))
 }
 
 /// A plain miss (it went upstream itself) stored in L1 goes to L2 too, sent by the root (a
@@ -76,7 +79,7 @@ pub fn queue_store(
     let Some(callout) = store_callout(l2, host, key, &me, stored) else {
         return false;
     };
-    worker.borrow_mut().l2.queue(callout, false);
+    worker.borrow_mut().l2.queue(callout);
     true
 }
 
@@ -98,40 +101,57 @@ pub fn release_later(plugin: &Plugin, worker: &RefCell<Worker>, fetch: &SharedFe
     if fetch.l2 == L2Role::Lead {
         let mut w = worker.borrow_mut();
         let callout = wire::release(l2, &fetch.key, &owner(w.id));
-        w.l2.queue(callout, false);
+        w.l2.queue(callout);
     }
 }
 
-/// Queues the records of a purge made at `at_us` for the fleet's purge log (sent by the root:
-/// a callout made by a request dies with it). `false` without L2.
+/// Owes the fleet's purge log a purge made at `at_us` (kept in shared data until the log has
+/// it: see `fleet::outbox`). `None` without L2.
 pub fn queue_purge(
     plugin: &Plugin,
-    worker: &RefCell<Worker>,
+    host: &impl Host,
     at_us: u64,
     targets: &[(Target, bool)],
-) -> bool {
-    let Some(l2) = &plugin.config.l2 else {
-        return false;
-    };
-    let mut w = worker.borrow_mut();
-    for record in records(at_us, targets) {
-        w.l2.queue(wire::publish_purge(l2, record), true);
+) -> Option<Result<Pushed, StoreError>> {
+    plugin.config.l2.as_ref()?;
+    let pushed = outbox::push(host, at_us, targets);
+    if pushed.is_ok_and(|p| p.folded) {
+        host.count(Counter::L2PurgesFolded);
     }
-    true
+    Some(pushed)
 }
 
-/// Root: sends every queued write.
+/// Root: sends every queued store and release and, from the Envoy's feed follower, the oldest
+/// purge owed to the log.
 pub fn flush(plugin: &Plugin, worker: &RefCell<Worker>, host: &impl Host) {
-    let outbox = std::mem::take(&mut worker.borrow_mut().l2.outbox);
-    for out in outbox {
-        if out.purge {
-            host.count(Counter::L2PurgesSent);
-            let callout = out.callout.clone();
-            send(plugin, worker, host, Call::Purge(out), &callout);
-        } else {
-            send(plugin, worker, host, Call::Write, &out.callout);
-        }
+    let queued = std::mem::take(&mut worker.borrow_mut().l2.outbox);
+    for callout in queued {
+        send(plugin, worker, host, Call::Write, &callout);
     }
+    send_purge(plugin, worker, host);
+}
+
+/// One purge at a time, oldest first, and only from the worker that follows the log: the
+/// others would send the same records again.
+fn send_purge(plugin: &Plugin, worker: &RefCell<Worker>, host: &impl Host) {
+    let Some(l2) = &plugin.config.l2 else { return };
+    let (me, busy) = {
+        let w = worker.borrow();
+        (w.id, w.l2.sending_purge)
+    };
+    if busy || follower::read(host).owner != me {
+        return;
+    }
+    let Some(pending) = outbox::oldest(host) else {
+        return;
+    };
+    let Some(record) = pending.record.encode() else {
+        return;
+    };
+    host.count(Counter::L2PurgesSent);
+    worker.borrow_mut().l2.sending_purge = true;
+    let callout = wire::publish_purge(l2, &record);
+    send(plugin, worker, host, Call::Purge(pending.seq), &callout);
 }
 
 fn send(
@@ -144,12 +164,14 @@ fn send(
     let timeout = plugin.config.l2.as_ref().map_or(0, |l2| l2.timeout_ms);
     match host.dispatch(callout, timeout) {
         Ok(token) => worker.borrow_mut().l2.sent(token, call, host.now_ms()),
-        Err(_) => failed(worker, host, call),
+        Err(_) => failed(worker, host, &call),
     }
 }
 
-/// Root: a write came back (`None`: reset).
+/// Root: a write came back (`None`: reset). A purge the log now holds is no longer owed, and
+/// the next one goes at once.
 pub fn on_written(
+    plugin: &Plugin,
     worker: &RefCell<Worker>,
     host: &impl Host,
     call: Call,
@@ -157,19 +179,21 @@ pub fn on_written(
 ) {
     let result = headers.map_or(Err(L2Failure::Unreachable), wire::written);
     if result.is_err() {
-        failed(worker, host, call);
+        return failed(worker, host, &call);
+    }
+    if let Call::Purge(seq) = call {
+        worker.borrow_mut().l2.sending_purge = false;
+        if outbox::acknowledge(host, seq).is_ok() {
+            send_purge(plugin, worker, host);
+        }
     }
 }
 
-fn failed(worker: &RefCell<Worker>, host: &impl Host, call: Call) {
+/// A purge that failed stays owed: the next tick sends it again.
+fn failed(worker: &RefCell<Worker>, host: &impl Host, call: &Call) {
     host.count(Counter::L2Failures);
-    if let Call::Purge(out) = call {
-        if out.attempts.saturating_add(1) < PURGE_ATTEMPTS {
-            worker.borrow_mut().l2.outbox.push(Outgoing {
-                attempts: out.attempts + 1,
-                ..out
-            });
-        }
+    if let Call::Purge(_) = call {
+        worker.borrow_mut().l2.sending_purge = false;
     }
 }
 

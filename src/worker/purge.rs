@@ -41,7 +41,10 @@ pub fn at_headers(api: &PurgeApi, host: &impl RequestHost, end_of_stream: bool) 
             status: 405,
             message: "the purge API takes POST".into(),
         })
-    } else if !authorized(host.request_header("authorization").as_deref(), &api.token) {
+    } else if !authorized(
+        host.request_header("authorization").as_deref(),
+        api.token.expose(),
+    ) {
         Some(Refusal {
             status: 401,
             message: "missing or wrong bearer token".into(),
@@ -80,18 +83,48 @@ pub fn with_body(plugin: &Plugin, worker: &RefCell<Worker>, host: &impl RequestH
             targets.into_iter().map(move |t| (t, s.soft))
         })
         .collect();
-    if apply(plugin, worker, host, &targets).is_err() {
-        return refuse(
-            host,
-            &Refusal {
-                status: 503,
-                message: "the purge could not be written to shared data; retry".into(),
-            },
-        );
-    }
+    let fleet = match apply(plugin, worker, host, &targets) {
+        Ok(Fleet::Unqueued) => {
+            return refuse(
+                host,
+                &Refusal {
+                    status: 503,
+                    message: "purged on this Envoy, but not queued for the fleet; retry".into(),
+                },
+            )
+        }
+        Ok(fleet) => fleet,
+        Err(_) => {
+            return refuse(
+                host,
+                &Refusal {
+                    status: 503,
+                    message: "the purge could not be written to shared data; retry".into(),
+                },
+            )
+        }
+    };
     host.count(Counter::Purges);
-    let body = format!(r#"{{"purged":{}}}"#, selectors.len());
+    let body = match fleet {
+        // Other Envoys have it once the fleet's purge log does, within a second after that.
+        Fleet::Pending(n) => format!(
+            r#"{{"purged":{},"fleet":"pending","pending":{n}}}"#,
+            selectors.len()
+        ),
+        _ => format!(r#"{{"purged":{}}}"#, selectors.len()),
+    };
     host.respond(200, json_headers(), body.as_bytes());
+}
+
+/// What a purge left for the rest of the fleet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fleet {
+    /// No fleet (no L2).
+    Alone,
+    /// Owed to the fleet's purge log, with this many purges in all.
+    Pending(usize),
+    /// Applied here, but could not be queued for the fleet.
+    Unqueued,
 }
 
 /// Refuses a purge request; nothing was purged.
@@ -121,16 +154,20 @@ pub fn apply(
     worker: &RefCell<Worker>,
     host: &impl Host,
     targets: &[(Target, bool)],
-) -> Result<(), crate::effects::store::StoreError> {
+) -> Result<Fleet, crate::effects::store::StoreError> {
     let now_us = host.now_us();
     plugin.purges.apply(host, targets, now_us)?;
     host.raise_purge_signal();
     refresh_marks(plugin, worker, host);
     // The rest of the fleet applies it at the same instant, from the L2 purge log.
-    if queue_purge(plugin, worker, now_us, targets) {
-        request_dispatch(worker, host);
-    }
-    Ok(())
+    Ok(match queue_purge(plugin, host, now_us, targets) {
+        None => Fleet::Alone,
+        Some(Ok(pushed)) => {
+            request_dispatch(worker, host);
+            Fleet::Pending(pushed.pending)
+        }
+        Some(Err(_)) => Fleet::Unqueued,
+    })
 }
 
 /// What a mutation's answer purges: `None` unless it is a clean `200` with `data`.

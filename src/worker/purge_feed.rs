@@ -1,18 +1,22 @@
-//! Following the fleet's purge log (root context, every worker): a long-poll on the L2 service's
-//! wait cluster, each record applied to this Envoy's purge marks at the instant its node purged,
-//! so that what any Envoy purged is not served by this one within a poll's delay (tens of ms).
-//! A read that fails makes L2 hits unusable until the log has been read to its end again: an
-//! entry in L2 may have been purged by a record this Envoy has not seen.
+//! Following the fleet's purge log (root context, one follower per Envoy, elected by a lease in
+//! shared data: `fleet::follower`): a long-poll on the L2 service's wait cluster, each record
+//! applied to this Envoy's purge marks at the instant its node purged, so that what any Envoy
+//! purged is not served by this one within a poll's delay (tens of ms). A read that fails makes
+//! L2 hits unusable until the log has been read to its end again: an entry in L2 may have been
+//! purged by a record this Envoy has not seen. Reads failing for longer than the configured
+//! bound purge everything born before they began (fail-safe: misses, never stale-after-purge).
 
 use crate::effects::counters::Counter;
 use crate::effects::host::Host;
+use crate::effects::store::StoreError;
 use crate::fleet::calls::Call;
-use crate::fleet::purge_log::{read_page, Page};
+use crate::fleet::follower::{self, FeedState};
+use crate::fleet::purge_log::{read_page, Page, Reader};
 use crate::fleet::wire::{self, status};
 use crate::invalidate::marks::Target;
 use crate::worker::lookup::refresh_marks;
 use crate::worker::state::{Plugin, Worker};
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 
 /// How long one read waits for a new record.
 pub const FEED_WAIT_MS: u64 = 1000;
@@ -26,20 +30,29 @@ const PAGE_ENTRIES: usize = 100;
 /// A page of 100 records of 64 KiB each, in base64, with room to spare.
 const MAX_PAGE_BYTES: usize = 10 << 20;
 
-/// Root: starts a read of the log unless one is outstanding or a failure is being waited out.
+/// The follower's lease: longer than its longest read, so a live follower keeps it.
+fn lease_ms(timeout_ms: u64) -> u64 {
+    FEED_WAIT_MS + FEED_SLACK_MS + timeout_ms + 1000
+}
+
+/// Root: starts a read of the log if this worker follows it (or may take it over) and no read
+/// is outstanding or a failure being waited out.
 pub fn poll(plugin: &Plugin, worker: &RefCell<Worker>, host: &impl Host, now_ms: u64) {
     let Some(l2) = &plugin.config.l2 else { return };
-    let (cursor, wait_ms) = {
+    let me = {
         let w = worker.borrow();
-        let feed = &w.l2.feed;
-        if feed.reading || now_ms < feed.next_ms {
+        if w.l2.feed.reading || now_ms < w.l2.feed.next_ms {
             return;
         }
-        // Until it has caught up, a node reads without waiting: it must not trust L2 yet.
-        let wait = if feed.caught_up { FEED_WAIT_MS } else { 0 };
-        (feed.cursor.clone(), wait)
+        w.id
     };
-    let callout = wire::read_purges(l2, &cursor, wait_ms);
+    let state = match follower::lead(host, me, now_ms, lease_ms(l2.timeout_ms)) {
+        Ok(Some(state)) => state,
+        Ok(None) | Err(_) => return,
+    };
+    // Until it has caught up, the follower reads without waiting: L2 is not trusted yet.
+    let wait_ms = if state.caught_up { FEED_WAIT_MS } else { 0 };
+    let callout = wire::read_purges(l2, &state.cursor, state.generation.as_deref(), wait_ms);
     let timeout = wait_ms
         .saturating_add(FEED_SLACK_MS)
         .saturating_add(l2.timeout_ms);
@@ -49,7 +62,7 @@ pub fn poll(plugin: &Plugin, worker: &RefCell<Worker>, host: &impl Host, now_ms:
             w.l2.feed.reading = true;
             w.l2.sent(token, Call::Feed, now_ms);
         }
-        Err(_) => failed(worker, host, now_ms),
+        Err(_) => failed(plugin, worker, host, now_ms),
     }
 }
 
@@ -63,62 +76,117 @@ pub fn on_page(
 ) {
     worker.borrow_mut().l2.feed.reading = false;
     let now = host.now_ms();
+    let Some(l2) = &plugin.config.l2 else { return };
+    let reader = Reader {
+        key: &l2.fleet_key,
+        now_us: host.now_us(),
+        skew_us: l2.purge_skew_ms.saturating_mul(1000),
+    };
     let page = match headers.and_then(status) {
         Some(200) if body_size <= MAX_PAGE_BYTES => host
             .callout_body(body_size)
-            .and_then(|body| read_page(&body)),
+            .and_then(|body| read_page(&body, &reader)),
         _ => None,
     };
-    let Some(page) = page else {
-        return failed(worker, host, now);
+    let Some(mut page) = page else {
+        return failed(plugin, worker, host, now);
     };
-    if apply(plugin, worker, host, &page, host.now_us()).is_err() {
-        return failed(worker, host, now);
+    let known = follower::read(host).generation;
+    if known.is_some() && page.generation != known {
+        // The log was lost and begun again: whatever it held past the cursor is gone.
+        page.gap = true;
     }
-    {
-        let mut w = worker.borrow_mut();
-        w.l2.feed.cursor = page.cursor.clone();
-        w.l2.feed.caught_up = page.records.len() + page.skipped < PAGE_ENTRIES;
+    if apply(plugin, worker, host, &page, reader.now_us).is_err() {
+        return failed(plugin, worker, host, now);
     }
+    let me = worker.borrow().id;
+    let lease = lease_ms(l2.timeout_ms);
+    let still_mine = follower::record(host, me, |s| {
+        s.cursor = page.cursor.clone();
+        s.generation = page.generation.clone();
+        s.caught_up = page.entries < PAGE_ENTRIES;
+        s.failing_since_ms = 0;
+        s.failsafe_done = false;
+        s.lease_until_ms = now.saturating_add(lease);
+    });
     // The next read at once: nothing is answered in this callback, so dispatching is safe.
-    poll(plugin, worker, host, now);
+    if still_mine.unwrap_or(false) {
+        poll(plugin, worker, host, now);
+    }
 }
 
-/// Applies a page's records, each at its own instant. A gap (the log was trimmed past this
-/// node's cursor) purges everything born before the oldest record still there: what was missed
-/// is older than that.
+/// Applies a page's records, each at its own instant. A gap purges everything born before now:
+/// what was missed may be dated anywhere before (records do not arrive in time order, so the
+/// oldest one still there bounds nothing).
 fn apply(
     plugin: &Plugin,
     worker: &RefCell<Worker>,
     host: &impl Host,
     page: &Page,
     now_us: u64,
-) -> Result<(), crate::effects::store::StoreError> {
+) -> Result<(), StoreError> {
     let mut timed: Vec<(Target, bool, u64)> = page
         .records
         .iter()
         .flat_map(|r| r.targets.iter().map(|&(t, soft)| (t, soft, r.at_us)))
         .collect();
     if page.gap {
-        let oldest = page.records.first().map_or(now_us, |r| r.at_us);
-        timed.push((Target::All, false, oldest));
+        host.count(Counter::L2PurgeGaps);
+        timed.push((Target::All, false, now_us));
     }
-    if timed.is_empty() {
-        return Ok(());
-    }
-    if plugin.purges.apply_at(host, &timed)? {
-        host.raise_purge_signal();
-        refresh_marks(plugin, worker, host);
-    }
+    purge_at(plugin, worker, host, &timed)?;
     for _ in &page.records {
         host.count(Counter::L2PurgesApplied);
     }
     Ok(())
 }
 
-fn failed(worker: &RefCell<Worker>, host: &impl Host, now_ms: u64) {
+fn purge_at(
+    plugin: &Plugin,
+    worker: &RefCell<Worker>,
+    host: &impl Host,
+    timed: &[(Target, bool, u64)],
+) -> Result<(), StoreError> {
+    if !timed.is_empty() && plugin.purges.apply_at(host, timed)? {
+        host.raise_purge_signal();
+        refresh_marks(plugin, worker, host);
+    }
+    Ok(())
+}
+
+/// A read failed: L2 hits are not trusted until the log is read to its end again, and once
+/// reads have failed for longer than the bound, everything born before they began is purged.
+fn failed(plugin: &Plugin, worker: &RefCell<Worker>, host: &impl Host, now_ms: u64) {
     host.count(Counter::L2Failures);
-    let mut w = worker.borrow_mut();
-    w.l2.feed.caught_up = false;
-    w.l2.feed.next_ms = now_ms.saturating_add(RETRY_MS);
+    let me = {
+        let mut w = worker.borrow_mut();
+        w.l2.feed.next_ms = now_ms.saturating_add(RETRY_MS);
+        w.id
+    };
+    let Some(l2) = &plugin.config.l2 else { return };
+    let failsafe_from = Cell::new(None);
+    let _ = follower::record(host, me, |s| {
+        failsafe_from.set(None);
+        s.caught_up = false;
+        if s.failing_since_ms == 0 {
+            s.failing_since_ms = now_ms;
+        }
+        if failsafe_due(s, l2.feed_failsafe_ms, now_ms) {
+            s.failsafe_done = true;
+            failsafe_from.set(Some(s.failing_since_ms));
+        }
+    });
+    if let Some(since_ms) = failsafe_from.get() {
+        host.count(Counter::FeedFailSafe);
+        let all = [(Target::All, false, since_ms.saturating_mul(1000))];
+        let _ = purge_at(plugin, worker, host, &all);
+    }
+}
+
+/// Whether the purges missed since `state` began failing may be anywhere by now: 0 turns the
+/// fail-safe off.
+fn failsafe_due(state: &FeedState, bound_ms: u64, now_ms: u64) -> bool {
+    bound_ms > 0
+        && !state.failsafe_done
+        && now_ms.saturating_sub(state.failing_since_ms) >= bound_ms
 }

@@ -176,7 +176,10 @@ mod tests {
 
     #[test]
     fn a_flight_s_lease_covers_its_l2_calls_too() {
-        let with_l2 = Config::parse(br#"{"l2":{"cluster":"a"}}"#).unwrap();
+        let with_l2 = Config::parse(
+            br#"{"l2":{"cluster":"a","fleet_key":"fleet-key-for-tests-0123456789abcdef"}}"#,
+        )
+        .unwrap();
         let plugin = Plugin::new(with_l2, SlotKey::default());
         assert_eq!(plugin.lease_ms(), 10_000 + LEASE_GRACE_MS + 2_100);
         assert_eq!(Plugin::default().lease_ms(), 10_000 + LEASE_GRACE_MS);

@@ -9,6 +9,16 @@ use super::client::{http, try_http, Req, Resp};
 use super::origin::Origin;
 use super::{envoy_bin, repo_root, scratch_dir, wasm_path};
 
+/// The secrets `envoy/fleet.yaml` reads from Envoy's environment (`host_env_keys`), as the demo
+/// sets them: every Envoy a test starts has them.
+pub const FLEET_SECRETS: [(&str, &str); 3] = [
+    ("GRAPHQL_CACHE_FLEET_KEY", FLEET_KEY),
+    ("GRAPHQL_CACHE_L2_SECRET", L2_SECRET),
+    ("GRAPHQL_CACHE_PURGE_TOKEN", "demo-purge-token-change-me"),
+];
+pub const FLEET_KEY: &str = "dev-fleet-key-change-me-0123456789abcdef";
+pub const L2_SECRET: &str = "dev-l2-secret-change-me-0123456789";
+
 #[derive(Clone)]
 pub struct EnvoyOptions {
     /// The filter's JSON configuration.
@@ -192,6 +202,7 @@ impl Envoy {
             .arg("--admin-address-path")
             .arg(&admin_file)
             .args(["-l", "info", "--component-log-level", "wasm:info"])
+            .envs(FLEET_SECRETS)
             .stdout(log.try_clone().unwrap())
             .stderr(log)
             .spawn()

@@ -1,0 +1,172 @@
+//! An entry another Envoy stored in the fleet's L2, checked as if the origin had just answered
+//! it. The fleet key says a fleet member wrote it; this says it is something this Envoy would
+//! have stored itself, for no longer than this Envoy would keep it, and born no later than now
+//! plus the clock skew the fleet allows (an entry born in the future would escape every purge
+//! until then).
+
+use crate::cache::entry::Entry;
+use crate::cache::headers::replayed;
+use crate::cache::storable::{admissible, body_storable};
+use crate::request::key::CacheKey;
+use crate::request::rules::Lifetimes;
+
+/// What the checks measure an entry against.
+#[derive(Debug, Clone, Copy)]
+pub struct Bounds<'a> {
+    pub key: &'a CacheKey,
+    /// What this Envoy allows the request that found the entry.
+    pub lifetimes: &'a Lifetimes,
+    pub vary_headers: &'a [String],
+    pub max_entry_bytes: usize,
+    pub now_ms: u64,
+    pub now_us: u64,
+    /// How far ahead of this Envoy's clock another Envoy's may be.
+    pub skew_us: u64,
+}
+
+/// Why an entry from the L2 is not used.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refused {
+    Undecodable,
+    OtherKey,
+    /// Its status, headers or body would not have been stored from the origin.
+    NotStorable,
+    TooLarge,
+}
+
+/// The entry re-encoded with its times brought within `bounds`, or why it is refused.
+pub fn vetted(bytes: &[u8], bounds: &Bounds<'_>) -> Result<Vec<u8>, Refused> {
+    if bytes.len() > bounds.max_entry_bytes {
+        return Err(Refused::TooLarge);
+    }
+    let mut entry = Entry::decode(bytes).map_err(|_| Refused::Undecodable)?;
+    if entry.digest != bounds.key.digest {
+        return Err(Refused::OtherKey);
+    }
+    storable_as_answer(&entry, bounds.vary_headers)?;
+    clamp_times(&mut entry, bounds);
+    Ok(entry.encode())
+}
+
+fn storable_as_answer(entry: &Entry<'_>, vary_headers: &[String]) -> Result<(), Refused> {
+    let stored_only_what_is_replayed = entry
+        .headers
+        .iter()
+        .all(|(n, _)| replayed(n) && !n.bytes().any(|b| b.is_ascii_uppercase()));
+    if !stored_only_what_is_replayed {
+        return Err(Refused::NotStorable);
+    }
+    let headers = entry.headers.iter().map(|(n, v)| (*n, v.as_bytes()));
+    admissible(u32::from(entry.status), headers, vary_headers)
+        .and_then(|()| body_storable(entry.body))
+        .map_err(|_| Refused::NotStorable)
+}
+
+fn clamp_times(entry: &mut Entry<'_>, b: &Bounds<'_>) {
+    let secs = |s: u64| s.saturating_mul(1000);
+    entry.born_us = entry.born_us.min(b.now_us.saturating_add(b.skew_us));
+    entry.stored_at_ms = entry.stored_at_ms.min(b.now_ms);
+    entry.expires_at_ms = entry
+        .expires_at_ms
+        .min(b.now_ms.saturating_add(secs(b.lifetimes.ttl_seconds)));
+    entry.stale_ms = entry
+        .stale_ms
+        .min(secs(b.lifetimes.stale_while_revalidate_seconds));
+    entry.error_ms = entry.error_ms.min(secs(b.lifetimes.stale_if_error_seconds));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const KEY: CacheKey = CacheKey { digest: [5; 32] };
+    const LIFE: Lifetimes = Lifetimes {
+        ttl_seconds: 10,
+        stale_while_revalidate_seconds: 5,
+        stale_if_error_seconds: 0,
+    };
+
+    fn entry<'a>(status: u16, headers: Vec<(&'a str, &'a str)>, body: &'a [u8]) -> Entry<'a> {
+        Entry {
+            digest: KEY.digest,
+            stored_at_ms: 1_000,
+            expires_at_ms: 2_000,
+            stale_ms: 0,
+            error_ms: 0,
+            upstream_age_s: 0,
+            born_us: 999_000,
+            status,
+            headers,
+            tag_hashes: vec![],
+            tags: "",
+            body,
+        }
+    }
+
+    fn bounds() -> Bounds<'static> {
+        Bounds {
+            key: &KEY,
+            lifetimes: &LIFE,
+            vary_headers: &[],
+            max_entry_bytes: 4096,
+            now_ms: 1_500,
+            now_us: 1_500_000,
+            skew_us: 1_000,
+        }
+    }
+
+    const JSON: (&str, &str) = ("content-type", "application/json");
+
+    #[test]
+    fn what_the_origin_could_have_answered_passes_unchanged() {
+        let e = entry(200, vec![JSON], br#"{"data":{}}"#).encode();
+        assert_eq!(vetted(&e, &bounds()), Ok(e.clone()));
+    }
+
+    #[test]
+    fn what_would_not_be_stored_from_the_origin_is_refused() {
+        let refused = [
+            entry(302, vec![JSON, ("location", "https://evil")], b"{}"),
+            entry(200, vec![("content-type", "text/html")], b"<script>"),
+            entry(200, vec![JSON, ("set-cookie", "session=stolen")], b"{}"),
+            entry(200, vec![JSON, ("vary", "cookie")], b"{}"),
+            entry(200, vec![JSON], br#"{"errors":[]}"#),
+            entry(200, vec![JSON, ("Content-Type", "text/html")], b"{}"),
+            entry(200, vec![JSON, ("x-envoy-upstream", "1")], b"{}"),
+        ];
+        for e in refused {
+            assert_eq!(
+                vetted(&e.encode(), &bounds()),
+                Err(Refused::NotStorable),
+                "{e:?}"
+            );
+        }
+        let mut other = entry(200, vec![JSON], b"{}");
+        other.digest = [6; 32];
+        assert_eq!(vetted(&other.encode(), &bounds()), Err(Refused::OtherKey));
+        assert_eq!(vetted(b"junk", &bounds()), Err(Refused::Undecodable));
+        let big = vec![b' '; 5000];
+        let mut body = b"{}".to_vec();
+        body.extend_from_slice(&big);
+        assert_eq!(
+            vetted(&entry(200, vec![JSON], &body).encode(), &bounds()),
+            Err(Refused::TooLarge)
+        );
+    }
+
+    #[test]
+    fn times_are_brought_within_what_this_envoy_allows() {
+        let mut e = entry(200, vec![JSON], b"{}");
+        e.born_us = u64::MAX;
+        e.stored_at_ms = u64::MAX;
+        e.expires_at_ms = u64::MAX;
+        e.stale_ms = u64::MAX;
+        e.error_ms = u64::MAX;
+        let out = vetted(&e.encode(), &bounds()).unwrap();
+        let v = Entry::decode(&out).unwrap();
+        assert_eq!(v.born_us, 1_501_000, "born no later than now plus the skew");
+        assert_eq!(v.stored_at_ms, 1_500);
+        assert_eq!(v.expires_at_ms, 1_500 + 10_000, "the local TTL");
+        assert_eq!((v.stale_ms, v.error_ms), (5_000, 0));
+    }
+}
