@@ -1,8 +1,10 @@
 //! An entry another Envoy stored in the fleet's L2, checked as if the origin had just answered
 //! it. The fleet key says a fleet member wrote it; this says it is something this Envoy would
-//! have stored itself, for no longer than this Envoy would keep it, and born no later than now
-//! plus the clock skew the fleet allows (an entry born in the future would escape every purge
-//! until then).
+//! have stored itself, for no longer than this Envoy would keep it, and born no later than now:
+//! an entry born in the future would escape every purge until then (and, clamped at each read,
+//! for ever). One born later than the fleet's clock skew allows is refused; one within it is
+//! taken as born now (an Envoy whose clock runs ahead only loses entries that a purge made just
+//! before their fetch reaches).
 
 use crate::cache::entry::Entry;
 use crate::cache::headers::replayed;
@@ -20,7 +22,7 @@ pub struct Bounds<'a> {
     pub max_entry_bytes: usize,
     pub now_ms: u64,
     pub now_us: u64,
-    /// How far ahead of this Envoy's clock another Envoy's may be.
+    /// How far ahead of this Envoy's clock another Envoy's may run.
     pub skew_us: u64,
 }
 
@@ -32,6 +34,8 @@ pub enum Refused {
     /// Its status, headers or body would not have been stored from the origin.
     NotStorable,
     TooLarge,
+    /// Born or stored later than now plus the skew.
+    FromTheFuture,
 }
 
 /// The entry re-encoded with its times brought within `bounds`, or why it is refused.
@@ -44,6 +48,10 @@ pub fn vetted(bytes: &[u8], bounds: &Bounds<'_>) -> Result<Vec<u8>, Refused> {
         return Err(Refused::OtherKey);
     }
     storable_as_answer(&entry, bounds.vary_headers)?;
+    let latest_us = bounds.now_us.saturating_add(bounds.skew_us);
+    if entry.born_us > latest_us || entry.stored_at_ms.saturating_mul(1000) > latest_us {
+        return Err(Refused::FromTheFuture);
+    }
     clamp_times(&mut entry, bounds);
     Ok(entry.encode())
 }
@@ -64,7 +72,7 @@ fn storable_as_answer(entry: &Entry<'_>, vary_headers: &[String]) -> Result<(), 
 
 fn clamp_times(entry: &mut Entry<'_>, b: &Bounds<'_>) {
     let secs = |s: u64| s.saturating_mul(1000);
-    entry.born_us = entry.born_us.min(b.now_us.saturating_add(b.skew_us));
+    entry.born_us = entry.born_us.min(b.now_us);
     entry.stored_at_ms = entry.stored_at_ms.min(b.now_ms);
     entry.expires_at_ms = entry
         .expires_at_ms
@@ -111,7 +119,7 @@ mod tests {
             max_entry_bytes: 4096,
             now_ms: 1_500,
             now_us: 1_500_000,
-            skew_us: 1_000,
+            skew_us: 1_000_000,
         }
     }
 
@@ -157,16 +165,22 @@ mod tests {
     #[test]
     fn times_are_brought_within_what_this_envoy_allows() {
         let mut e = entry(200, vec![JSON], b"{}");
-        e.born_us = u64::MAX;
-        e.stored_at_ms = u64::MAX;
+        e.born_us = 2_400_000;
+        e.stored_at_ms = 2_400;
         e.expires_at_ms = u64::MAX;
         e.stale_ms = u64::MAX;
         e.error_ms = u64::MAX;
         let out = vetted(&e.encode(), &bounds()).unwrap();
         let v = Entry::decode(&out).unwrap();
-        assert_eq!(v.born_us, 1_501_000, "born no later than now plus the skew");
+        assert_eq!(v.born_us, 1_500_000, "born no later than now");
         assert_eq!(v.stored_at_ms, 1_500);
         assert_eq!(v.expires_at_ms, 1_500 + 10_000, "the local TTL");
         assert_eq!((v.stale_ms, v.error_ms), (5_000, 0));
+        let mut future = entry(200, vec![JSON], b"{}");
+        future.born_us = 2_500_001;
+        assert_eq!(vetted(&future.encode(), &bounds()), Err(Refused::FromTheFuture));
+        future.born_us = 0;
+        future.stored_at_ms = u64::MAX;
+        assert_eq!(vetted(&future.encode(), &bounds()), Err(Refused::FromTheFuture));
     }
 }

@@ -5,7 +5,7 @@
 use super::scenarios::{answer, ok, Node, ANSWER, QUERY, USER, USER_ANSWER};
 use crate::effects::counters::Counter;
 use crate::effects::fake::{FakeHost, Reply};
-use crate::effects::host::Callout;
+use crate::effects::host::{Callout, Host};
 use crate::worker::callouts::on_callout;
 use base64::Engine;
 
@@ -310,6 +310,8 @@ fn purges_travel_through_the_log_and_hits_wait_until_it_is_read() {
     );
     let fresh = led_and_stored(&x, 3, USER, USER_ANSWER);
     let z2 = Node::new(4, FLEET, FakeHost::new());
+    // Clocks agree (one running behind would take the entry as born before the purge).
+    z2.host.advance(x.host.now_ms() - z2.host.now_ms());
     z2.reads_log(&format!(
         r#"{{"last":"7-0","gap":false,"entries":[{{"id":"7-0","data":"{data}"}}]}}"#
     ));
