@@ -73,11 +73,16 @@ lint: $(TOOLS)/.rust-target
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 	$(CARGO) clippy --release --target wasm32-wasip1 -p graphql-cache -- -D warnings
 
+# envoy/fleet.yaml reads its secrets from Envoy's environment: the demo's values.
+DEMO_SECRETS := GRAPHQL_CACHE_FLEET_KEY=dev-fleet-key-change-me-0123456789abcdef \
+  GRAPHQL_CACHE_L2_SECRET=dev-l2-secret-change-me-0123456789 \
+  GRAPHQL_CACHE_PURGE_TOKEN=demo-purge-token-change-me
+
 validate: $(ENVOY) build
 	@for f in envoy/*.yaml; do \
 	  case "$$f" in *docker-compose*) continue;; esac; \
 	  echo "validate $$f"; \
-	  (cd envoy && ln -sf ../$(WASM) graphql_cache.wasm && $(ENVOY) --mode validate -c $$(basename $$f) -l error) >/dev/null || exit 1; \
+	  (cd envoy && ln -sf ../$(WASM) graphql_cache.wasm && env $(DEMO_SECRETS) $(ENVOY) --mode validate -c $$(basename $$f) -l error) >/dev/null || exit 1; \
 	done
 	@if command -v docker-compose >/dev/null; then \
 	  for f in envoy/docker-compose*.yml; do \

@@ -47,7 +47,10 @@ LISTEN_B, ADMIN_B = 18180, 18911
 # Distinct queries for l2-hit: L1 holds one entry, so nearly every request is an L1 miss that L2
 # answers.
 L2_HIT_KEYS = 1000
-L2_CONFIG = {"cluster": "graphql_cache_l2", "wait_cluster": "graphql_cache_l2_wait"}
+L2_CONFIG = {"cluster": "graphql_cache_l2", "wait_cluster": "graphql_cache_l2_wait",
+             # Written in the configuration (a bench has nothing to hide): the demo's values.
+             "secret": "dev-l2-secret-change-me-0123456789",
+             "fleet_key": "dev-fleet-key-change-me-0123456789abcdef"}
 
 
 def wasm_filter(config):

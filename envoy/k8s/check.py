@@ -40,6 +40,7 @@ import subprocess
 import sys
 import tarfile
 import tempfile
+import time
 
 import yaml
 
@@ -849,6 +850,16 @@ def istio_bootstrap(docs, wasm_path):
     }
 
 
+def eg_vm_config(eep, idx, wasm, wasm_path):
+    """translator/wasm.go: env.hostKeys become the VM's environment_variables.host_env_keys."""
+    vm = {"vm_id": eg_vm_id(eep.namespace, eep.name, idx), "runtime": "envoy.wasm.runtime.v8",
+          "code": {"local": {"filename": wasm_path}}}
+    keys = _get(wasm, "env", "hostKeys")
+    if keys:
+        vm["environment_variables"] = {"host_env_keys": list(keys)}
+    return vm
+
+
 def eg_bootstrap(all_docs, eep, wasm_path):
     """What Envoy Gateway generates for the Gateway, HTTPRoute and policies (from its source at the
     vendored commit: translator/wasm.go, jwt.go, httpfilters.go), with the EnvoyPatchPolicy
@@ -908,8 +919,7 @@ def eg_bootstrap(all_docs, eep, wasm_path):
                 "config": {
                     "name": w.get("name") or eg_vm_id(eep.namespace, eep.name, idx),
                     "root_id": w.get("rootID", ""),
-                    "vm_config": {"vm_id": eg_vm_id(eep.namespace, eep.name, idx), "runtime": "envoy.wasm.runtime.v8",
-                                  "code": {"local": {"filename": wasm_path}}},
+                    "vm_config": eg_vm_config(eep, idx, w, wasm_path),
                     "configuration": {"@type": STRING_VALUE, "value": json.dumps(w.get("config") or {}, separators=(",", ":"))},
                     "fail_open": bool(w.get("failOpen")),
                 },
@@ -944,6 +954,7 @@ def envoy_validate(envoy, bootstrap, name, errors, workdir):
     with open(path, "w") as f:
         json.dump(bootstrap, f, indent=1)
     r = subprocess.run([envoy, "--mode", "validate", "-c", path, "-l", "error", "--disable-hot-restart"],
+                       env=dict(os.environ, **FLEET_SECRETS),
                        capture_output=True, text=True, timeout=120)
     if r.returncode != 0 or "OK" not in r.stdout:
         tail = "\n".join((r.stdout + r.stderr).strip().splitlines()[-6:])
@@ -998,6 +1009,30 @@ PUBLIC_QUERY = b'{"query":"{ users { id name } }"}'
 PRIVATE_QUERY = b'{"query":"{ me { id name } }"}'
 
 
+# The secrets the manifests' filter configurations read from the proxy's environment (and the
+# L2 service from its own), with the demo's values.
+FLEET_SECRETS = {
+    "GRAPHQL_CACHE_FLEET_KEY": "dev-fleet-key-change-me-0123456789abcdef",
+    "GRAPHQL_CACHE_L2_SECRET": "dev-l2-secret-change-me-0123456789",
+    "GRAPHQL_CACHE_PURGE_TOKEN": "demo-purge-token-change-me",
+}
+
+
+def _l2_ready_failures(admin_port, timeout=10.0):
+    """Waits until every L2 cluster has a healthy host; the filter's L2 failures until then."""
+    import urllib.request
+    deadline = time.time() + timeout
+    stats = {}
+    while time.time() < deadline:
+        with urllib.request.urlopen("http://127.0.0.1:%d/stats" % admin_port, timeout=5) as r:
+            stats = dict(l.split(": ", 1) for l in r.read().decode().splitlines() if ": " in l)
+        healthy = [v for k, v in stats.items() if "l2" in k and k.endswith(".membership_healthy")]
+        if healthy and all(v.strip() != "0" for v in healthy):
+            break
+        time.sleep(0.1)
+    return int(stats.get("wasmcustom.graphql_cache.l2_failures", "0"))
+
+
 def runtime_smoke(bootstraps, envoy, l2_bin, origin_bin, token, errors, workdir):
     """Each rebuilt configuration (inline listener) in a real Envoy in front of the real origin,
     with the real L2 service and Redis behind the clusters the manifests name: a POST query must be
@@ -1008,7 +1043,7 @@ def runtime_smoke(bootstraps, envoy, l2_bin, origin_bin, token, errors, workdir)
 
     def start(name, argv):
         log = open(os.path.join(workdir, name + ".log"), "w")
-        p = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
+        p = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=dict(os.environ, **FLEET_SECRETS))
         procs.append((p, log))
         return p
 
@@ -1035,6 +1070,9 @@ def runtime_smoke(bootstraps, envoy, l2_bin, origin_bin, token, errors, workdir)
                 if not _wait_http("http://127.0.0.1:%d/ready" % ports["admin"], 30):
                     errors.add(name, "runtime: Envoy did not become ready (see %s)" % workdir)
                     continue
+                # The L2 clusters' first health check may fail while Envoy compiles the wasm:
+                # queries start once they are healthy, and only failures after that count.
+                failures_before = _l2_ready_failures(ports["admin"])
                 seen = []
                 # A public query twice, then a private one (scoped by the JWT's `sub`, read at
                 # the manifests' identity.payload_key) twice as alice and once as bob.
@@ -1050,7 +1088,7 @@ def runtime_smoke(bootstraps, envoy, l2_bin, origin_bin, token, errors, workdir)
                 with urllib.request.urlopen("http://127.0.0.1:%d/stats?filter=wasmcustom" % ports["admin"], timeout=5) as r:
                     stats = dict(l.split(": ", 1) for l in r.read().decode().splitlines() if ": " in l)
                 stores = int(stats.get("wasmcustom.graphql_cache.l2_stores", "0"))
-                failures = int(stats.get("wasmcustom.graphql_cache.l2_failures", "0"))
+                failures = int(stats.get("wasmcustom.graphql_cache.l2_failures", "0")) - failures_before
                 want = [(200, "MISS"), (200, "HIT"), (200, "MISS"), (200, "HIT"), (200, "MISS")]
                 if seen != want or stores < 3 or failures:
                     errors.add(name, "runtime: POST queries gave %s, l2_stores %d, l2_failures %d (expected %s, "
