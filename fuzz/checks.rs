@@ -16,9 +16,10 @@ use graphql_cache::fleet::seal::FleetKey;
 use graphql_cache::fleet::wire::{read_lookup, Looked};
 use graphql_cache::invalidate::marks::PurgeView;
 use graphql_cache::invalidate::purge::parse_selectors;
+use graphql_cache::invalidate::shape::find_in_shaped_answer;
 use graphql_cache::invalidate::tags::{entry_tags, find_in_answer, KeyFields, MAX_TAGS};
 use graphql_cache::request::apq;
-use graphql_cache::request::canonical::{canonicalize, Limits};
+use graphql_cache::request::canonical::{canonicalize, mutation_shape, Limits};
 use graphql_cache::request::classify::{
     classify_body, classify_get, no_persisted_queries, RequestHead,
 };
@@ -41,6 +42,7 @@ pub const TARGETS: &[(&str, Check)] = &[
     ("purge_body", purge_body),
     ("purge_marks", purge_marks),
     ("answer_tags", answer_tags),
+    ("mutation_shape", mutation_answer),
     ("liveness", liveness_record),
     ("config", config),
     ("l2_envelopes", l2_envelopes),
@@ -189,6 +191,33 @@ pub fn answer_tags(data: &[u8]) {
         assert!(tags.len() <= MAX_TAGS);
         let first = if found.truncated { 1 } else { 0 };
         assert_eq!(tags[first], "operation:Op", "coarse tags first");
+    }
+}
+
+/// A mutation and its answer, split at the first NUL: the client writes one, the origin the
+/// other. Mapping and reading never panic, and every entity read is of a type read.
+pub fn mutation_answer(data: &[u8]) {
+    let (doc, answer) = match data.iter().position(|&b| b == 0) {
+        Some(i) => (&data[..i], &data[i + 1..]),
+        None => (data, &b"{}"[..]),
+    };
+    let Ok(doc) = std::str::from_utf8(doc) else {
+        return;
+    };
+    let limits = Limits {
+        max_depth: 32,
+        max_fields: 2000,
+    };
+    let Some(shape) = mutation_shape(doc, None, limits) else {
+        return;
+    };
+    let Ok(answer) = serde_json::from_slice::<serde_json::Value>(answer) else {
+        return;
+    };
+    if let Some(found) = find_in_shaped_answer(&answer, &shape, &KeyFields::default()) {
+        for (t, _) in &found.entities {
+            assert!(found.types.contains(t), "{t} read as an entity, not a type");
+        }
     }
 }
 

@@ -3,6 +3,7 @@
 //! Every error names the field it is about, because the only place an operator sees it is one log
 //! line when Envoy refuses to load the plugin.
 
+use crate::invalidate::mutation::{MutationPurges, TagSource};
 use crate::invalidate::tags::KeyFields;
 use crate::request::rules::{Lifetimes, Matcher, Rule, Scope};
 use serde::Deserialize;
@@ -75,6 +76,8 @@ pub struct Config {
     pub purge: Option<PurgeApi>,
     /// What a successful mutation purges.
     pub mutation_invalidation: MutationInvalidation,
+    /// Where a mutation's answer declares its tags, and how many mutation purges run as asked.
+    pub mutation_purges: MutationPurges,
     /// Slots of purge marks in shared data (bounds invalidation memory whatever the tags).
     pub tag_slots: u32,
     /// Persisted queries (hash to text) remembered in shared data; 0 turns APQ off.
@@ -256,6 +259,7 @@ impl Default for Config {
             key_fields: KeyFields::default(),
             purge: None,
             mutation_invalidation: MutationInvalidation::Entity,
+            mutation_purges: MutationPurges::default(),
             tag_slots: 4096,
             apq_slots: 1024,
             shadow: false,
@@ -327,6 +331,9 @@ struct RawConfig {
     purge_token: Option<String>,
     purge_token_env: Option<String>,
     mutation_invalidation: Option<String>,
+    mutation_tags_from: Option<Vec<String>>,
+    mutation_purges_per_second: Option<u64>,
+    mutation_purge_burst: Option<u64>,
     tag_slots: Option<u64>,
     apq_slots: Option<u64>,
     mode: Option<String>,
@@ -603,6 +610,33 @@ fn parse_key_fields(raw: Option<HashMap<String, Vec<String>>>) -> Result<KeyFiel
     Ok(key_fields)
 }
 
+fn parse_mutation_purges(raw: &RawConfig) -> Result<MutationPurges, ConfigError> {
+    let d = MutationPurges::default();
+    let tags_from = match &raw.mutation_tags_from {
+        None => d.tags_from,
+        Some(list) => list
+            .iter()
+            .enumerate()
+            .map(|(i, s)| {
+                TagSource::parse(s).map_err(|p| field_error(&format!("mutation_tags_from[{i}]"), p))
+            })
+            .collect::<Result<_, _>>()?,
+    };
+    let rate = |field, v, default: u32| {
+        let v = bounded(field, v, u64::from(default), 1, 1_000_000)?;
+        Ok::<u32, ConfigError>(u32::try_from(v).unwrap_or(u32::MAX))
+    };
+    Ok(MutationPurges {
+        tags_from,
+        per_second: rate(
+            "mutation_purges_per_second",
+            raw.mutation_purges_per_second,
+            d.per_second,
+        )?,
+        burst: rate("mutation_purge_burst", raw.mutation_purge_burst, d.burst)?,
+    })
+}
+
 fn parse_purge(
     path: Option<String>,
     token: Option<String>,
@@ -669,6 +703,7 @@ impl Config {
 
     fn from_raw(raw: RawConfig, env: &Env<'_>) -> Result<Config, ConfigError> {
         let d = Config::default();
+        let mutation_purges = parse_mutation_purges(&raw)?;
         let ttl_seconds = raw.ttl_seconds.unwrap_or(d.ttl_seconds);
         if ttl_seconds > MAX_TTL_SECONDS {
             return Err(field_error(
@@ -879,6 +914,7 @@ impl Config {
             key_fields,
             purge,
             mutation_invalidation,
+            mutation_purges,
             tag_slots: u32::try_from(tag_slots).unwrap_or(u32::MAX),
             apq_slots: u32::try_from(apq_slots).unwrap_or(u32::MAX),
             shadow,
@@ -1069,6 +1105,32 @@ mod tests {
             "mutation_invalidation"
         );
         assert_eq!(err(r#"{"tag_slots":0}"#).field, "tag_slots");
+        let m = Config::parse(
+            br#"{"mutation_tags_from":["header:X-Tags","extensions:tags"],
+                "mutation_purges_per_second":5,"mutation_purge_burst":7}"#,
+        )
+        .unwrap()
+        .mutation_purges;
+        assert_eq!(
+            m.tags_from,
+            vec![
+                TagSource::Header("x-tags".into()),
+                TagSource::Extensions("tags".into())
+            ]
+        );
+        assert_eq!((m.per_second, m.burst), (5, 7));
+        assert_fields(&[
+            (
+                r#"{"mutation_tags_from":["header:ok","body:x"]}"#,
+                "mutation_tags_from[1]",
+            ),
+            (r#"{"mutation_tags_from":"header:x"}"#, "mutation_tags_from"),
+            (
+                r#"{"mutation_purges_per_second":0}"#,
+                "mutation_purges_per_second",
+            ),
+            (r#"{"mutation_purge_burst":0}"#, "mutation_purge_burst"),
+        ]);
         assert_eq!(
             err(r#"{"key_fields":{"User":[]}}"#).field,
             "key_fields.User"

@@ -55,7 +55,12 @@ fn stored_through_a(fleet: &Fleet, n: u32) -> (Vec<u8>, Vec<u8>) {
     let before = value_names(redis(fleet));
     let stores = fleet.l2_stores();
     let miss = fleet.envoys[0].send(Req::query(&query(n)));
-    assert_eq!((miss.status, miss.cache()), (200, "MISS"), "{}", miss.text());
+    assert_eq!(
+        (miss.status, miss.cache()),
+        (200, "MISS"),
+        "{}",
+        miss.text()
+    );
     fleet.wait_l2_stores(stores + 1);
     let added: Vec<Vec<u8>> = value_names(redis(fleet))
         .difference(&before)
@@ -87,7 +92,11 @@ fn b_refuses(fleet: &Fleet, n: u32, what: &str) {
         !body.contains("forged") && !body.contains("<html>"),
         "{what}: {body}"
     );
-    assert_eq!(fleet.origin.count(), origin_before + 1, "{what}: went to the origin");
+    assert_eq!(
+        fleet.origin.count(),
+        origin_before + 1,
+        "{what}: went to the origin"
+    );
 }
 
 #[test]
@@ -198,7 +207,10 @@ fn a_purge_record_from_the_future_does_not_disable_the_cache() {
             }
         }
     }
-    assert!(fleet.counter("l2_purge_gaps") >= 2, "the unsigned record is a gap on each");
+    assert!(
+        fleet.counter("l2_purge_gaps") >= 2,
+        "the unsigned record is a gap on each"
+    );
 }
 
 #[test]

@@ -284,3 +284,86 @@ fn a_soft_purge_leaves_a_stale_entry_not_served_as_fresh() {
     assert_eq!(envoy.counter("stale_misses"), 1);
     assert_eq!(envoy.counter("purged_misses"), 0);
 }
+
+const POST1: &str = "query GetPost { post(id: 1) { __typename id title } requestCount }";
+
+/// `config()` with `extra` members (`"name": value, ...`).
+fn config_with(extra: &str) -> String {
+    format!(
+        r#"{{"debug_headers": true, "purge_path": "{PURGE}", "purge_token": "{TOKEN}", "tag_slots": 16384, {extra}}}"#
+    )
+}
+
+/// A client renames fields of its own mutation's answer to `__typename` and `id`: the answer then
+/// reads like post 1 (`{"__typename": "Post", "id": "1"}`), but the operation shows neither is
+/// the real field, so no post is purged; a genuine `{ __typename id }` still purges its entity.
+#[test]
+fn aliases_in_a_mutation_do_not_steer_its_purge() {
+    for mode in ["entity", "type"] {
+        let (_origin, envoy) = stack(&config_with(&format!(
+            r#""mutation_invalidation": "{mode}""#
+        )));
+        let post1 = cached(&envoy, POST1);
+        let user2 = cached(&envoy, USER2);
+        for attack in [
+            r#"mutation { updateUser(id: 1, name: "Post") { __typename: name id } }"#,
+            r#"mutation { updateUser(id: 1, name: "Post") { ...F } } fragment F on User { __typename: name id }"#,
+            r#"mutation { updateUser(id: 1, name: "Post") { ... on User { __typename: name } id } }"#,
+        ] {
+            let m = envoy.send(Req::query(attack));
+            assert_eq!(m.status, 200, "{}", m.text());
+            assert_eq!(
+                m.json()["data"]["updateUser"],
+                serde_json::json!({"__typename": "Post", "id": "1"}),
+                "the answer reads like post 1"
+            );
+        }
+        assert_eq!(envoy.counter("mutation_purges"), 0, "{mode}");
+        assert_kept(&envoy, POST1, &post1);
+        let genuine = envoy.send(Req::query(
+            r#"mutation { updateUser(id: 2, name: "Robert") { __typename id name } }"#,
+        ));
+        assert_eq!(genuine.status, 200, "{}", genuine.text());
+        assert_eq!(envoy.counter("mutation_purges"), 1, "{mode}");
+        assert_purged(&envoy, USER2, &user2);
+        assert_kept(&envoy, POST1, &post1);
+    }
+}
+
+/// Tags the origin declares (here `Surrogate-Key`, space-separated, one of them its CDN's own)
+/// are purged instead of the objects of the answer.
+#[test]
+fn a_mutation_purges_the_tags_its_origin_declares() {
+    let (_origin, envoy) = purging_stack();
+    let post1 = cached(&envoy, POST1);
+    let user2 = cached(&envoy, USER2);
+    let m = envoy.send(
+        Req::query(r#"mutation { updateUser(id: 2, name: "Bobby") { __typename id } }"#)
+            .header("x-origin-header", "surrogate-key: cdn-post-1 entity:Post:1"),
+    );
+    assert_eq!(m.status, 200, "{}", m.text());
+    assert_eq!(envoy.counter("mutation_purges"), 1);
+    assert_purged(&envoy, POST1, &post1);
+    assert_kept(&envoy, USER2, &user2);
+}
+
+/// Past `mutation_purge_burst` (per worker), a mutation purges its types whole, and says so.
+#[test]
+fn mutation_purges_past_the_budget_collapse_to_their_types() {
+    let (_origin, envoy) = stack(&config_with(
+        r#""mutation_purges_per_second": 1, "mutation_purge_burst": 1"#,
+    ));
+    let post1 = cached(&envoy, POST1);
+    let user2 = cached(&envoy, USER2);
+    // Two workers, one purge each at once: the third mutation finds one spent.
+    for name in ["A", "B", "C"] {
+        let m = envoy.send(Req::query(&format!(
+            r#"mutation {{ updateUser(id: 1, name: "{name}") {{ __typename id }} }}"#
+        )));
+        assert_eq!(m.status, 200, "{}", m.text());
+    }
+    assert_eq!(envoy.counter("mutation_purges"), 3);
+    assert!(envoy.counter("mutation_purges_collapsed") >= 1);
+    assert_purged(&envoy, USER2, &user2);
+    assert_kept(&envoy, POST1, &post1);
+}

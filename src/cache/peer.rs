@@ -178,9 +178,15 @@ mod tests {
         assert_eq!((v.stale_ms, v.error_ms), (5_000, 0));
         let mut future = entry(200, vec![JSON], b"{}");
         future.born_us = 2_500_001;
-        assert_eq!(vetted(&future.encode(), &bounds()), Err(Refused::FromTheFuture));
+        assert_eq!(
+            vetted(&future.encode(), &bounds()),
+            Err(Refused::FromTheFuture)
+        );
         future.born_us = 0;
         future.stored_at_ms = u64::MAX;
-        assert_eq!(vetted(&future.encode(), &bounds()), Err(Refused::FromTheFuture));
+        assert_eq!(
+            vetted(&future.encode(), &bounds()),
+            Err(Refused::FromTheFuture)
+        );
     }
 }

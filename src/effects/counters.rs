@@ -18,6 +18,7 @@ pub enum Counter {
     Purges,
     PurgeRejected,
     MutationPurges,
+    MutationPurgesCollapsed,
     PurgedMisses,
     StaleMisses,
     StaleServed,
@@ -40,7 +41,7 @@ pub enum Counter {
 
 impl Counter {
     /// Every counter, in the order of its index.
-    pub const ALL: [Counter; 34] = [
+    pub const ALL: [Counter; 35] = [
         Counter::Hits,
         Counter::Misses,
         Counter::Bypasses,
@@ -57,6 +58,7 @@ impl Counter {
         Counter::Purges,
         Counter::PurgeRejected,
         Counter::MutationPurges,
+        Counter::MutationPurgesCollapsed,
         Counter::PurgedMisses,
         Counter::StaleMisses,
         Counter::StaleServed,
@@ -100,6 +102,7 @@ impl Counter {
             Counter::Purges => "graphql_cache.purges",
             Counter::PurgeRejected => "graphql_cache.purge_rejected",
             Counter::MutationPurges => "graphql_cache.mutation_purges",
+            Counter::MutationPurgesCollapsed => "graphql_cache.mutation_purges_collapsed",
             Counter::PurgedMisses => "graphql_cache.purged_misses",
             Counter::StaleMisses => "graphql_cache.stale_misses",
             Counter::StaleServed => "graphql_cache.stale_served",

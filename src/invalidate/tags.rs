@@ -12,7 +12,7 @@ use std::collections::HashMap;
 /// so a purge of something coarse always reaches an entry that had too many entities to list.
 pub const MAX_TAGS: usize = 64;
 /// Objects visited in one answer before tagging stops (bounds the work on huge answers).
-const MAX_OBJECTS: usize = 10_000;
+pub const MAX_OBJECTS: usize = 10_000;
 const TYPENAME: &str = "__typename";
 
 /// Which fields identify an object of a type; `default` for types not listed (`["id"]`).
@@ -32,7 +32,7 @@ impl Default for KeyFields {
 }
 
 impl KeyFields {
-    fn of(&self, typename: &str) -> &[String] {
+    pub fn of(&self, typename: &str) -> &[String] {
         self.by_type.get(typename).unwrap_or(&self.default)
     }
 }
@@ -117,16 +117,19 @@ fn note(
     object: &serde_json::Map<String, Value>,
     key_fields: &KeyFields,
 ) {
-    if !found.types.iter().any(|t| t == typename) {
-        found.types.push(typename.to_string());
-    }
-    if let Some(id) = object_id(object, key_fields.of(typename)) {
-        if !found
-            .entities
-            .iter()
-            .any(|(t, i)| t == typename && *i == id)
-        {
-            found.entities.push((typename.to_string(), id));
+    found.note(typename, object_id(object, key_fields.of(typename)));
+}
+
+impl Found {
+    /// An object of type `typename`, and its id when it has one; each once.
+    pub fn note(&mut self, typename: &str, id: Option<String>) {
+        if !self.types.iter().any(|t| t == typename) {
+            self.types.push(typename.to_string());
+        }
+        if let Some(id) = id {
+            if !self.entities.iter().any(|(t, i)| t == typename && *i == id) {
+                self.entities.push((typename.to_string(), id));
+            }
         }
     }
 }

@@ -6,6 +6,7 @@
 //! query, unused fragments, operations not selected), and everything else is kept exactly
 //! (selection order and aliases shape the response; values and directives change it).
 
+use crate::invalidate::shape::{shape_of, ResponseShape};
 use graphql_parser::query::{
     parse_query, Definition, Directive, Document, FragmentDefinition, OperationDefinition,
     Selection, SelectionSet, Type, TypeCondition, Value, VariableDefinition,
@@ -115,6 +116,25 @@ pub fn canonicalize(
         root_fields,
         text: out,
     })
+}
+
+/// The shape of a mutation's answer (see `invalidate::shape`), read from the document the origin
+/// will execute, with the same refusals as [`canonicalize`]. `None` when the document is not one
+/// mutation this filter can map: then its answer's objects purge nothing.
+pub fn mutation_shape(
+    query: &str,
+    operation_name: Option<&str>,
+    limits: Limits,
+) -> Option<ResponseShape> {
+    prescan(query, limits.max_depth).ok()?;
+    let doc: Document<Txt> = parse_query(query).ok()?;
+    let fragments = index_fragments(&doc).ok()?;
+    let op = select_operation(&doc, operation_name).ok()?;
+    let (kind, _, _, _, selection) = operation_parts(op);
+    if kind != OperationKind::Mutation {
+        return None;
+    }
+    shape_of(selection, &fragments).ok()
 }
 
 type OperationParts<'d, 'a> = (

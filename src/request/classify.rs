@@ -2,16 +2,21 @@
 //! a cache key or the reason to pass the request through.
 
 use crate::config::Config;
+use crate::invalidate::shape::ResponseShape;
 use crate::invalidate::tags::OperationTags;
 use crate::request::apq::sha256_hex;
 use crate::request::bypass::Bypass;
-use crate::request::canonical::{canonicalize, CanonicalError, CanonicalOperation, OperationKind};
+use crate::request::canonical::{
+    canonicalize, mutation_shape, CanonicalError, CanonicalOperation, OperationKind,
+};
 use crate::request::http::{
     is_json_content_type, parse_get_query, parse_post_body, split_path, GraphQlRequest,
 };
 use crate::request::key::{build_key, CacheKey, KeyContext};
 use crate::request::memo::MemoInput;
 use crate::request::rules::{request_policy, RequestPolicy, RouteOverride, Scope};
+use serde::de::IgnoredAny;
+use serde::Deserialize;
 use std::rc::Rc;
 
 /// What the filter read from the request headers. Owned bytes: header values need not be UTF-8.
@@ -242,6 +247,56 @@ pub fn classify_post(
     identify(config, head, full_path, req, persisted)
 }
 
+/// The shape of a mutation's answer (see `invalidate::shape`), from the request bytes the origin
+/// receives: a GET's query string, or a POST's body (`body`). `None` whenever the origin could
+/// execute another operation than the one read here: a body that has a GraphQL member twice
+/// (which one a server takes varies), or a POST whose query string carries GraphQL parameters
+/// too (some servers let those win). Then the answer's objects purge nothing.
+pub fn mutation_shape_of(
+    config: &Config,
+    head: &RequestHead,
+    body: Option<&[u8]>,
+    persisted: Resolve<'_>,
+) -> Option<ResponseShape> {
+    let full_path = std::str::from_utf8(&head.path).ok()?;
+    let query_string = split_path(full_path).1;
+    let mut req = match body {
+        None => parse_get_query(query_string.unwrap_or_default()).ok()?,
+        Some(body) => {
+            if query_string.is_some_and(names_graphql_parameters)
+                || serde_json::from_slice::<GraphQlMembers>(body).is_err()
+            {
+                return None;
+            }
+            parse_post_body(body).ok()?
+        }
+    };
+    resolve_persisted(&mut req, persisted).ok()?;
+    mutation_shape(&req.query, req.operation_name.as_deref(), config.limits())
+}
+
+/// The members of a POST body that choose the operation; reading it fails on one given twice.
+#[derive(Deserialize)]
+struct GraphQlMembers {
+    #[serde(rename = "query")]
+    _query: Option<IgnoredAny>,
+    #[serde(rename = "operationName")]
+    _operation_name: Option<IgnoredAny>,
+    #[serde(rename = "extensions")]
+    _extensions: Option<IgnoredAny>,
+}
+
+/// Whether a query string may name a GraphQL parameter (encoded names count, unread).
+fn names_graphql_parameters(query_string: &str) -> bool {
+    query_string.split('&').any(|pair| {
+        let name = pair.split_once('=').map_or(pair, |(n, _)| n);
+        name.contains(['%', '+'])
+            || ["query", "operationName", "variables", "extensions"]
+                .iter()
+                .any(|p| name.eq_ignore_ascii_case(p))
+    })
+}
+
 /// A persisted query's text, from the request or the table. `Some(hash)` when the request taught
 /// a hash the filter checked itself (the exchange writes it to the table).
 fn resolve_persisted(
@@ -334,6 +389,44 @@ fn parse_length(v: &[u8]) -> Option<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_mutation_is_mapped_only_when_the_origin_reads_the_same_operation() {
+        let c = Config::default();
+        let post = head("POST", "/graphql");
+        let body = br#"{"query":"mutation { a { __typename id } }"}"#;
+        let shape = |h: &RequestHead, b: Option<&[u8]>| {
+            mutation_shape_of(&c, h, b, &no_persisted_queries).is_some()
+        };
+        assert!(shape(&post, Some(body)));
+        assert!(shape(&head("POST", "/graphql?trace=1"), Some(body)));
+        let twice = br#"{"query":"mutation { a { __typename id } }","query":"mutation { b }"}"#;
+        assert!(
+            !shape(&post, Some(twice)),
+            "which `query` would the origin take?"
+        );
+        for path in [
+            "/graphql?query=mutation%7Bb%7D",
+            "/graphql?operationName=B",
+            "/graphql?qu%65ry=x",
+        ] {
+            assert!(!shape(&head("POST", path), Some(body)), "{path}");
+        }
+        assert!(shape(&head("GET", "/graphql?query=mutation%7Ba%7D"), None));
+        assert!(
+            !shape(&head("GET", "/graphql?query=%7Ba%7D"), None),
+            "a query"
+        );
+        assert!(!shape(
+            &post,
+            Some(br#"{"query":"mutation { a { ...F } }"}"#)
+        ));
+        let persisted = r#"{"extensions":{"persistedQuery":{"version":1,"sha256Hash":"%"}}}"#
+            .replace('%', &"a".repeat(64));
+        let known = |_: &str| Some("mutation { a { id } }".to_string());
+        assert!(mutation_shape_of(&c, &post, Some(persisted.as_bytes()), &known).is_some());
+        assert!(!shape(&post, Some(persisted.as_bytes())), "unknown hash");
+    }
 
     fn head(method: &str, path: &str) -> RequestHead {
         RequestHead {

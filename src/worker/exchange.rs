@@ -9,11 +9,13 @@ use crate::coalesce::upstream::IDENTITY;
 use crate::config::{MutationInvalidation, PurgeApi};
 use crate::effects::counters::Counter;
 use crate::effects::host::{LogLevel, RequestHost};
+use crate::invalidate::mutation::header_tags;
 use crate::invalidate::purge::Refusal;
+use crate::invalidate::shape::ResponseShape;
 use crate::request::bypass::Bypass;
 use crate::request::classify::{
-    classify_get, classify_headers, classify_post, handles, memo_input, scope_key, Classified,
-    Decided, HeadersVerdict, RequestHead,
+    classify_get, classify_headers, classify_post, handles, memo_input, mutation_shape_of,
+    scope_key, Classified, Decided, HeadersVerdict, RequestHead,
 };
 use crate::request::http::split_path;
 use crate::request::key::CacheKey;
@@ -69,6 +71,8 @@ enum State {
     Mutation {
         body: Option<Vec<u8>>,
         status: u16,
+        /// The tags its configured headers declare.
+        declared: Vec<String>,
     },
 }
 
@@ -79,6 +83,8 @@ pub struct Exchange {
     state: State,
     /// What this request asked, once it is keyed: its TTL, when it looked up, its operation.
     asked: Option<Asked>,
+    /// A mutation's answer keys, mapped while its request was at hand (see `invalidate::shape`).
+    mutation_shape: Option<Box<ResponseShape>>,
 }
 
 /// The pieces of the worker every callback needs.
@@ -94,6 +100,7 @@ impl Exchange {
             context,
             state: State::Ignored,
             asked: None,
+            mutation_shape: None,
         }
     }
 
@@ -367,7 +374,12 @@ impl Exchange {
         });
         match scoped {
             Ok(d) => self.lookup(cx, d, head, body),
-            Err(reason) => self.bypass(cx, reason),
+            Err(reason) => {
+                if reason == Bypass::Mutation {
+                    self.map_mutation(cx, head, body.as_deref());
+                }
+                self.bypass(cx, reason)
+            }
         }
     }
 
@@ -534,12 +546,34 @@ impl Exchange {
             self.state = State::Mutation {
                 body: Some(Vec::new()),
                 status,
+                declared: header_tags(&cx.plugin.config.mutation_purges.tags_from, &headers),
             };
         }
     }
 
+    /// The operation is parsed again here, not kept from classification: a mutation is never
+    /// memoized with its shape, and the work is for mutations only.
+    fn map_mutation<H: RequestHost>(
+        &mut self,
+        cx: &Ctx<H>,
+        head: &RequestHead,
+        body: Option<&[u8]>,
+    ) {
+        let config = &cx.plugin.config;
+        if config.mutation_invalidation == MutationInvalidation::Off {
+            return;
+        }
+        let resolve = |h: &str| cx.plugin.apq.lookup(cx.host, h);
+        self.mutation_shape = mutation_shape_of(config, head, body, &resolve).map(Box::new);
+    }
+
     fn mutation_body<H: RequestHost>(&mut self, cx: &Ctx<H>, size: usize, end: bool) {
-        let State::Mutation { body, status } = &mut self.state else {
+        let State::Mutation {
+            body,
+            status,
+            declared,
+        } = &mut self.state
+        else {
             return;
         };
         let Some(buffer) = body else { return };
@@ -557,10 +591,9 @@ impl Exchange {
             return;
         }
         let config = &cx.plugin.config;
-        if let Some(targets) = purge::mutation_targets(config, *status, buffer) {
-            if purge::apply(cx.plugin, cx.worker, cx.host, &targets).is_ok() {
-                cx.host.count(Counter::MutationPurges);
-            }
+        let shape = self.mutation_shape.as_deref();
+        if let Some(plan) = purge::mutation_plan(config, *status, buffer, shape, declared) {
+            purge::after_mutation(cx.plugin, cx.worker, cx.host, &plan);
         }
         *body = None;
     }

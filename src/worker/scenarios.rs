@@ -870,6 +870,50 @@ fn a_mutation_purges_the_entities_it_returns() {
     assert!(a.hits(5, other), "other entities stay");
 }
 
+/// Sends `mutation` (a POST body) through `node` as context `context`, answered `answer`.
+fn mutate(node: &Node, context: u32, mutation: &str, answer: &str) {
+    let (mut x, flow) = node.post(context, mutation, &[]);
+    assert_eq!(flow, Flow::Continue);
+    *node.host.response_headers.borrow_mut() = vec![
+        (":status".into(), b"200".to_vec()),
+        ("content-type".into(), b"application/json".to_vec()),
+    ];
+    x.on_response_headers(&node.cx(), false);
+    *node.host.response_chunk.borrow_mut() = answer.as_bytes().to_vec();
+    x.on_response_body(&node.cx(), answer.len(), true);
+}
+
+#[test]
+fn a_mutation_s_aliases_purge_nothing_and_its_budget_collapses_the_excess() {
+    let config = r#"{"purge_path":"/purge","purge_token":"0123456789abcdef","tag_slots":16384,
+        "mutation_purges_per_second":1,"mutation_purge_burst":1}"#;
+    let (a, b) = envoy(config);
+    a.fill(1, USER, USER_ANSWER);
+    let other = r#"{"query":"{ user(id: 2) { __typename id name } }"}"#;
+    let other_answer = r#"{"data":{"user":{"__typename":"User","id":"2","name":"Bob"}}}"#;
+    a.fill(2, other, other_answer);
+    let aliased = r#"{"query":"mutation { updateUser(id: 2, name: \"User\") { __typename: name id: name } }"}"#;
+    let reads_like_user_1 = r#"{"data":{"updateUser":{"__typename":"User","id":"1"}}}"#;
+    mutate(&b, 3, aliased, reads_like_user_1);
+    assert_eq!(b.host.counted(Counter::MutationPurges), 0);
+    a.host.advance(1);
+    assert!(a.hits(4, USER), "no alias steers a purge");
+    let genuine = r#"{"query":"mutation { updateUser(id: 1, name: \"A\") { __typename id } }"}"#;
+    let answer = r#"{"data":{"updateUser":{"__typename":"User","id":"1"}}}"#;
+    mutate(&b, 5, genuine, answer);
+    assert_eq!(b.host.counted(Counter::MutationPurgesCollapsed), 0);
+    a.host.advance(1);
+    assert!(!a.hits(6, USER), "the entity it returned is purged");
+    assert!(a.hits(7, other), "and only that one");
+    // The budget of `b` is spent: the next purges all of `User`.
+    a.fill(8, USER, USER_ANSWER);
+    mutate(&b, 9, genuine, answer);
+    assert_eq!(b.host.counted(Counter::MutationPurgesCollapsed), 1);
+    assert_eq!(b.host.counted(Counter::MutationPurges), 2);
+    a.host.advance(1);
+    assert!(!a.hits(10, other), "collapsed into a purge of its type");
+}
+
 #[test]
 fn a_held_purge_whose_body_never_comes_is_refused_not_sent_upstream() {
     let (a, _b) = envoy(PURGING);

@@ -11,6 +11,7 @@ use crate::config::Config;
 use crate::fast_hash::{FastMap, FastSet};
 use crate::fleet::calls::L2Calls;
 use crate::invalidate::marks::{PurgeTable, PurgeView};
+use crate::invalidate::mutation::PurgeBudget;
 use crate::request::apq::ApqTable;
 use crate::request::bypass::Bypass;
 use crate::request::classify::Decided;
@@ -106,6 +107,10 @@ pub struct Worker {
     pub too_large: BoundedSet,
     /// Calls outstanding with the fleet's L2, writes queued for it, the purge feed's place.
     pub l2: L2Calls,
+    /// What is left of this worker's mutation purges before they collapse. Per worker: sharing
+    /// it would cost every mutation a compare-and-swap in shared data, and the point is a bound
+    /// (an Envoy's is the worker count times the rate), not a precise one.
+    pub mutation_budget: PurgeBudget,
 }
 
 /// At most `capacity` keys, the oldest forgotten first.
@@ -159,6 +164,7 @@ impl Worker {
             last_beat_ms: 0,
             too_large: BoundedSet::new(TOO_LARGE_KEPT),
             l2: L2Calls::default(),
+            mutation_budget: PurgeBudget::new(&config.mutation_purges),
         }
     }
 
@@ -167,6 +173,7 @@ impl Worker {
         self.memo = Memo::new(config.key_memo_entries, MEMO_MAX_INPUT);
         self.hot = HotCache::new(config.local_cache_bytes);
         self.purges = PurgeView::default();
+        self.mutation_budget = PurgeBudget::new(&config.mutation_purges);
     }
 }
 
