@@ -232,7 +232,8 @@ impl ConnectionLike for Conn {
 /// Why a verb could not be served; every variant answers 424 (503 on `/health`).
 #[derive(Debug)]
 pub enum Fail {
-    NotConnected,
+    /// With the last connection attempt's error, if any (e.g. wrong Redis password).
+    NotConnected(Option<String>),
     Timeout,
     Redis(redis::RedisError),
     Reply(&'static str),
@@ -241,7 +242,8 @@ pub enum Fail {
 impl fmt::Display for Fail {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Fail::NotConnected => write!(f, "redis not connected"),
+            Fail::NotConnected(None) => write!(f, "redis not connected"),
+            Fail::NotConnected(Some(e)) => write!(f, "redis not connected: {e}"),
             Fail::Timeout => write!(f, "redis timeout"),
             Fail::Redis(e) => write!(f, "redis error: {e}"),
             Fail::Reply(what) => write!(f, "unexpected redis reply: {what}"),
@@ -270,6 +272,8 @@ pub struct Purges {
 pub struct Backend {
     target: RedisTarget,
     conn: RwLock<Option<Conn>>,
+    /// Why the last connection attempt failed, for the answers while there is no connection.
+    connect_error: RwLock<Option<String>>,
     timeout: Duration,
 }
 
@@ -416,6 +420,7 @@ impl Backend {
         Arc::new(Backend {
             target,
             conn: RwLock::new(None),
+            connect_error: RwLock::new(None),
             timeout,
         })
     }
@@ -452,6 +457,10 @@ impl Backend {
                 Ok(Err(e)) => e.to_string(),
                 Err(_) => "timeout".to_string(),
             };
+            match self.connect_error.write() {
+                Ok(mut g) => *g = Some(error.clone()),
+                Err(poisoned) => *poisoned.into_inner() = Some(error.clone()),
+            }
             // The first failure, then one line a minute.
             if attempts.is_multiple_of(240) {
                 eprintln!("graphql-cache-l2: connecting to redis: {error} (retrying every 250 ms)");
@@ -471,7 +480,13 @@ impl Backend {
         F: FnOnce(Conn) -> Fut,
         Fut: Future<Output = RedisResult<T>>,
     {
-        let conn = self.current().ok_or(Fail::NotConnected)?;
+        let Some(conn) = self.current() else {
+            let why = match self.connect_error.read() {
+                Ok(g) => g.clone(),
+                Err(poisoned) => poisoned.into_inner().clone(),
+            };
+            return Err(Fail::NotConnected(why));
+        };
         match tokio::time::timeout(limit, f(conn)).await {
             Ok(Ok(v)) => Ok(v),
             Ok(Err(e)) => Err(Fail::Redis(e)),
