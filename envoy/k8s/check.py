@@ -998,6 +998,9 @@ PUBLIC_QUERY = b'{"query":"{ users { id name } }"}'
 PRIVATE_QUERY = b'{"query":"{ me { id name } }"}'
 
 
+L2_DEV_SECRET = "dev-l2-secret-change-me-0123456789"
+
+
 def runtime_smoke(bootstraps, envoy, l2_bin, origin_bin, token, errors, workdir):
     """Each rebuilt configuration (inline listener) in a real Envoy in front of the real origin,
     with the real L2 service and Redis behind the clusters the manifests name: a POST query must be
@@ -1006,16 +1009,18 @@ def runtime_smoke(bootstraps, envoy, l2_bin, origin_bin, token, errors, workdir)
 
     procs = []
 
-    def start(name, argv):
+    def start(name, argv, env=None):
         log = open(os.path.join(workdir, name + ".log"), "w")
-        p = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
+        p = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env)
         procs.append((p, log))
         return p
 
     ports = {k: _free_port() for k in ("redis", "l2", "origin")}
     try:
         start("redis", ["redis-server", "--port", str(ports["redis"]), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
-        start("l2", [l2_bin, "--listen", "127.0.0.1:%d" % ports["l2"], "--redis", "redis://127.0.0.1:%d" % ports["redis"]])
+        # The L2 requires a bearer secret: the fixed dev value, which the Envoys send from their env.
+        l2_env = dict(os.environ, GRAPHQL_CACHE_L2_SECRET=os.environ.get("GRAPHQL_CACHE_L2_SECRET", L2_DEV_SECRET))
+        start("l2", [l2_bin, "--listen", "127.0.0.1:%d" % ports["l2"], "--redis", "redis://127.0.0.1:%d" % ports["redis"]], env=l2_env)
         start("origin", [origin_bin, "--listen", "127.0.0.1:%d" % ports["origin"], "--threads", "1"])
         if not _wait_http("http://127.0.0.1:%d/health" % ports["l2"]):
             errors.add("runtime", "the L2 service did not become healthy (see %s)" % workdir)
