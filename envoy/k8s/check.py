@@ -55,6 +55,8 @@ BUILTIN = {
     ("v1", "ConfigMap"): True,
     ("apps/v1", "Deployment"): True,
     ("policy/v1", "PodDisruptionBudget"): True,
+    ("v1", "Secret"): True,
+    ("networking.k8s.io/v1", "NetworkPolicy"): True,
 }
 
 WASM_TYPE = "type.googleapis.com/envoy.extensions.filters.http.wasm.v3.Wasm"
@@ -658,6 +660,7 @@ def check_l2(all_docs, errors):
     sel = _get(dep.spec, "selector", "matchLabels") or {}
     if any(labels.get(k) != v for k, v in sel.items()):
         errors.add(dep.where, "selector does not match the pod labels")
+    check_l2_trust(all_docs, dep, c, labels, errors)
     for d in all_docs:
         if d.namespace != dep.namespace:
             continue
@@ -675,6 +678,31 @@ def check_l2(all_docs, errors):
             s = _get(d.spec, "selector", "matchLabels") or {}
             if any(labels.get(k) != v for k, v in s.items()):
                 errors.add(d.where, "selector matches no graphql-cache-l2 pod")
+
+
+def check_l2_trust(all_docs, dep, c, labels, errors):
+    """The L2 requires a secret, and NetworkPolicies fence it and its Redis; Redis keeps the purge
+    log (no eviction of keys without a TTL)."""
+    args = c.get("args") or []
+    env = {e.get("name") for e in c.get("env") or []}
+    if "--insecure-no-auth" in args:
+        errors.add(dep.where, "--insecure-no-auth: the L2 must require a secret")
+    if not any(a.startswith("--auth-secret-file=") for a in args) and "GRAPHQL_CACHE_L2_SECRET" not in env:
+        errors.add(dep.where, "no --auth-secret-file= nor env GRAPHQL_CACHE_L2_SECRET: the service would not start")
+    secrets = {d.name for d in all_docs if d.kind == "Secret" and d.namespace == dep.namespace}
+    for v in _get(dep.spec, "template", "spec", "volumes") or []:
+        name = _get(v, "secret", "secretName")
+        if name and name not in secrets:
+            errors.add(dep.where, "volume %s: no Secret %s in %s" % (v.get("name"), name, dep.namespace))
+    pols = [d for d in all_docs if d.kind == "NetworkPolicy" and d.namespace == dep.namespace]
+    fenced = [d for d in pols if all(labels.get(k) == v for k, v in (_get(d.spec, "podSelector", "matchLabels") or {}).items())
+              and _get(d.spec, "podSelector", "matchLabels")]
+    if not fenced:
+        errors.add(dep.where, "no NetworkPolicy selects the graphql-cache-l2 pods")
+    for d in all_docs:
+        conf = (d.obj.get("data") or {}).get("redis-additional.conf") if d.kind == "ConfigMap" else None
+        if conf is not None and "maxmemory-policy volatile-lru" not in conf:
+            errors.add(d.where, "maxmemory-policy volatile-lru expected (allkeys-* would evict the purge log)")
 
 
 # --------------------------------------------------------------------------------------------
