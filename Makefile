@@ -182,6 +182,15 @@ comma := ,
 soak: tools build
 	bench/run.sh --soak
 
+# What an idle fleet costs Redis: Redis, one L2, the origin and FLEET_ENVOYS Envoys x 2 workers on
+# envoy/fleet.yaml, no traffic; INFO commandstats over FLEET_SECONDS. FLEET_IDLE_ARGS=--insecure-no-auth
+# for a filter that does not send the L2 secret yet.
+.PHONY: fleet-idle
+FLEET_ENVOYS ?= 8
+FLEET_SECONDS ?= 10
+fleet-idle: tools build redis-check
+	python3 bench/fleet_idle.py --envoys $(FLEET_ENVOYS) --seconds $(FLEET_SECONDS) $(FLEET_IDLE_ARGS)
+
 # Native criterion benchmarks of the key path and entry encoding (about a minute).
 bench-micro:
 	$(CARGO) bench --bench key_path

@@ -41,6 +41,7 @@ TAGGED_QUERY = "query Users { users { __typename id name email posts { __typenam
 SLOW_ORIGIN = ["--delay-ms", "20", "--max-inflight", "8"]
 # The fleet (issue 11): Redis and the L2 service, started once for the run (on the load CPU).
 L2_BIN = ROOT / "target/release/graphql-cache-l2"
+L2_DEV_SECRET = os.environ.get("GRAPHQL_CACHE_L2_SECRET", "dev-l2-secret-change-me-0123456789")
 REDIS_PORT, L2_PORT = 18379, 18090
 # The second Envoy of the two-Envoy expiry run.
 LISTEN_B, ADMIN_B = 18180, 18911
@@ -210,9 +211,12 @@ def start_fleet_services():
     redis = subprocess.Popen(
         ["taskset", "-c", LOAD_CPU, "redis-server", "--port", str(REDIS_PORT), "--bind", "127.0.0.1",
          "--save", "", "--appendonly", "no"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    # The service requires a bearer secret; the Envoys send the same dev value from their env.
+    env = dict(os.environ, GRAPHQL_CACHE_L2_SECRET=L2_DEV_SECRET)
     l2 = subprocess.Popen(
         ["taskset", "-c", LOAD_CPU, str(L2_BIN), "--listen", f"127.0.0.1:{L2_PORT}",
-         "--redis", f"redis://127.0.0.1:{REDIS_PORT}"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+         "--redis", f"redis://127.0.0.1:{REDIS_PORT}"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        env=env)
     wait_http(f"http://127.0.0.1:{L2_PORT}/health")
     return [l2, redis]
 

@@ -16,6 +16,9 @@ L2="$(abs "${L2:-target/release/graphql-cache-l2}")"
 # Not 6379, so that a Redis already running on this machine is left alone.
 REDIS_PORT="${REDIS_PORT:-6390}"
 PURGE_TOKEN=demo-purge-token-change-me
+# The secret the L2 service requires of its callers (the Envoys send it from the same variable).
+# A fixed development value: change it anywhere that is not your machine.
+export GRAPHQL_CACHE_L2_SECRET="${GRAPHQL_CACHE_L2_SECRET:-dev-l2-secret-change-me-0123456789}"
 logs="$root/.tools/demo-cluster"
 mkdir -p "$logs"
 command -v redis-server >/dev/null || { echo "redis-server not found (apt-get install redis-server)"; exit 1; }
@@ -74,7 +77,7 @@ ask() { curl -si "$1" -H "host: $HOST" -H 'content-type: application/json' -d "$
 cache_of() { grep -i '^x-cache:' <<<"$1" | sed 's/^[^:]*: //'; }
 reason_of() { grep -i '^x-cache-reason:' <<<"$1" | sed 's/^[^:]*: //'; }
 origin_count() { curl -s http://127.0.0.1:8081/_origin/count; }
-l2_metric() { curl -s http://127.0.0.1:8090/metrics | grep -F "$1 " | sed 's/.* //'; }
+l2_metric() { curl -s -H "authorization: Bearer $GRAPHQL_CACHE_L2_SECRET" http://127.0.0.1:8090/metrics | grep -F "$1 " | sed 's/.* //'; }
 say() { echo; echo "== $*"; }
 
 echo "Envoy A: $A (internal 127.0.0.1:8082, admin 127.0.0.1:9901)"
@@ -121,7 +124,7 @@ say "The filter's L2 counters on A (9901) and B (9902), and the L2 service's req
 for admin in 9901 9902; do
   echo "-- $admin"; curl -sg "http://127.0.0.1:$admin/stats?filter=^wasmcustom[.]graphql_cache[.]l2_"
 done
-echo "-- L2 service"; curl -s http://127.0.0.1:8090/metrics | grep '^l2_requests_total' | grep -v ' 0$'
+echo "-- L2 service"; curl -s -H "authorization: Bearer $GRAPHQL_CACHE_L2_SECRET" http://127.0.0.1:8090/metrics | grep '^l2_requests_total' | grep -v ' 0$'
 echo
 echo "Demo OK. Try it yourself:"
 echo "  curl -si $B -H 'host: $HOST' -H 'content-type: application/json' -d '$QUERY'"

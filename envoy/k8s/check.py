@@ -56,6 +56,8 @@ BUILTIN = {
     ("v1", "ConfigMap"): True,
     ("apps/v1", "Deployment"): True,
     ("policy/v1", "PodDisruptionBudget"): True,
+    ("v1", "Secret"): True,
+    ("networking.k8s.io/v1", "NetworkPolicy"): True,
 }
 
 WASM_TYPE = "type.googleapis.com/envoy.extensions.filters.http.wasm.v3.Wasm"
@@ -659,6 +661,7 @@ def check_l2(all_docs, errors):
     sel = _get(dep.spec, "selector", "matchLabels") or {}
     if any(labels.get(k) != v for k, v in sel.items()):
         errors.add(dep.where, "selector does not match the pod labels")
+    check_l2_trust(all_docs, dep, c, labels, errors)
     for d in all_docs:
         if d.namespace != dep.namespace:
             continue
@@ -676,6 +679,31 @@ def check_l2(all_docs, errors):
             s = _get(d.spec, "selector", "matchLabels") or {}
             if any(labels.get(k) != v for k, v in s.items()):
                 errors.add(d.where, "selector matches no graphql-cache-l2 pod")
+
+
+def check_l2_trust(all_docs, dep, c, labels, errors):
+    """The L2 requires a secret, and NetworkPolicies fence it and its Redis; Redis keeps the purge
+    log (no eviction of keys without a TTL)."""
+    args = c.get("args") or []
+    env = {e.get("name") for e in c.get("env") or []}
+    if "--insecure-no-auth" in args:
+        errors.add(dep.where, "--insecure-no-auth: the L2 must require a secret")
+    if not any(a.startswith("--auth-secret-file=") for a in args) and "GRAPHQL_CACHE_L2_SECRET" not in env:
+        errors.add(dep.where, "no --auth-secret-file= nor env GRAPHQL_CACHE_L2_SECRET: the service would not start")
+    secrets = {d.name for d in all_docs if d.kind == "Secret" and d.namespace == dep.namespace}
+    for v in _get(dep.spec, "template", "spec", "volumes") or []:
+        name = _get(v, "secret", "secretName")
+        if name and name not in secrets:
+            errors.add(dep.where, "volume %s: no Secret %s in %s" % (v.get("name"), name, dep.namespace))
+    pols = [d for d in all_docs if d.kind == "NetworkPolicy" and d.namespace == dep.namespace]
+    fenced = [d for d in pols if all(labels.get(k) == v for k, v in (_get(d.spec, "podSelector", "matchLabels") or {}).items())
+              and _get(d.spec, "podSelector", "matchLabels")]
+    if not fenced:
+        errors.add(dep.where, "no NetworkPolicy selects the graphql-cache-l2 pods")
+    for d in all_docs:
+        conf = (d.obj.get("data") or {}).get("redis-additional.conf") if d.kind == "ConfigMap" else None
+        if conf is not None and "maxmemory-policy volatile-lru" not in conf:
+            errors.add(d.where, "maxmemory-policy volatile-lru expected (allkeys-* would evict the purge log)")
 
 
 # --------------------------------------------------------------------------------------------
@@ -1031,6 +1059,7 @@ def _l2_ready_failures(admin_port, timeout=10.0):
             break
         time.sleep(0.1)
     return int(stats.get("wasmcustom.graphql_cache.l2_failures", "0"))
+L2_DEV_SECRET = FLEET_SECRETS["GRAPHQL_CACHE_L2_SECRET"]
 
 
 def runtime_smoke(bootstraps, envoy, l2_bin, origin_bin, token, errors, workdir):
@@ -1041,16 +1070,18 @@ def runtime_smoke(bootstraps, envoy, l2_bin, origin_bin, token, errors, workdir)
 
     procs = []
 
-    def start(name, argv):
+    def start(name, argv, env=None):
         log = open(os.path.join(workdir, name + ".log"), "w")
-        p = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=dict(os.environ, **FLEET_SECRETS))
+        p = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env or dict(os.environ, **FLEET_SECRETS))
         procs.append((p, log))
         return p
 
     ports = {k: _free_port() for k in ("redis", "l2", "origin")}
     try:
         start("redis", ["redis-server", "--port", str(ports["redis"]), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
-        start("l2", [l2_bin, "--listen", "127.0.0.1:%d" % ports["l2"], "--redis", "redis://127.0.0.1:%d" % ports["redis"]])
+        # The L2 requires a bearer secret: the fixed dev value, which the Envoys send from their env.
+        l2_env = dict(os.environ, GRAPHQL_CACHE_L2_SECRET=os.environ.get("GRAPHQL_CACHE_L2_SECRET", L2_DEV_SECRET))
+        start("l2", [l2_bin, "--listen", "127.0.0.1:%d" % ports["l2"], "--redis", "redis://127.0.0.1:%d" % ports["redis"]], env=l2_env)
         start("origin", [origin_bin, "--listen", "127.0.0.1:%d" % ports["origin"], "--threads", "1"])
         if not _wait_http("http://127.0.0.1:%d/health" % ports["l2"]):
             errors.add("runtime", "the L2 service did not become healthy (see %s)" % workdir)

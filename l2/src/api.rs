@@ -14,21 +14,28 @@ use axum::Router;
 use base64::Engine as _;
 use http_body_util::{BodyExt, LengthLimitError, Limited};
 
-use crate::backend::{Backend, Fail, Keys, Lookup};
-use crate::metrics::{Metrics, Outcome, PollVerb};
+use tokio::sync::{Mutex, Semaphore, SemaphorePermit};
+
+use crate::auth::Gate;
+use crate::backend::{Backend, Fail, Keys, Lookup, Purges};
+use crate::follow::PurgeFeed;
+use crate::metrics::{InFlight, Metrics, Outcome, PollVerb, Shed};
 use crate::wake::Wakeups;
 
-pub const MAX_LEASE_MS: u64 = 86_400_000;
 pub const MAX_TTL_MS: u64 = 365 * 86_400_000;
 pub const MAX_OWNER_BYTES: usize = 256;
 pub const MAX_PURGE_BYTES: usize = 64 * 1024;
 pub const PURGES_PER_ANSWER: usize = 100;
-const PURGES_POLL: Duration = Duration::from_millis(20);
+/// The longest generation id a reader may send back (the service makes 16 hex characters).
+const MAX_GEN_BYTES: usize = 64;
 /// A waiting lookup re-checks at least this often while the subscriber is subscribed...
 const LOOKUP_SAFETY_NAP: Duration = Duration::from_millis(250);
-/// ...and this often while it is not.
-const LOOKUP_POLL: Duration = Duration::from_millis(10);
+/// ...and this often while it is not: lost wake-ups are rare, and polling every waiter fast while
+/// pub/sub is down would multiply Redis commands exactly when Redis is in trouble.
+const LOOKUP_POLL: Duration = Duration::from_millis(200);
 const HEALTH_TIMEOUT: Duration = Duration::from_millis(100);
+/// Health checks from every Envoy share one PING per this period.
+const HEALTH_CACHE: Duration = Duration::from_secs(1);
 
 static X_L2: HeaderName = HeaderName::from_static("x-l2");
 static X_L2_TTL: HeaderName = HeaderName::from_static("x-l2-ttl-ms");
@@ -36,9 +43,18 @@ static X_L2_TTL: HeaderName = HeaderName::from_static("x-l2-ttl-ms");
 pub struct App {
     pub backend: Arc<Backend>,
     pub wake: Arc<Wakeups>,
+    pub feed: Arc<PurgeFeed>,
     pub metrics: Arc<Metrics>,
+    pub gate: Gate,
     pub max_value_bytes: usize,
     pub max_wait: Duration,
+    pub max_lease_ms: u64,
+    /// One permit per waiting long-poll (--max-long-polls).
+    pub long_polls: Semaphore,
+    /// One permit per byte of store bodies being received (--max-inflight-bytes).
+    pub inflight_bytes: Semaphore,
+    /// The last PING's time and outcome.
+    pub health: Mutex<Option<(Instant, Result<(), String>)>>,
 }
 
 pub fn router(app: Arc<App>) -> Router {
@@ -50,6 +66,10 @@ pub fn router(app: Arc<App>) -> Router {
         .route("/v1/purges", get(purges))
         .route("/health", get(health))
         .route("/metrics", get(metrics))
+        .layer(axum::middleware::from_fn_with_state(
+            app.gate.clone(),
+            crate::auth::layer,
+        ))
         .with_state(app)
 }
 
@@ -74,10 +94,12 @@ fn bad(app: &App, o: Outcome, msg: String) -> Response {
     text(StatusCode::BAD_REQUEST, msg)
 }
 
-fn unavailable(app: &App, o: Outcome, f: &Fail) -> Response {
+/// A Redis failure on a verb is 424, not 5xx: with a Cluster it is often one master's keys only,
+/// and Envoy's outlier detection (consecutive 5xx) would eject every healthy L2 replica for it.
+fn failed(app: &App, o: Outcome, f: &Fail) -> Response {
     app.metrics.count(o);
     app.metrics.redis_error();
-    text(StatusCode::SERVICE_UNAVAILABLE, f.to_string())
+    text(StatusCode::FAILED_DEPENDENCY, f.to_string())
 }
 
 /// Query parameters, percent-decoded; a parameter given twice is an error.
@@ -180,67 +202,101 @@ async fn read_body(req: Request, limit: usize) -> Result<Bytes, BodyError> {
     }
 }
 
+/// `lease_ms` above `--max-lease-ms` is clamped, not refused: a caller asking for too much still
+/// gets a lease, just not one that squats the key for long.
+fn lease(app: &App, asked: u64) -> u64 {
+    if asked > app.max_lease_ms {
+        app.metrics.lease_clamped();
+        app.max_lease_ms
+    } else {
+        asked
+    }
+}
+
+fn hit(value: Vec<u8>, ttl_ms: i64) -> Response {
+    let mut r = tagged("hit", value);
+    r.headers_mut().insert(
+        CONTENT_TYPE,
+        HeaderValue::from_static("application/octet-stream"),
+    );
+    if ttl_ms >= 0 {
+        r.headers_mut()
+            .insert(X_L2_TTL.clone(), HeaderValue::from(ttl_ms));
+    }
+    r
+}
+
+/// A long-poll's right to wait (--max-long-polls), counted in flight while held.
+fn wait_permit(app: &App, verb: PollVerb) -> Option<(SemaphorePermit<'_>, InFlight)> {
+    let p = app.long_polls.try_acquire().ok()?;
+    Some((p, app.metrics.long_poll(verb)))
+}
+
 async fn lookup(State(app): State<Arc<App>>, uri: Uri) -> Response {
     let parsed = Query::parse(&uri).and_then(|q| {
         Ok((
             q.key()?.to_string(),
-            q.number("lease_ms", 1, MAX_LEASE_MS, None)?,
+            q.number("lease_ms", 1, u64::MAX, None)?,
             q.owner()?.to_string(),
             q.wait(app.max_wait)?,
         ))
     });
     let (hex, lease_ms, owner, wait) = match parsed {
-        Ok(p) => p,
+        Ok((hex, l, owner, wait)) => (hex, lease(&app, l), owner, wait),
         Err(msg) => return bad(&app, Outcome::LookupBadRequest, msg),
     };
     let keys = Keys::new(&hex);
     let deadline = Instant::now() + wait;
     let mut waiter = (!wait.is_zero()).then(|| app.wake.register(&hex));
-    let mut in_flight = None;
+    let mut permit = None;
     loop {
         if let Some(w) = waiter.as_mut() {
             w.mark();
         }
-        match app.backend.lookup(&keys, &owner, lease_ms).await {
-            Err(f) => return unavailable(&app, Outcome::LookupError, &f),
+        let left = match app.backend.lookup(&keys, &owner, lease_ms).await {
+            Err(f) => return failed(&app, Outcome::LookupError, &f),
             Ok(Lookup::Hit { value, ttl_ms }) => {
                 app.metrics.count(Outcome::LookupHit);
-                let mut r = tagged("hit", value);
-                r.headers_mut().insert(
-                    CONTENT_TYPE,
-                    HeaderValue::from_static("application/octet-stream"),
-                );
-                if ttl_ms >= 0 {
-                    r.headers_mut()
-                        .insert(X_L2_TTL.clone(), HeaderValue::from(ttl_ms));
-                }
-                return r;
+                return hit(value, ttl_ms);
             }
             Ok(Lookup::Lead) => {
                 app.metrics.count(Outcome::LookupLead);
                 return tagged("lead", Vec::new());
             }
-            Ok(Lookup::Busy { lease_ms: left }) => {
-                let now = Instant::now();
-                let Some(w) = waiter.as_mut().filter(|_| now < deadline) else {
-                    app.metrics.count(Outcome::LookupBusy);
-                    return tagged("busy", Vec::new());
-                };
-                if in_flight.is_none() {
-                    in_flight = Some(app.metrics.long_poll(PollVerb::Lookup));
-                }
-                let nap = if app.wake.subscribed() {
-                    // Wake at the lease's expiry at the latest (+1 ms: be past it).
-                    let until_expiry = Duration::from_millis(u64::try_from(left).unwrap_or(0) + 1);
-                    until_expiry.min(LOOKUP_SAFETY_NAP)
-                } else {
-                    LOOKUP_POLL
-                };
-                let source = w.wait(nap.min(deadline - now)).await;
-                app.metrics.wakeup(source);
+            Ok(Lookup::Busy { lease_ms: left }) => left,
+        };
+        let now = Instant::now();
+        if permit.is_none() && waiter.is_some() && now < deadline {
+            permit = wait_permit(&app, PollVerb::Lookup);
+            if permit.is_none() {
+                app.metrics.shed(Shed::LookupWait);
             }
         }
+        let Some(w) = waiter
+            .as_mut()
+            .filter(|_| permit.is_some() && now < deadline)
+        else {
+            app.metrics.count(Outcome::LookupBusy);
+            return tagged("busy", Vec::new());
+        };
+        let nap = if app.wake.subscribed() {
+            // Wake at the lease's expiry at the latest (+1 ms: be past it).
+            let until_expiry = Duration::from_millis(u64::try_from(left).unwrap_or(0) + 1);
+            until_expiry.min(LOOKUP_SAFETY_NAP)
+        } else {
+            LOOKUP_POLL
+        };
+        let source = w.wait(nap.min(deadline - now)).await;
+        app.metrics.wakeup(source);
     }
+}
+/// Bytes a store may be about to receive: its declared length, else the most it may send.
+fn body_budget(app: &App, req: &Request) -> usize {
+    req.headers()
+        .get(CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<usize>().ok())
+        .map_or(app.max_value_bytes, |n| n.min(app.max_value_bytes))
 }
 
 async fn store(State(app): State<Arc<App>>, req: Request) -> Response {
@@ -254,6 +310,15 @@ async fn store(State(app): State<Arc<App>>, req: Request) -> Response {
     let (hex, ttl_ms, owner) = match parsed {
         Ok(p) => p,
         Err(msg) => return bad(&app, Outcome::StoreBadRequest, msg),
+    };
+    // Bodies are held whole until Redis has them: bound the memory all of them take at once.
+    let budget = u32::try_from(body_budget(&app, &req)).unwrap_or(u32::MAX);
+    let Ok(_bytes) = app.inflight_bytes.try_acquire_many(budget) else {
+        app.metrics.shed(Shed::StoreBytes);
+        return text(
+            StatusCode::TOO_MANY_REQUESTS,
+            "too many store bytes in flight (--max-inflight-bytes)",
+        );
     };
     let body = match read_body(req, app.max_value_bytes).await {
         Ok(b) => b,
@@ -277,7 +342,7 @@ async fn store(State(app): State<Arc<App>>, req: Request) -> Response {
             app.metrics.count(Outcome::StoreStored);
             StatusCode::NO_CONTENT.into_response()
         }
-        Err(f) => unavailable(&app, Outcome::StoreError, &f),
+        Err(f) => failed(&app, Outcome::StoreError, &f),
     }
 }
 
@@ -297,10 +362,11 @@ async fn release(State(app): State<Arc<App>>, uri: Uri) -> Response {
             });
             StatusCode::NO_CONTENT.into_response()
         }
-        Err(f) => unavailable(&app, Outcome::ReleaseError, &f),
+        Err(f) => failed(&app, Outcome::ReleaseError, &f),
     }
 }
 
+/// The body is opaque (the filter signs it): only its size is checked.
 async fn purge(State(app): State<Arc<App>>, req: Request) -> Response {
     let body = match read_body(req, MAX_PURGE_BYTES).await {
         Ok(b) => b,
@@ -317,11 +383,12 @@ async fn purge(State(app): State<Arc<App>>, req: Request) -> Response {
         }
     };
     match app.backend.purge(&body).await {
-        Ok(id) => {
+        // Both come from our own script: a stream id and 16 hex characters, nothing to escape.
+        Ok((id, gen)) => {
             app.metrics.count(Outcome::PurgeAdded);
-            json(format!("{{\"id\":\"{id}\"}}"))
+            json(format!("{{\"id\":\"{id}\",\"gen\":\"{gen}\"}}"))
         }
-        Err(f) => unavailable(&app, Outcome::PurgeError, &f),
+        Err(f) => failed(&app, Outcome::PurgeError, &f),
     }
 }
 
@@ -332,67 +399,119 @@ fn json(body: String) -> Response {
     r
 }
 
-async fn purges(State(app): State<Arc<App>>, uri: Uri) -> Response {
-    let parsed = Query::parse(&uri).and_then(|q| {
-        let after = q.0.get("after").map(String::as_str).unwrap_or("0");
-        if !valid_stream_id(after) {
-            return Err(format!(
-                "bad parameter `after`: expected a stream id (MS-SEQ), `0` or `$`, got `{after}`"
-            ));
-        }
-        Ok((after.to_string(), q.wait(app.max_wait)?))
+fn purges_page(app: &App, p: &Purges) -> Response {
+    app.metrics.count(if p.entries.is_empty() {
+        Outcome::PurgesEmpty
+    } else {
+        Outcome::PurgesEntries
     });
-    let (after, wait) = match parsed {
+    let b64 = base64::engine::general_purpose::STANDARD;
+    let entries: Vec<String> = p
+        .entries
+        .iter()
+        .map(|e| {
+            format!(
+                "{{\"id\":\"{}\",\"data\":\"{}\"}}",
+                e.id,
+                b64.encode(&e.data)
+            )
+        })
+        .collect();
+    json(format!(
+        "{{\"gen\":\"{}\",\"last\":\"{}\",\"gap\":{},\"entries\":[{}]}}",
+        p.gen,
+        p.last,
+        p.gap,
+        entries.join(",")
+    ))
+}
+
+fn purges_query(app: &App, uri: &Uri) -> Result<(String, String, Duration), String> {
+    let q = Query::parse(uri)?;
+    let after = q.0.get("after").map(String::as_str).unwrap_or("0");
+    if !valid_stream_id(after) {
+        return Err(format!(
+            "bad parameter `after`: expected a stream id (MS-SEQ), `0` or `$`, got `{after}`"
+        ));
+    }
+    let gen = q.0.get("gen").map(String::as_str).unwrap_or("");
+    if gen.len() > MAX_GEN_BYTES || !gen.bytes().all(|b| b.is_ascii_alphanumeric()) {
+        return Err(format!(
+            "bad parameter `gen`: expected up to {MAX_GEN_BYTES} letters and digits"
+        ));
+    }
+    Ok((after.to_string(), gen.to_string(), q.wait(app.max_wait)?))
+}
+
+/// One read when it starts; if there is nothing yet, it waits on the purge-log follower (no Redis
+/// command while waiting) and reads once more each time the follower reports a new record.
+async fn purges(State(app): State<Arc<App>>, uri: Uri) -> Response {
+    let (after, gen, wait) = match purges_query(&app, &uri) {
         Ok(p) => p,
         Err(msg) => return bad(&app, Outcome::PurgesBadRequest, msg),
     };
     let deadline = Instant::now() + wait;
-    let mut in_flight = None;
+    // Subscribed before the first read, so a record landing between the read and the wait wakes it.
+    let mut news = app.feed.subscribe();
+    let mut permit = None;
     loop {
-        let p = match app.backend.purges(&after, PURGES_PER_ANSWER).await {
+        news.borrow_and_update();
+        let p = match app.backend.purges(&after, &gen, PURGES_PER_ANSWER).await {
             Ok(p) => p,
-            Err(f) => return unavailable(&app, Outcome::PurgesError, &f),
+            Err(f) => return failed(&app, Outcome::PurgesError, &f),
         };
         let now = Instant::now();
-        if !p.entries.is_empty() || after == "$" || now >= deadline {
-            app.metrics.count(if p.entries.is_empty() {
-                Outcome::PurgesEmpty
-            } else {
-                Outcome::PurgesEntries
-            });
-            let b64 = base64::engine::general_purpose::STANDARD;
-            let entries: Vec<String> = p
-                .entries
-                .iter()
-                .map(|e| {
-                    format!(
-                        "{{\"id\":\"{}\",\"data\":\"{}\"}}",
-                        e.id,
-                        b64.encode(&e.data)
-                    )
-                })
-                .collect();
-            return json(format!(
-                "{{\"last\":\"{}\",\"gap\":{},\"entries\":[{}]}}",
-                p.last,
-                p.gap,
-                entries.join(",")
-            ));
+        if !p.entries.is_empty() || p.gap || after == "$" || now >= deadline {
+            return purges_page(&app, &p);
         }
-        if in_flight.is_none() {
-            in_flight = Some(app.metrics.long_poll(PollVerb::Purges));
+        if permit.is_none() {
+            permit = wait_permit(&app, PollVerb::Purges);
+            if permit.is_none() {
+                // A page answered at once would be re-asked at once: 429 makes the caller back off.
+                app.metrics.shed(Shed::PurgesWait);
+                return text(
+                    StatusCode::TOO_MANY_REQUESTS,
+                    "too many long-polls waiting (--max-long-polls)",
+                );
+            }
         }
-        tokio::time::sleep(PURGES_POLL.min(deadline - now)).await;
+        match tokio::time::timeout(deadline - now, news.changed()).await {
+            Ok(Ok(())) => continue,
+            Ok(Err(_)) | Err(_) => return purges_page(&app, &p),
+        }
     }
 }
 
+/// 200 while any Redis node answers a PING (cached for a second), 503 only when none does: one
+/// Cluster master down must not take the service out of the load balancer.
 async fn health(State(app): State<Arc<App>>) -> Response {
-    match app.backend.ping(HEALTH_TIMEOUT).await {
+    let mut cached = app.health.lock().await;
+    let fresh = cached
+        .as_ref()
+        .filter(|(at, _)| at.elapsed() < HEALTH_CACHE)
+        .map(|(_, r)| r.clone());
+    let result = match fresh {
+        Some(r) => r,
+        None => {
+            let r = app
+                .backend
+                .ping_any(HEALTH_TIMEOUT)
+                .await
+                .map_err(|f| f.to_string());
+            *cached = Some((Instant::now(), r.clone()));
+            r
+        }
+    };
+    drop(cached);
+    match result {
         Ok(()) => {
             app.metrics.count(Outcome::HealthOk);
             text(StatusCode::OK, "ok")
         }
-        Err(f) => unavailable(&app, Outcome::HealthError, &f),
+        Err(msg) => {
+            app.metrics.count(Outcome::HealthError);
+            text(StatusCode::SERVICE_UNAVAILABLE, msg)
+        }
     }
 }
 

@@ -1,7 +1,7 @@
 //! Redis access: one connection object (a `ConnectionManager` for a single node, a
 //! `ClusterConnection` for a Cluster), the Lua scripts, and one function per verb. Every verb is ONE
 //! Redis round trip (an EVALSHA; the very first call after a Redis restart adds a SCRIPT LOAD), and
-//! every round trip is bounded by `--redis-timeout-ms`, so a Redis that is down or hung costs a 503,
+//! every round trip is bounded by `--redis-timeout-ms`, so a Redis that is down or hung costs a 424,
 //! never a hang.
 
 use std::fmt;
@@ -10,15 +10,21 @@ use std::sync::{Arc, LazyLock, RwLock};
 use std::time::Duration;
 
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
-use redis::cluster::ClusterClientBuilder;
+use redis::cluster::{ClusterClient, ClusterClientBuilder};
 use redis::cluster_async::ClusterConnection;
-use redis::{Cmd, Pipeline, RedisFuture, RedisResult, Script, Value};
+use redis::cluster_routing::{MultipleNodeRoutingInfo, ResponsePolicy, RoutingInfo};
+use redis::{
+    Cmd, ConnectionInfo, ErrorKind, Pipeline, RedisError, RedisFuture, RedisResult, Script,
+    TlsCertificates, Value,
+};
 
 use crate::config::RedisTarget;
 
 /// Format version of stored values: the first byte of every `gc:{key}:v`.
 pub const VALUE_VERSION: u8 = 1;
 pub const PURGE_STREAM: &str = "gc:purges";
+/// The purge log's generation id: hash tag `{gc:purges}`, so the same Cluster slot as the stream.
+pub const PURGE_GEN: &str = "{gc:purges}:gen";
 pub const PURGE_MAXLEN: u64 = 10_000;
 
 /// The three Redis names of one cache key, all in the key's hash slot (`{hex}` is the hash tag).
@@ -102,44 +108,88 @@ return 0
     )
 });
 
-/// KEYS: stream. ARGV: after ('$', '0', 'MS' or 'MS-SEQ'), count.
-/// {last, gap, entries}: entries are XRANGE's (after, +] (at most count); last is the last entry's
-/// id, else `after` (for '$': the stream's newest id, or '0'); gap is 1 when the stream has lost
-/// entries (MAXLEN trimming) and its oldest remaining entry is newer than `after`: the reader may
-/// have missed purges (conservative: also 1 when only `after` itself was trimmed, which takes a
-/// reader about MAXLEN entries behind).
+/// KEYS: stream, gen. ARGV: data, maxlen, a fresh generation id.
+/// {id, gen}. A missing generation key, or a missing stream (lost: both are created together and
+/// neither has a TTL), starts a new generation: readers holding the old one are told of the gap.
+static PURGE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r#"
+local gen = redis.call('GET', KEYS[2])
+if not gen or redis.call('EXISTS', KEYS[1]) == 0 then
+  gen = ARGV[3]
+  redis.call('SET', KEYS[2], gen)
+end
+local id = redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[2], '*', 'd', ARGV[1])
+return {id, gen}
+"#,
+    )
+});
+
+/// KEYS: stream, gen. ARGV: after ('$', '0', 'MS' or 'MS-SEQ'), count, the reader's gen ('' for
+/// none), a fresh generation id.
+/// {gen, last, gap, entries}. Without a gap, entries are XRANGE's (after, +] (at most count) and
+/// last is the last entry's id, else `after` (for '$': the newest id ever added, or '0'). With a
+/// gap, entries come from the start of the stream and last is the last of them, else '0'.
+/// gap (never for a reader with no gen at '0', nor for '$'): the reader's gen is not the current
+/// one (stream lost or recreated: a new Redis, a flush); `after` is beyond the newest id ever
+/// added (a new stream whose clock is behind the old one's); or the stream was trimmed past
+/// `after` (conservative: also when only `after` itself was trimmed).
+/// A missing stream or gen key is created here (an empty stream, via MKSTREAM) so that a reader's
+/// first gen stays valid until the stream is really lost.
 static PURGES: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r#"
-local key, after = KEYS[1], ARGV[1]
-if redis.call('EXISTS', key) == 0 then
-  if after == '$' then return {'0', 0, {}} end
-  return {after, 0, {}}
+local key, genkey, after, given = KEYS[1], KEYS[2], ARGV[1], ARGV[3]
+local gen = redis.call('GET', genkey)
+if not gen or redis.call('EXISTS', key) == 0 then
+  gen = ARGV[4]
+  redis.call('SET', genkey, gen)
+  if redis.call('EXISTS', key) == 0 then
+    redis.call('XGROUP', 'CREATE', key, 'gc-init', '$', 'MKSTREAM')
+    redis.call('XGROUP', 'DESTROY', key, 'gc-init')
+  end
 end
+local info = redis.call('XINFO', 'STREAM', key)
+local f = {}
+for i = 1, #info, 2 do f[info[i]] = info[i + 1] end
+local newest = f['last-generated-id']
 if after == '$' then
-  local newest = redis.call('XREVRANGE', key, '+', '-', 'COUNT', 1)
-  if #newest == 0 then return {'0', 0, {}} end
-  return {newest[1][1], 0, {}}
+  if newest == '0-0' then newest = '0' end
+  return {gen, newest, 0, {}}
 end
 local function parse(id)
   local ms, seq = string.match(id, '^(%d+)-(%d+)$')
   if ms == nil then return tonumber(id), 0 end
   return tonumber(ms), tonumber(seq)
 end
-local entries = redis.call('XRANGE', key, '(' .. after, '+', 'COUNT', ARGV[2])
-local info = redis.call('XINFO', 'STREAM', key)
-local f = {}
-for i = 1, #info, 2 do f[info[i]] = info[i + 1] end
-local gap = 0
-local added, length, first = f['entries-added'], f['length'], f['recorded-first-entry-id']
-if added and length and first and added > length then
-  local fm, fs = parse(first)
-  local am, as = parse(after)
-  if fm > am or (fm == am and fs > as) then gap = 1 end
+local function less(a, b)
+  local am, as = parse(a)
+  local bm, bs = parse(b)
+  return am < bm or (am == bm and as < bs)
 end
+local gap = 0
+if given ~= '' or after ~= '0' then
+  local added, length, first = f['entries-added'], f['length'], f['recorded-first-entry-id']
+  if given ~= '' and given ~= gen then
+    gap = 1
+  elseif less(newest, after) then
+    gap = 1
+  elseif added > length and length == 0 and less(after, newest) then
+    gap = 1
+  elseif added > length and length > 0 and less(after, first) then
+    gap = 1
+  end
+end
+local entries
 local last = after
+if gap == 1 then
+  entries = redis.call('XRANGE', key, '-', '+', 'COUNT', ARGV[2])
+  last = '0'
+else
+  entries = redis.call('XRANGE', key, '(' .. after, '+', 'COUNT', ARGV[2])
+end
 if #entries > 0 then last = entries[#entries][1] end
-return {last, gap, entries}
+return {gen, last, gap, entries}
 "#,
     )
 });
@@ -179,10 +229,11 @@ impl ConnectionLike for Conn {
     }
 }
 
-/// Why a verb could not be served; every variant answers 503.
+/// Why a verb could not be served; every variant answers 424 (503 on `/health`).
 #[derive(Debug)]
 pub enum Fail {
-    NotConnected,
+    /// With the last connection attempt's error, if any (e.g. wrong Redis password).
+    NotConnected(Option<String>),
     Timeout,
     Redis(redis::RedisError),
     Reply(&'static str),
@@ -191,7 +242,8 @@ pub enum Fail {
 impl fmt::Display for Fail {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Fail::NotConnected => write!(f, "redis not connected"),
+            Fail::NotConnected(None) => write!(f, "redis not connected"),
+            Fail::NotConnected(Some(e)) => write!(f, "redis not connected: {e}"),
             Fail::Timeout => write!(f, "redis timeout"),
             Fail::Redis(e) => write!(f, "redis error: {e}"),
             Fail::Reply(what) => write!(f, "unexpected redis reply: {what}"),
@@ -211,6 +263,7 @@ pub struct PurgeEntry {
 }
 
 pub struct Purges {
+    pub gen: String,
     pub last: String,
     pub gap: bool,
     pub entries: Vec<PurgeEntry>,
@@ -219,38 +272,70 @@ pub struct Purges {
 pub struct Backend {
     target: RedisTarget,
     conn: RwLock<Option<Conn>>,
+    /// Why the last connection attempt failed, for the answers while there is no connection.
+    connect_error: RwLock<Option<String>>,
     timeout: Duration,
+}
+
+/// A client for one node, with the `--redis-ca-file` roots when given (else the system's).
+pub fn client(target: &RedisTarget, node: &ConnectionInfo) -> RedisResult<redis::Client> {
+    match &target.ca_pem {
+        Some(pem) => redis::Client::build_with_tls(node.clone(), certs(pem)),
+        None => redis::Client::open(node.clone()),
+    }
+}
+
+fn certs(pem: &[u8]) -> TlsCertificates {
+    TlsCertificates {
+        client_tls: None,
+        root_cert: Some(pem.to_vec()),
+    }
+}
+
+/// A Cluster client: `response_timeout` bounds one command (blocking ones included).
+pub fn cluster_client(
+    target: &RedisTarget,
+    connect_timeout: Duration,
+    response_timeout: Duration,
+) -> RedisResult<ClusterClient> {
+    let mut b = ClusterClientBuilder::new(target.nodes.clone())
+        .connection_timeout(connect_timeout)
+        .response_timeout(response_timeout)
+        .retries(3)
+        .min_retry_wait(5)
+        .max_retry_wait(50);
+    if let Some(pem) = &target.ca_pem {
+        b = b.certs(certs(pem));
+    }
+    b.build()
 }
 
 async fn open(target: &RedisTarget, timeout: Duration) -> RedisResult<Conn> {
     let connect_timeout = timeout.max(Duration::from_millis(100));
-    match target {
-        RedisTarget::Single(url) => {
-            let client = redis::Client::open(url.as_str())?;
-            // No retry loop inside the manager: a reconnect is one attempt, started by the first
-            // command that finds the connection broken (commands during it wait for it, bounded by
-            // our timeout). With retries its backoff starts at 1 s (backon's minimum) and grows to
-            // minutes, and every command would wait on the whole backoff: that is what made a
-            // restarted Redis unreachable for long.
-            let config = ConnectionManagerConfig::new()
-                .set_number_of_retries(0)
-                .set_connection_timeout(connect_timeout)
-                .set_response_timeout(timeout.max(Duration::from_millis(500)));
-            Ok(Conn::Single(
-                ConnectionManager::new_with_config(client, config).await?,
-            ))
-        }
-        RedisTarget::Cluster(urls) => {
-            let client = ClusterClientBuilder::new(urls.clone())
-                .connection_timeout(connect_timeout)
-                .response_timeout(timeout.max(Duration::from_millis(500)))
-                .retries(3)
-                .min_retry_wait(5)
-                .max_retry_wait(50)
-                .build()?;
-            Ok(Conn::Cluster(client.get_async_connection().await?))
-        }
+    if target.cluster {
+        let client = cluster_client(
+            target,
+            connect_timeout,
+            timeout.max(Duration::from_millis(500)),
+        )?;
+        return Ok(Conn::Cluster(client.get_async_connection().await?));
     }
+    let node = target
+        .nodes
+        .first()
+        .ok_or_else(|| RedisError::from((ErrorKind::InvalidClientConfig, "no Redis node")))?;
+    // No retry loop inside the manager: a reconnect is one attempt, started by the first
+    // command that finds the connection broken (commands during it wait for it, bounded by
+    // our timeout). With retries its backoff starts at 1 s (backon's minimum) and grows to
+    // minutes, and every command would wait on the whole backoff: that is what made a
+    // restarted Redis unreachable for long.
+    let config = ConnectionManagerConfig::new()
+        .set_number_of_retries(0)
+        .set_connection_timeout(connect_timeout)
+        .set_response_timeout(timeout.max(Duration::from_millis(500)));
+    Ok(Conn::Single(
+        ConnectionManager::new_with_config(client(target, node)?, config).await?,
+    ))
 }
 
 fn int(v: Option<&Value>) -> Option<i64> {
@@ -306,10 +391,11 @@ fn parse_lookup(v: Value) -> Option<Lookup> {
 
 fn parse_purges(v: &Value) -> Option<Purges> {
     let a = array(Some(v))?;
-    let last = text(a.first())?;
-    let gap = int(a.get(1))? != 0;
+    let gen = text(a.first())?;
+    let last = text(a.get(1))?;
+    let gap = int(a.get(2))? != 0;
     let mut entries = Vec::new();
-    for e in array(a.get(2))? {
+    for e in array(a.get(3))? {
         let e = array(Some(e))?;
         let id = text(e.first())?;
         let fields = array(e.get(1))?;
@@ -321,7 +407,12 @@ fn parse_purges(v: &Value) -> Option<Purges> {
         }
         entries.push(PurgeEntry { id, data });
     }
-    Some(Purges { last, gap, entries })
+    Some(Purges {
+        gen,
+        last,
+        gap,
+        entries,
+    })
 }
 
 impl Backend {
@@ -329,6 +420,7 @@ impl Backend {
         Arc::new(Backend {
             target,
             conn: RwLock::new(None),
+            connect_error: RwLock::new(None),
             timeout,
         })
     }
@@ -365,6 +457,10 @@ impl Backend {
                 Ok(Err(e)) => e.to_string(),
                 Err(_) => "timeout".to_string(),
             };
+            match self.connect_error.write() {
+                Ok(mut g) => *g = Some(error.clone()),
+                Err(poisoned) => *poisoned.into_inner() = Some(error.clone()),
+            }
             // The first failure, then one line a minute.
             if attempts.is_multiple_of(240) {
                 eprintln!("graphql-cache-l2: connecting to redis: {error} (retrying every 250 ms)");
@@ -384,7 +480,13 @@ impl Backend {
         F: FnOnce(Conn) -> Fut,
         Fut: Future<Output = RedisResult<T>>,
     {
-        let conn = self.current().ok_or(Fail::NotConnected)?;
+        let Some(conn) = self.current() else {
+            let why = match self.connect_error.read() {
+                Ok(g) => g.clone(),
+                Err(poisoned) => poisoned.into_inner().clone(),
+            };
+            return Err(Fail::NotConnected(why));
+        };
         match tokio::time::timeout(limit, f(conn)).await {
             Ok(Ok(v)) => Ok(v),
             Ok(Err(e)) => Err(Fail::Redis(e)),
@@ -392,10 +494,22 @@ impl Backend {
         }
     }
 
-    pub async fn ping(&self, limit: Duration) -> Result<(), Fail> {
+    /// PING: the node, or every Cluster master at once; Ok if any one answers (one master down
+    /// costs only its own keys, not the service).
+    pub async fn ping_any(&self, limit: Duration) -> Result<(), Fail> {
         let v: Value = self
-            .exec(limit, |mut c| async move {
-                redis::cmd("PING").query_async(&mut c).await
+            .exec(limit, |c| async move {
+                let ping = redis::cmd("PING");
+                match c {
+                    Conn::Single(mut c) => ping.query_async(&mut c).await,
+                    Conn::Cluster(mut c) => {
+                        let all = (
+                            MultipleNodeRoutingInfo::AllMasters,
+                            Some(ResponsePolicy::OneSucceeded),
+                        );
+                        c.route_command(&ping, RoutingInfo::MultiNode(all)).await
+                    }
+                }
             })
             .await?;
         match v {
@@ -453,33 +567,63 @@ impl Backend {
         Ok(n == 1)
     }
 
-    /// XADD gc:purges MAXLEN ~ 10000 * d <data>; returns the entry id.
-    pub async fn purge(&self, data: &[u8]) -> Result<String, Fail> {
-        self.exec(self.timeout, |mut c| async move {
-            redis::cmd("XADD")
-                .arg(PURGE_STREAM)
-                .arg("MAXLEN")
-                .arg("~")
-                .arg(PURGE_MAXLEN)
-                .arg("*")
-                .arg("d")
-                .arg(data)
-                .query_async(&mut c)
-                .await
-        })
-        .await
+    /// XADD gc:purges MAXLEN ~ 10000 * d <data>; returns the entry id and the log's generation.
+    pub async fn purge(&self, data: &[u8]) -> Result<(String, String), Fail> {
+        let fresh = new_gen();
+        let v: Value = self
+            .exec(self.timeout, |mut c| async move {
+                let mut inv = PURGE.prepare_invoke();
+                inv.key(PURGE_STREAM)
+                    .key(PURGE_GEN)
+                    .arg(data)
+                    .arg(PURGE_MAXLEN)
+                    .arg(&fresh);
+                inv.invoke_async(&mut c).await
+            })
+            .await?;
+        let a = array(Some(&v));
+        match (
+            text(a.and_then(|a| a.first())),
+            text(a.and_then(|a| a.get(1))),
+        ) {
+            (Some(id), Some(gen)) => Ok((id, gen)),
+            _ => Err(Fail::Reply("purge script")),
+        }
     }
 
-    pub async fn purges(&self, after: &str, count: usize) -> Result<Purges, Fail> {
+    /// `gen`: the reader's generation, `""` for none.
+    pub async fn purges(&self, after: &str, gen: &str, count: usize) -> Result<Purges, Fail> {
+        let fresh = new_gen();
         let v: Value = self
             .exec(self.timeout, |mut c| async move {
                 let mut inv = PURGES.prepare_invoke();
-                inv.key(PURGE_STREAM).arg(after).arg(count);
+                inv.key(PURGE_STREAM)
+                    .key(PURGE_GEN)
+                    .arg(after)
+                    .arg(count)
+                    .arg(gen)
+                    .arg(&fresh);
                 inv.invoke_async(&mut c).await
             })
             .await?;
         parse_purges(&v).ok_or(Fail::Reply("purges script"))
     }
+}
+
+/// 16 hex characters, different in every call and every process (generation ids need to be
+/// unique, not secret).
+pub fn new_gen() -> String {
+    use std::hash::{BuildHasher, Hasher};
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    // RandomState's keys come from the OS's random source.
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u64(COUNTER.fetch_add(1, Ordering::Relaxed));
+    h.write_u32(std::process::id());
+    if let Ok(t) = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH) {
+        h.write_u128(t.as_nanos());
+    }
+    format!("{:016x}", h.finish())
 }
 
 #[cfg(test)]
@@ -522,6 +666,7 @@ mod tests {
         ));
         assert!(parse_lookup(Value::Nil).is_none());
         let p = Value::Array(vec![
+            Value::BulkString(b"00112233aabbccdd".to_vec()),
             Value::BulkString(b"5-0".to_vec()),
             Value::Int(0),
             Value::Array(vec![Value::Array(vec![
@@ -533,6 +678,7 @@ mod tests {
             ])]),
         ]);
         let p = parse_purges(&p).unwrap();
+        assert_eq!(p.gen, "00112233aabbccdd");
         assert_eq!(p.last, "5-0");
         assert!(!p.gap);
         assert_eq!(p.entries.len(), 1);

@@ -3,8 +3,10 @@
 //! API.
 
 mod api;
+mod auth;
 mod backend;
 mod config;
+mod follow;
 mod metrics;
 mod wake;
 
@@ -14,11 +16,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::serve::ListenerExt as _;
+use tokio::sync::Semaphore;
 
 use crate::config::{Config, Parsed, USAGE};
 
 fn main() -> ExitCode {
-    let config = match config::parse(std::env::args().skip(1)) {
+    let env_secret = std::env::var_os(config::SECRET_ENV).map(|v| v.into_encoded_bytes());
+    let config = match config::parse(std::env::args().skip(1), env_secret) {
         Ok(Parsed::Run(c)) => c,
         Ok(Parsed::Help) => {
             println!("{USAGE}");
@@ -29,6 +33,14 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    if matches!(config.auth, auth::Auth::Insecure) {
+        eprintln!(
+            "graphql-cache-l2: WARNING: --insecure-no-auth: EVERY CLIENT THAT REACHES THIS PORT \
+             CAN READ, WRITE AND PURGE THE FLEET'S CACHE. Use it on a closed test network only."
+        );
+    }
+    // One crypto provider for rediss://, chosen here rather than left to feature unification.
+    let _ = rustls::crypto::ring::default_provider().install_default();
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -73,11 +85,12 @@ async fn shutdown_signal() {
 async fn run(config: Config) -> Result<(), String> {
     let metrics = Arc::new(metrics::Metrics::default());
     let wake = Arc::new(wake::Wakeups::default());
+    let feed = Arc::new(follow::PurgeFeed::default());
     let backend = backend::Backend::new(config.redis.clone(), config.redis_timeout);
 
     // First connection: wait for it briefly so a service started next to a running Redis is
     // ready when it says so; if Redis is not there yet, keep trying in the background (requests
-    // answer 503 meanwhile).
+    // answer 424 meanwhile).
     let connecting = tokio::spawn(backend.clone().connect_until_up());
     let _ = tokio::time::timeout(Duration::from_secs(2), async {
         while !backend.is_connected() {
@@ -89,8 +102,12 @@ async fn run(config: Config) -> Result<(), String> {
     tokio::spawn(wake::run(
         wake.clone(),
         metrics.clone(),
-        config.redis.nodes(),
-        matches!(config.redis, config::RedisTarget::Cluster(_)),
+        config.redis.clone(),
+    ));
+    tokio::spawn(follow::run(
+        feed.clone(),
+        metrics.clone(),
+        config.redis.clone(),
     ));
 
     let listener = tokio::net::TcpListener::bind(config.listen)
@@ -102,9 +119,18 @@ async fn run(config: Config) -> Result<(), String> {
     let app = Arc::new(api::App {
         backend,
         wake,
-        metrics,
+        feed,
+        metrics: metrics.clone(),
+        gate: auth::Gate {
+            auth: Arc::new(config.auth.clone()),
+            metrics: metrics.clone(),
+        },
         max_value_bytes: config.max_value_bytes,
         max_wait: config.max_wait,
+        max_lease_ms: config.max_lease_ms,
+        long_polls: Semaphore::new(config.max_long_polls),
+        inflight_bytes: Semaphore::new(config.max_inflight_bytes.min(Semaphore::MAX_PERMITS)),
+        health: tokio::sync::Mutex::new(None),
     });
     let listener = listener.tap_io(|tcp| {
         let _ = tcp.set_nodelay(true);

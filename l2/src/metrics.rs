@@ -71,8 +71,44 @@ pub enum WakeSource {
     Timer = 1,
 }
 
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AuthFailure {
+    Missing = 0,
+    Malformed = 1,
+    Wrong = 2,
+}
+
+impl AuthFailure {
+    const LABELS: [&'static str; 3] = ["missing", "malformed", "wrong"];
+
+    /// The 401's body: says what is wrong, never what is expected.
+    pub fn message(self) -> &'static str {
+        match self {
+            AuthFailure::Missing => "missing `authorization: Bearer <secret>` header",
+            AuthFailure::Malformed => "authorization header is not `Bearer <secret>`",
+            AuthFailure::Wrong => "wrong secret",
+        }
+    }
+}
+
+/// Requests turned away before doing their work, so that load cannot grow without bound.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Shed {
+    /// A lookup that would have waited answered `busy` at once (--max-long-polls).
+    LookupWait = 0,
+    /// A purges long-poll answered 429 (--max-long-polls).
+    PurgesWait = 1,
+    /// A store answered 429 (--max-inflight-bytes).
+    StoreBytes = 2,
+}
+
 #[derive(Default)]
 pub struct Metrics {
+    auth_failures: [AtomicU64; 3],
+    shed: [AtomicU64; 3],
+    leases_clamped: AtomicU64,
+    follower_connected: AtomicI64,
+    follower_reads: AtomicU64,
     requests: [AtomicU64; OUTCOMES.len()],
     redis_errors: AtomicU64,
     long_polls: [AtomicU64; 2],
@@ -98,6 +134,27 @@ fn index(o: Outcome) -> usize {
 impl Metrics {
     pub fn count(&self, o: Outcome) {
         self.requests[index(o)].fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub fn auth_failure(&self, why: AuthFailure) {
+        self.auth_failures[why as usize].fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub fn shed(&self, what: Shed) {
+        self.shed[what as usize].fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub fn lease_clamped(&self) {
+        self.leases_clamped.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub fn set_follower_connected(&self, up: bool) {
+        self.follower_connected
+            .store(i64::from(up), Ordering::Relaxed);
+    }
+
+    pub fn follower_read(&self) {
+        self.follower_reads.fetch_add(1, Ordering::Relaxed);
     }
 
     pub fn redis_error(&self) {
@@ -139,7 +196,7 @@ impl Metrics {
         }
         let _ = write!(
             out,
-            "# HELP l2_redis_errors_total Redis round trips that failed or timed out (each answered 503).\n\
+            "# HELP l2_redis_errors_total Redis round trips that failed or timed out (each answered 424, or 503 on /health).\n\
              # TYPE l2_redis_errors_total counter\n\
              l2_redis_errors_total {}\n\
              # HELP l2_long_polls_total Requests that waited (lookup busy with wait_ms, purges empty with wait_ms).\n\
@@ -168,7 +225,46 @@ impl Metrics {
             self.pubsub_connected.load(r),
             self.pubsub_reconnects.load(r),
         );
+        self.render_guards(&mut out);
         out
+    }
+
+    fn render_guards(&self, out: &mut String) {
+        let r = Ordering::Relaxed;
+        out.push_str(
+            "# HELP l2_auth_failures_total Requests refused with 401, by reason.\n\
+             # TYPE l2_auth_failures_total counter\n",
+        );
+        for (i, reason) in AuthFailure::LABELS.iter().enumerate() {
+            let _ = writeln!(
+                out,
+                "l2_auth_failures_total{{reason=\"{reason}\"}} {}",
+                self.auth_failures[i].load(r)
+            );
+        }
+        let _ = write!(
+            out,
+            "# HELP l2_shed_total Requests that did not wait or were refused with 429 (--max-long-polls, --max-inflight-bytes).\n\
+             # TYPE l2_shed_total counter\n\
+             l2_shed_total{{what=\"lookup_wait\"}} {}\n\
+             l2_shed_total{{what=\"purges_wait\"}} {}\n\
+             l2_shed_total{{what=\"store_bytes\"}} {}\n\
+             # HELP l2_leases_clamped_total Lookups whose lease_ms was above --max-lease-ms (clamped to it).\n\
+             # TYPE l2_leases_clamped_total counter\n\
+             l2_leases_clamped_total {}\n\
+             # HELP l2_purge_follower_connected 1 while the purge-log follower's XREAD BLOCK connection is up.\n\
+             # TYPE l2_purge_follower_connected gauge\n\
+             l2_purge_follower_connected {}\n\
+             # HELP l2_purge_follower_reads_total XREAD BLOCK round trips of the purge-log follower.\n\
+             # TYPE l2_purge_follower_reads_total counter\n\
+             l2_purge_follower_reads_total {}\n",
+            self.shed[0].load(r),
+            self.shed[1].load(r),
+            self.shed[2].load(r),
+            self.leases_clamped.load(r),
+            self.follower_connected.load(r),
+            self.follower_reads.load(r),
+        );
     }
 }
 

@@ -15,7 +15,8 @@
 //!
 //! Safety nets, so a lost message never strands a waiter: a waiter re-checks at the lease's expiry
 //! (the lookup script reports the lease's PTTL) and at least every 250 ms; while no subscriber is
-//! subscribed (Redis down, reconnecting) waiters poll every 10 ms instead; and on every
+//! subscribed (Redis down, reconnecting) waiters re-check every 200 ms instead (not faster:
+//! polling every waiter would multiply Redis commands exactly when Redis is in trouble); and on every
 //! (re)subscription or loss of one all waiters re-check at once.
 //!
 //! A waiter marks its watch channel BEFORE each lookup round trip, so a PUBLISH that lands between
@@ -27,11 +28,12 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use futures_util::StreamExt;
-use redis::{ConnectionAddr, ConnectionInfo, IntoConnectionInfo, Value};
+use redis::{ConnectionAddr, ConnectionInfo, Value};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use crate::backend::{channel_key, CHANNEL_PATTERN};
+use crate::backend::{channel_key, client, CHANNEL_PATTERN};
+use crate::config::RedisTarget;
 use crate::metrics::{Metrics, WakeSource};
 
 struct Slot {
@@ -158,10 +160,15 @@ impl Drop for Subscribed {
 }
 
 /// One node's subscriber: (re)connects every 100 ms until aborted.
-async fn subscriber(hub: Arc<Wakeups>, metrics: Arc<Metrics>, node: ConnectionInfo) {
+async fn subscriber(
+    hub: Arc<Wakeups>,
+    metrics: Arc<Metrics>,
+    target: Arc<RedisTarget>,
+    node: ConnectionInfo,
+) {
     loop {
         let attempt = async {
-            let client = redis::Client::open(node.clone())?;
+            let client = client(&target, &node)?;
             let mut pubsub = client.get_async_pubsub().await?;
             pubsub.psubscribe(CHANNEL_PATTERN).await?;
             Ok::<_, redis::RedisError>(pubsub)
@@ -227,10 +234,10 @@ fn masters(cluster_nodes: &str) -> BTreeSet<(String, u16)> {
     out
 }
 
-async fn discover(seeds: &[ConnectionInfo]) -> Option<BTreeSet<(String, u16)>> {
-    for seed in seeds {
+async fn discover(target: &RedisTarget) -> Option<BTreeSet<(String, u16)>> {
+    for seed in &target.nodes {
         let query = async {
-            let client = redis::Client::open(seed.clone())?;
+            let client = client(target, seed)?;
             let mut c = client.get_multiplexed_async_connection().await?;
             redis::cmd("CLUSTER")
                 .arg("NODES")
@@ -247,35 +254,48 @@ async fn discover(seeds: &[ConnectionInfo]) -> Option<BTreeSet<(String, u16)>> {
     None
 }
 
+/// The seed's credentials and TLS settings, at another node's address.
 fn with_addr(seed: &ConnectionInfo, host: &str, port: u16) -> ConnectionInfo {
+    let addr = match &seed.addr {
+        ConnectionAddr::TcpTls {
+            insecure,
+            tls_params,
+            ..
+        } => ConnectionAddr::TcpTls {
+            host: host.to_string(),
+            port,
+            insecure: *insecure,
+            tls_params: tls_params.clone(),
+        },
+        _ => ConnectionAddr::Tcp(host.to_string(), port),
+    };
     ConnectionInfo {
-        addr: ConnectionAddr::Tcp(host.to_string(), port),
+        addr,
         redis: seed.redis.clone(),
     }
 }
 
 /// Runs for the life of the process: the subscriber of a single node, or one per Cluster master.
-pub async fn run(hub: Arc<Wakeups>, metrics: Arc<Metrics>, nodes: Vec<String>, cluster: bool) {
-    let seeds: Vec<ConnectionInfo> = nodes
-        .iter()
-        .filter_map(|u| u.as_str().into_connection_info().ok())
-        .collect();
+pub async fn run(hub: Arc<Wakeups>, metrics: Arc<Metrics>, target: RedisTarget) {
+    let seeds = target.nodes.clone();
     let Some(first) = seeds.first().cloned() else {
         return;
     };
-    if !cluster {
-        subscriber(hub, metrics, first).await;
+    let target = Arc::new(target);
+    if !target.cluster {
+        subscriber(hub, metrics, target, first).await;
         return;
     }
     let mut running: HashMap<(String, u16), JoinHandle<()>> = HashMap::new();
     loop {
-        let wanted = match discover(&seeds).await {
+        let wanted = match discover(&target).await {
             Some(m) => m,
             // No seed answers: keep what runs; if nothing does, subscribe to the seeds.
             None if running.is_empty() => seeds
                 .iter()
                 .filter_map(|s| match &s.addr {
                     ConnectionAddr::Tcp(h, p) => Some((h.clone(), *p)),
+                    ConnectionAddr::TcpTls { host, port, .. } => Some((host.clone(), *port)),
                     _ => None,
                 })
                 .collect(),
@@ -293,6 +313,7 @@ pub async fn run(hub: Arc<Wakeups>, metrics: Arc<Metrics>, nodes: Vec<String>, c
                 tokio::spawn(subscriber(
                     hub.clone(),
                     metrics.clone(),
+                    target.clone(),
                     with_addr(&first, &host, port),
                 ))
             });

@@ -51,21 +51,44 @@ fn cluster_lookup_store_wait_and_purges() {
     let v: serde_json::Value = serde_json::from_slice(&l2.get("/v1/purges?after=0").body).unwrap();
     assert_eq!(v["entries"][0]["data"], "ZW50aXR5OlVzZXI6MQ==");
 
-    // A master dies: no request hangs; keys on the surviving masters keep working.
+    // A master dies: no request hangs; keys on the surviving masters keep working, keys on the
+    // dead one answer 424 (not 5xx: Envoy's outlier detection must not eject healthy replicas),
+    // and /health stays 200 (some master answers).
     cluster.nodes[0].kill();
-    let mut ok = 0;
-    let mut unavailable = 0;
-    for i in 0..30 {
+    let keys: Vec<String> = (0..30).map(|i| key(&format!("after-kill{i}"))).collect();
+    let mut ok = Vec::new();
+    let mut failed = Vec::new();
+    for k in &keys {
         let t = std::time::Instant::now();
-        let r = l2.lookup(&key(&format!("after-kill{i}")), "a", 5000, 0);
+        let r = l2.lookup(k, "a", 5000, 0);
         let took = t.elapsed();
         assert!(took < std::time::Duration::from_millis(500), "{took:?}");
         match r.status {
-            200 => ok += 1,
-            503 => unavailable += 1,
+            200 => ok.push(k.clone()),
+            424 => failed.push(k.clone()),
             s => panic!("status {s}: {}", r.text()),
         }
     }
-    println!("one master killed: {ok} lookups served, {unavailable} answered 503");
-    assert!(ok > 0, "the surviving masters stopped serving");
+    println!(
+        "one master killed: {} lookups served, {} answered 424",
+        ok.len(),
+        failed.len()
+    );
+    assert!(!ok.is_empty(), "the surviving masters stopped serving");
+    assert!(!failed.is_empty(), "no key on the dead master among 30");
+    // The same keys, again: per key, not per request.
+    for k in ok.iter().take(5) {
+        assert_eq!(l2.lookup(k, "a", 5000, 0).status, 200);
+    }
+    for k in failed.iter().take(3) {
+        let r = l2.lookup(k, "a", 5000, 0);
+        assert_eq!(r.status, 424, "{}", r.text());
+    }
+    // Across more than one health cache period.
+    for _ in 0..6 {
+        let r = l2.get("/health");
+        assert_eq!((r.status, r.text().as_str()), (200, "ok"));
+        std::thread::sleep(std::time::Duration::from_millis(300));
+    }
+    assert!(l2.metric("l2_requests_total{verb=\"lookup\",outcome=\"error\"}") >= 4);
 }

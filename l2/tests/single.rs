@@ -350,6 +350,7 @@ fn http2_prior_knowledge_on_the_same_port() {
             let req = hyper::Request::builder()
                 .method(method)
                 .uri(format!("http://{addr}{path}"))
+                .header("authorization", format!("Bearer {}", common::DEV_SECRET))
                 .body(Full::new(Bytes::from_static(body)))
                 .unwrap();
             async move {

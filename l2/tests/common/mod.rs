@@ -16,6 +16,10 @@ pub const BIN: &str = match option_env!("CARGO_BIN_EXE_graphql-cache-l2") {
     None => "graphql-cache-l2",
 };
 
+/// The fixed development secret every test (and the demo, the bench, the fleet tests) gives the
+/// service in `GRAPHQL_CACHE_L2_SECRET`; the filter's test configuration sends the same.
+pub const DEV_SECRET: &str = "dev-l2-secret-change-me-0123456789";
+
 /// A port nobody listens on now, whose cluster-bus twin (+10000) is free too.
 pub fn free_port() -> u16 {
     for _ in 0..200 {
@@ -43,6 +47,8 @@ pub struct Redis {
     child: Option<Child>,
     dir: PathBuf,
     extra: Vec<String>,
+    /// `user:password` the harness itself connects with (a server started with ACLs).
+    creds: Option<String>,
 }
 
 impl Redis {
@@ -51,19 +57,34 @@ impl Redis {
     }
 
     pub fn start_on(port: u16, extra: &[String]) -> Redis {
+        Self::start_as(port, extra, None)
+    }
+
+    /// `creds`: `user:password` for the harness's own connections (the server's ACL comes in
+    /// `extra`).
+    pub fn start_as(port: u16, extra: &[String], creds: Option<&str>) -> Redis {
         let dir = temp_dir(&format!("redis{port}"));
         let mut r = Redis {
             port,
             child: None,
             dir,
             extra: extra.to_vec(),
+            creds: creds.map(str::to_string),
         };
         r.restart();
         r
     }
 
+    /// The URL without credentials.
     pub fn url(&self) -> String {
         format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    fn admin_url(&self) -> String {
+        match &self.creds {
+            Some(c) => format!("redis://{c}@127.0.0.1:{}", self.port),
+            None => self.url(),
+        }
     }
 
     pub fn dir(&self) -> &PathBuf {
@@ -103,7 +124,7 @@ impl Redis {
     }
 
     fn try_cmd(&self, args: &[&str]) -> redis::RedisResult<redis::Value> {
-        let client = redis::Client::open(self.url())?;
+        let client = redis::Client::open(self.admin_url())?;
         let mut c = client.get_connection_with_timeout(Duration::from_secs(1))?;
         let mut cmd = redis::cmd(args[0]);
         for a in &args[1..] {
@@ -113,7 +134,7 @@ impl Redis {
     }
 
     pub fn cmd(&self, args: &[&[u8]]) -> redis::Value {
-        let client = redis::Client::open(self.url()).unwrap();
+        let client = redis::Client::open(self.admin_url()).unwrap();
         let mut c = client.get_connection().unwrap();
         let mut cmd = redis::cmd(std::str::from_utf8(args[0]).unwrap());
         for a in &args[1..] {
@@ -212,8 +233,13 @@ impl L2 {
         Self::start_bin(std::path::Path::new(BIN), args)
     }
 
+    /// With `GRAPHQL_CACHE_L2_SECRET` = [`DEV_SECRET`] (unless `args` turn authentication off).
     pub fn start_bin(bin: &std::path::Path, args: &[&str]) -> L2 {
-        let mut child = Command::new(bin)
+        let mut cmd = Command::new(bin);
+        if !args.contains(&"--insecure-no-auth") {
+            cmd.env("GRAPHQL_CACHE_L2_SECRET", DEV_SECRET);
+        }
+        let mut child = cmd
             .args(["--listen", "127.0.0.1:0"])
             .args(args)
             .stdout(Stdio::piped())
@@ -343,13 +369,19 @@ impl Resp {
     }
 }
 
-/// One HTTP/1.1 request on a new connection (`connection: close`).
+/// One HTTP/1.1 request on a new connection (`connection: close`), with the dev secret.
 pub fn http(addr: SocketAddr, method: &str, path: &str, body: &[u8]) -> Resp {
+    let auth = format!("authorization: Bearer {DEV_SECRET}\r\n");
+    http_raw(addr, method, path, body, &auth)
+}
+
+/// One HTTP/1.1 request; `extra`: more header lines, each ending in CRLF.
+pub fn http_raw(addr: SocketAddr, method: &str, path: &str, body: &[u8], extra: &str) -> Resp {
     let mut s = TcpStream::connect(addr).unwrap();
     s.set_nodelay(true).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
     let head = format!(
-        "{method} {path} HTTP/1.1\r\nhost: l2\r\nconnection: close\r\ncontent-length: {}\r\n\r\n",
+        "{method} {path} HTTP/1.1\r\nhost: l2\r\nconnection: close\r\n{extra}content-length: {}\r\n\r\n",
         body.len()
     );
     let mut req = head.into_bytes();
