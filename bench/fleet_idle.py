@@ -25,10 +25,10 @@ import time
 import urllib.request
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-ENVOY = os.environ.get("ENVOY_BIN", str(ROOT / ".tools/bin/envoy"))
-WASM = os.environ.get("GRAPHQL_CACHE_WASM", str(ROOT / "target/wasm32-wasip1/release/graphql_cache.wasm"))
-ORIGIN = os.environ.get("ORIGIN_BIN", str(ROOT / "target/release/graphql-origin"))
-L2 = os.environ.get("L2_BIN", str(ROOT / "target/release/graphql-cache-l2"))
+ENVOY = os.path.abspath(os.environ.get("ENVOY_BIN", str(ROOT / ".tools/bin/envoy")))
+WASM = os.path.abspath(os.environ.get("GRAPHQL_CACHE_WASM", str(ROOT / "target/wasm32-wasip1/release/graphql_cache.wasm")))
+ORIGIN = os.path.abspath(os.environ.get("ORIGIN_BIN", str(ROOT / "target/release/graphql-origin")))
+L2 = os.path.abspath(os.environ.get("L2_BIN", str(ROOT / "target/release/graphql-cache-l2")))
 DEV_SECRET = "dev-l2-secret-change-me-0123456789"
 # Purge-log readers per Envoy with --concurrency 2 (two workers and the main thread's VM).
 READERS = 3
