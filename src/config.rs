@@ -32,6 +32,8 @@ pub struct Config {
     pub paths: Vec<String>,
     /// Lower-cased request header names whose values become part of the key.
     pub vary_headers: Vec<String>,
+    /// Client headers a shared fetch carries beside the key's own (see `coalesce::upstream`).
+    pub forward_headers: Vec<String>,
     /// Largest request body that is buffered and inspected; larger ones pass through.
     pub max_body_bytes: usize,
     /// Deepest nesting of `{`, `(` and `[` accepted before parsing (bounds the parser's recursion).
@@ -237,6 +239,9 @@ impl Default for Config {
             stale_if_error_seconds: 0,
             paths: Vec::new(),
             vary_headers: vec!["authorization".to_string(), "cookie".to_string()],
+            forward_headers: ["traceparent", "tracestate", "user-agent", "x-request-id"]
+                .map(String::from)
+                .to_vec(),
             max_body_bytes: 64 * 1024,
             max_query_depth: 32,
             max_query_fields: 2000,
@@ -307,6 +312,7 @@ struct RawConfig {
     stale_if_error_seconds: Option<u64>,
     paths: Option<Vec<String>>,
     vary_headers: Option<Vec<String>>,
+    forward_headers: Option<Vec<String>>,
     max_body_bytes: Option<u64>,
     max_query_depth: Option<u64>,
     max_query_fields: Option<u64>,
@@ -738,6 +744,7 @@ impl Config {
             Some(list) => normalize_header_names("vary_headers", list)?,
             None => d.vary_headers,
         };
+        let forward_headers = parse_forward_headers(raw.forward_headers, d.forward_headers)?;
         let max_body_bytes = bounded(
             "max_body_bytes",
             raw.max_body_bytes,
@@ -892,6 +899,7 @@ impl Config {
             stale_if_error_seconds,
             paths,
             vary_headers,
+            forward_headers,
             max_body_bytes: to_usize(max_body_bytes),
             max_query_depth: to_usize(max_query_depth),
             max_query_fields: to_usize(max_query_fields),
@@ -1002,6 +1010,25 @@ fn normalize_header_names(field: &str, names: Vec<String>) -> Result<Vec<String>
     // Sorted so that the key does not depend on the order the operator listed them in.
     out.sort();
     Ok(out)
+}
+
+/// `forward_headers`: header names a shared fetch may carry at all (not hop-by-hop, not one
+/// client's validators, not `accept-encoding`, which the filter sets).
+fn parse_forward_headers(
+    raw: Option<Vec<String>>,
+    default: Vec<String>,
+) -> Result<Vec<String>, ConfigError> {
+    let Some(list) = raw else { return Ok(default) };
+    let names = normalize_header_names("forward_headers", list.clone())?;
+    for (i, name) in list.iter().enumerate() {
+        if !crate::request::forward::carriable(&name.to_ascii_lowercase()) {
+            return Err(field_error(
+                &format!("forward_headers[{i}]"),
+                format!("{name:?} is never sent on a shared fetch (hop-by-hop, a validator or range, or accept-encoding)"),
+            ));
+        }
+    }
+    Ok(names)
 }
 
 /// Pulls `name` out of serde's "unknown field `name`, expected ..." message.
@@ -1327,5 +1354,42 @@ mod tests {
         let short = field(r#"{"l2":{"cluster":"a","fleet_key_env":"L2"}}"#);
         assert_eq!(short.field, "l2.fleet_key");
         assert!(!short.to_string().contains("l2-secret"), "{short}");
+    }
+
+    #[test]
+    fn forward_headers_are_read_and_checked() {
+        let d = Config::default();
+        assert_eq!(
+            d.forward_headers,
+            vec!["traceparent", "tracestate", "user-agent", "x-request-id"]
+        );
+        let c = Config::parse(br#"{"forward_headers":["X-Trace","x-trace","baggage"]}"#).unwrap();
+        assert_eq!(c.forward_headers, vec!["baggage", "x-trace"]);
+        let none = Config::parse(br#"{"forward_headers":[]}"#).unwrap();
+        assert!(none.forward_headers.is_empty());
+        assert_fields(&[
+            (
+                r#"{"forward_headers":["ok","bad header"]}"#,
+                "forward_headers[1]",
+            ),
+            (r#"{"forward_headers":[":path"]}"#, "forward_headers[0]"),
+            (r#"{"forward_headers":"user-agent"}"#, "forward_headers"),
+            (
+                r#"{"forward_headers":["a","Connection"]}"#,
+                "forward_headers[1]",
+            ),
+            (
+                r#"{"forward_headers":["accept-encoding"]}"#,
+                "forward_headers[0]",
+            ),
+            (
+                r#"{"forward_headers":["if-none-match"]}"#,
+                "forward_headers[0]",
+            ),
+            (
+                r#"{"forward_headers":["content-length"]}"#,
+                "forward_headers[0]",
+            ),
+        ]);
     }
 }

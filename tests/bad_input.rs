@@ -111,6 +111,57 @@ fn bad_inputs_pass_through_untouched_and_are_counted() {
             true,
         ),
         (
+            "JSON in another charset",
+            Req::post_raw(
+                "application/json; charset=iso-8859-1",
+                br#"{"query":"{ users { id } }"}"#,
+            ),
+            "content-type",
+            false,
+        ),
+        (
+            "JSON with an unknown media-type parameter",
+            Req::post_raw("application/json; foo=bar", br#"{"query":"{ users { id } }"}"#),
+            "content-type",
+            false,
+        ),
+        (
+            "duplicate top-level member",
+            Req::post_raw(
+                json,
+                br#"{"query":"{ users { id } }","query":"{ requestCount }"}"#,
+            ),
+            "duplicate-member",
+            true,
+        ),
+        (
+            "duplicate variable",
+            Req::post_raw(
+                json,
+                br#"{"query":"query($v: String) { echo(value: $v) }","variables":{"v":"a","v":"b"}}"#,
+            ),
+            "duplicate-member",
+            true,
+        ),
+        (
+            "duplicate member deep in variables",
+            Req::post_raw(
+                json,
+                br#"{"query":"query($i: EchoInput) { echoInput(input: $i) }","variables":{"i":{"nested":{"a":"x","a":"y"}}}}"#,
+            ),
+            "duplicate-member",
+            true,
+        ),
+        (
+            "duplicate member in extensions",
+            Req::post_raw(
+                json,
+                br#"{"query":"{ requestCount }","extensions":{"e":1,"e":2}}"#,
+            ),
+            "duplicate-member",
+            true,
+        ),
+        (
             "unknown content type",
             Req::post_raw("text/plain", b"{ users { id } }"),
             "content-type",
@@ -192,7 +243,7 @@ fn bad_inputs_pass_through_untouched_and_are_counted() {
         assert!(envoy.is_alive(), "{name}: Envoy died");
     }
     assert_eq!(envoy.counter("rejected_inputs"), rejected);
-    assert_eq!(envoy.counter("bypasses"), 20);
+    assert_eq!(envoy.counter("bypasses"), 26);
     assert_eq!(envoy.counter("hits") + envoy.counter("misses"), 0);
 
     // The filter still works afterwards, on every worker.
@@ -201,6 +252,39 @@ fn bad_inputs_pass_through_untouched_and_are_counted() {
     }
     assert_eq!(envoy.send(Req::query("{ users { id } }")).cache(), "HIT");
     assert!(!envoy.log().contains("panicked"), "{}", envoy.log());
+}
+
+#[test]
+fn json_with_other_media_type_parameters_is_not_answered_from_the_plain_entry() {
+    let (origin, envoy) = stack(r#"{"debug_headers": true}"#);
+    let body = br#"{"query":"{ users { id } requestCount }"}"#;
+    let plain = envoy.send(Req::post_raw("application/json", body));
+    assert_eq!(plain.cache(), "MISS", "{}", plain.text());
+    assert_eq!(
+        envoy
+            .send(Req::post_raw("application/json; charset=UTF-8", body))
+            .cache(),
+        "HIT",
+        "charset=utf-8 is what JSON is anyway"
+    );
+    for content_type in [
+        "application/json; charset=iso-8859-1",
+        "application/json; foo=bar",
+    ] {
+        let before = origin.count();
+        let r = envoy.send(Req::post_raw(content_type, body));
+        assert_eq!(r.cache(), "BYPASS", "{content_type}");
+        assert_eq!(r.header("x-cache-reason"), Some("content-type"));
+        assert_eq!(
+            origin.count(),
+            before + 1,
+            "{content_type}: the origin answers it"
+        );
+        assert_ne!(
+            r.body, plain.body,
+            "{content_type}: not the plain request's entry"
+        );
+    }
 }
 
 #[test]

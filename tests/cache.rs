@@ -494,3 +494,35 @@ fn routes_to_different_clusters_never_share_entries() {
         "HIT"
     );
 }
+
+#[test]
+fn numbers_spelled_differently_are_different_requests() {
+    // Read as doubles, each pair is one value; the origin may read them apart (a Decimal or a
+    // big-integer scalar), so each text is its own request, and the same text hits.
+    let (origin, envoy) = stack(r#"{"debug_headers": true}"#);
+    let body = |n: &str| {
+        format!(
+            r#"{{"query":"{{ users {{ id }} requestCount }}","extensions":{{"n":{n},"l":[{n}]}}}}"#
+        )
+    };
+    let pairs = [
+        ("0.10", "0.1"),
+        ("1e2", "100.0"),
+        ("18446744073709551617", "18446744073709551616"),
+        ("9007199254740993", "9007199254740992"),
+    ];
+    for (a, b) in pairs {
+        let first = envoy.send(Req::post_json(&body(a)));
+        assert_eq!(first.cache(), "MISS", "{a}: {}", first.text());
+        let other = envoy.send(Req::post_json(&body(b)));
+        assert_eq!(other.cache(), "MISS", "{b} is not {a}");
+        assert_ne!(
+            other.header("x-cache-key"),
+            first.header("x-cache-key"),
+            "{a} vs {b}"
+        );
+        assert_eq!(envoy.send(Req::post_json(&body(a))).cache(), "HIT", "{a}");
+        assert_eq!(envoy.send(Req::post_json(&body(b))).cache(), "HIT", "{b}");
+    }
+    assert_eq!(origin.count(), 2 * pairs.len() as u64);
+}

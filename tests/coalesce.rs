@@ -332,3 +332,53 @@ fn answers_that_may_depend_on_the_caller_are_shared_only_when_the_key_names_the_
     assert_eq!(count_label(&responses, "COALESCED"), 5);
     assert_eq!(origin.count(), 1);
 }
+
+#[test]
+fn the_shared_fetch_carries_only_the_key_s_and_the_configured_headers() {
+    // The route strips `x-secret`, which Envoy never applies to a callout: the shared fetch must
+    // not carry it (nor any other header outside the key and `forward_headers`).
+    let origin = Origin::start_with(&["--delay-ms", "300"]);
+    let opts = EnvoyOptions {
+        extra_routes: r#"              - match: { prefix: "/graphql" }
+                route: { cluster: origin, timeout: 15s }
+                request_headers_to_remove: ["x-secret"]"#
+            .to_string(),
+        ..EnvoyOptions::config(
+            r#"{"ttl_seconds": 0, "debug_headers": true, "vary_headers": ["x-tenant"],
+                "forward_headers": ["user-agent"]}"#,
+        )
+    };
+    let envoy = Envoy::start(&opts, &origin);
+    const SEEN: &str = r#"{ secret: headerValue(name: "x-secret") other: headerValue(name: "x-other")
+        tenant: headerValue(name: "x-tenant") agent: headerValue(name: "user-agent") requestCount }"#;
+    let req = || {
+        Req::query(SEEN)
+            .header("x-secret", "s3cret")
+            .header("x-other", "o")
+            .header("x-tenant", "t1")
+            .header("user-agent", "test-agent")
+    };
+    let (responses, _) = burst(&envoy, 4, move |_| req());
+    assert_eq!(origin.count(), 1, "one shared fetch");
+    assert_eq!(count_label(&responses, "COALESCED"), 3);
+    for r in &responses {
+        let seen = &r.json()["data"];
+        assert_eq!(seen["secret"], serde_json::Value::Null, "{}", r.text());
+        assert_eq!(seen["other"], serde_json::Value::Null, "{}", r.text());
+        assert_eq!(seen["tenant"], "t1", "the key's headers are carried");
+        assert_eq!(seen["agent"], "test-agent", "forward_headers are carried");
+    }
+    // The route's own way (a bypass) strips it as configured and carries everything else.
+    let mut plain_text = req();
+    plain_text.headers[0].1 = "text/plain".into();
+    let bypassed = envoy.send(plain_text);
+    assert_eq!(bypassed.cache(), "BYPASS");
+    let seen = &bypassed.json()["data"];
+    assert_eq!(
+        seen["secret"],
+        serde_json::Value::Null,
+        "{}",
+        bypassed.text()
+    );
+    assert_eq!(seen["other"], "o");
+}

@@ -7,7 +7,7 @@ use crate::request::rules::Scope;
 
 /// Request headers that carry credentials: when one of them is in the key, requests sharing
 /// the key are the same caller. Other vary headers (`origin`, a tenant header) name no user.
-const CREDENTIAL_HEADERS: &[&str] = &["authorization", "cookie", "proxy-authorization"];
+pub const CREDENTIAL_HEADERS: &[&str] = &["authorization", "cookie", "proxy-authorization"];
 
 /// Whether the key names the caller for this request, so that every request sharing it is the
 /// same caller: a private entry is scoped to the identity, or the request carries a credential

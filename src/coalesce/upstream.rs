@@ -1,33 +1,44 @@
 //! The request the shared fetch sends upstream on behalf of every waiter of a key.
 
-use crate::cache::headers::is_end_to_end;
 use crate::cache::storable::Asked;
+use crate::coalesce::sharing::CREDENTIAL_HEADERS;
+use crate::config::{Config, IdentitySource};
 use crate::effects::host::Callout;
 use crate::request::classify::RequestHead;
+use crate::request::forward::carriable;
 use crate::request::key::CacheKey;
+use crate::request::rules::Scope;
 
 pub const IDENTITY: &str = "identity";
 
-/// Request headers that shape the answer for one client only (conditional and range requests).
-fn one_client(name: &str) -> bool {
-    matches!(
-        name,
-        "if-none-match"
-            | "if-modified-since"
-            | "if-match"
-            | "if-unmodified-since"
-            | "if-range"
-            | "range"
-    )
+/// Whether a fetch that may be stored or shared carries this client header. Not every header:
+/// the route's `request_headers_to_remove` and the like never apply to a callout, and an answer
+/// given to many must not depend on what one of them sent beside the key. So only what the key
+/// accounts for (its `vary_headers`, `accept`), what reads the body (`content-type`), the
+/// operator's `forward_headers`, and, for a private entry (keyed by the caller's identity), the
+/// caller's identity and credentials, which the origin needs to answer for that caller.
+pub fn forwarded(config: &Config, scope: Scope, name: &str) -> bool {
+    if !carriable(name) {
+        return false;
+    }
+    let listed = |list: &[String]| list.iter().any(|n| n == name);
+    matches!(name, "content-type" | "accept")
+        || listed(&config.vary_headers)
+        || listed(&config.forward_headers)
+        || (scope == Scope::Private
+            && (CREDENTIAL_HEADERS.contains(&name)
+                || matches!(&config.identity, Some(IdentitySource::Header(h)) if h == name)))
 }
 
-/// The callout for a request: the original method, path, authority, end-to-end headers and
-/// body. `None` when a header is not text (the callout API takes text only): such a request is
-/// not coalesced and goes upstream itself.
+/// The callout for a request: the original method, path, authority and body, with the client
+/// headers [`forwarded`] allows. `None` when one of those is not text (the callout API takes
+/// text only): such a request is not coalesced and goes upstream itself.
 pub fn upstream_request(
     cluster: String,
     head: &RequestHead,
     body: Option<Vec<u8>>,
+    config: &Config,
+    scope: Scope,
 ) -> Option<Callout> {
     let text = |v: &[u8]| std::str::from_utf8(v).ok().map(str::to_string);
     let mut headers = vec![
@@ -36,14 +47,9 @@ pub fn upstream_request(
         (":authority".to_string(), text(&head.authority)?),
     ];
     for (name, value) in &head.headers {
-        // `expect: 100-continue` is about the client's upload, which is already complete;
-        // `accept-encoding` is the filter's choice (see below); validators and ranges belong to
-        // one client's request, and the shared answer must be the whole one.
-        if !is_end_to_end(name) || name == "expect" || name == "accept-encoding" || one_client(name)
-        {
-            continue;
+        if forwarded(config, scope, name) {
+            headers.push((name.clone(), text(value)?));
         }
-        headers.push((name.clone(), text(value)?));
     }
     // An answer shared by many clients is fetched uncompressed: Envoy's compressor encodes it for
     // each client as it accepts.
@@ -107,9 +113,22 @@ mod tests {
         }
     }
 
+    fn fetch(h: &RequestHead, config: &Config, scope: Scope) -> Vec<String> {
+        let f = upstream_request("origin".into(), h, None, config, scope).unwrap();
+        f.headers.into_iter().map(|(n, _)| n).collect()
+    }
+
     #[test]
     fn carries_the_request_minus_connection_headers() {
-        let f = upstream_request("origin".into(), &head(), Some(b"{}".to_vec())).unwrap();
+        let config = Config::default();
+        let f = upstream_request(
+            "origin".into(),
+            &head(),
+            Some(b"{}".to_vec()),
+            &config,
+            Scope::Public,
+        )
+        .unwrap();
         let names: Vec<&str> = f.headers.iter().map(|(n, _)| n.as_str()).collect();
         assert_eq!(
             names,
@@ -132,8 +151,63 @@ mod tests {
 
     #[test]
     fn binary_headers_are_not_fetched_on_anyone_s_behalf() {
+        let config = Config::default();
         let mut h = head();
-        h.headers.push(("x-bin".into(), b"\xff".to_vec()));
-        assert_eq!(upstream_request("origin".into(), &h, None), None);
+        h.headers.push(("user-agent".into(), b"\xff".to_vec()));
+        assert_eq!(
+            upstream_request("origin".into(), &h, None, &config, Scope::Public),
+            None
+        );
+        // A header the fetch does not carry cannot stop it.
+        h.headers.pop();
+        h.headers.push(("x-secret".into(), b"\xff".to_vec()));
+        assert!(upstream_request("origin".into(), &h, None, &config, Scope::Public).is_some());
+    }
+
+    #[test]
+    fn only_the_key_s_headers_and_the_configured_ones_are_carried() {
+        let mut h = head();
+        for name in [
+            "accept",
+            "user-agent",
+            "x-request-id",
+            "x-secret",
+            "x-forwarded-for",
+            "x-user",
+            "cookie",
+        ] {
+            h.headers.push((name.into(), b"v".to_vec()));
+        }
+        let config = Config::parse(br#"{"vary_headers":["authorization"]}"#).unwrap();
+        assert_eq!(
+            fetch(&h, &config, Scope::Public),
+            vec![
+                ":method",
+                ":path",
+                ":authority",
+                "content-type",
+                "authorization",
+                "accept",
+                "user-agent",
+                "x-request-id",
+                "accept-encoding"
+            ]
+        );
+        let config = Config::parse(
+            br#"{"vary_headers":[],"forward_headers":["X-Secret"],
+                 "identity":{"source":"header","header":"x-user"}}"#,
+        )
+        .unwrap();
+        let public = fetch(&h, &config, Scope::Public);
+        assert!(public.contains(&"x-secret".to_string()));
+        for absent in ["authorization", "cookie", "x-user", "user-agent"] {
+            assert!(!public.contains(&absent.to_string()), "{absent}");
+        }
+        // Keyed by the caller: the origin sees who asks, and with what credentials.
+        let private = fetch(&h, &config, Scope::Private);
+        for present in ["authorization", "cookie", "x-user"] {
+            assert!(private.contains(&present.to_string()), "{present}");
+        }
+        assert!(!private.contains(&"if-none-match".to_string()));
     }
 }

@@ -28,6 +28,8 @@ pub enum Bypass {
     BodyTooLarge,
     EmptyBody,
     MalformedJson,
+    /// A JSON object names a member twice: which one the origin reads is its business.
+    DuplicateMember,
     Batched,
     NotAnObject,
     MissingQuery,
@@ -62,6 +64,7 @@ impl Bypass {
             Bypass::BodyTooLarge => "body-too-large",
             Bypass::EmptyBody => "empty-body",
             Bypass::MalformedJson => "malformed-json",
+            Bypass::DuplicateMember => "duplicate-member",
             Bypass::Batched => "batched",
             Bypass::NotAnObject => "not-an-object",
             Bypass::MissingQuery => "missing-query",

@@ -4,10 +4,12 @@
 //! through to the origin exactly as it came, so the origin produces whatever error it would have.
 
 use crate::request::bypass::Bypass;
+use crate::request::json::{self, Json, JsonError};
 use serde_json::Value;
+use std::borrow::Cow;
 
-/// One GraphQL request with its JSON parts already in canonical text form (object keys sorted
-/// recursively, because `serde_json`'s map is ordered), so equal inputs give equal strings.
+/// One GraphQL request with its JSON parts already in canonical text form (see `request::json`:
+/// members sorted, numbers as written), so equal inputs give equal strings.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GraphQlRequest {
     pub query: String,
@@ -68,10 +70,43 @@ fn query_or_persisted(
     }
 }
 
-/// Whether a request's `content-type` says the body is JSON (`application/json`, any parameters).
+/// Whether a request's `content-type` is JSON a GraphQL server reads as we do:
+/// `application/json`, bare or with `charset=utf-8` alone (names and values case-insensitive).
+/// Any other parameter (another charset, `foo=bar`) is not the same request: a GraphQL-over-HTTP
+/// server may refuse it (415) where it answers the plain one, so it must not share its entry.
 pub fn is_json_content_type(value: &[u8]) -> bool {
-    let media = value.split(|&b| b == b';').next().unwrap_or_default();
-    media.trim_ascii().eq_ignore_ascii_case(b"application/json")
+    let mut parts = value.split(|&b| b == b';');
+    let media = parts.next().unwrap_or_default();
+    if !media.trim_ascii().eq_ignore_ascii_case(b"application/json") {
+        return false;
+    }
+    match (parts.next(), parts.next()) {
+        (None, _) => true,
+        (Some(param), None) => param.trim_ascii().eq_ignore_ascii_case(b"charset=utf-8"),
+        (Some(_), Some(_)) => false,
+    }
+}
+
+fn json_bypass(e: JsonError) -> Bypass {
+    match e {
+        JsonError::Malformed => Bypass::MalformedJson,
+        JsonError::DuplicateMember => Bypass::DuplicateMember,
+    }
+}
+
+/// Takes the member `name` out of sorted `members`.
+fn take<'a>(members: &mut Vec<(Cow<'a, str>, Json<'a>)>, name: &str) -> Option<Json<'a>> {
+    let i = members.binary_search_by(|m| (*m.0).cmp(name)).ok()?;
+    Some(members.remove(i).1)
+}
+
+/// A string member that may also be absent or `null`; `Err(())` for any other type.
+fn optional_string(value: Option<Json<'_>>) -> Result<Option<String>, ()> {
+    match value {
+        None | Some(Json::Null) => Ok(None),
+        Some(Json::String(s)) => Ok(Some(s.into_owned())),
+        Some(_) => Err(()),
+    }
 }
 
 /// Parses a `POST` body.
@@ -82,27 +117,24 @@ pub fn parse_post_body(body: &[u8]) -> Result<GraphQlRequest, Bypass> {
         Some(b'[') => return Err(Bypass::Batched),
         Some(_) => {}
     }
-    let value: Value = serde_json::from_slice(body).map_err(|_| Bypass::MalformedJson)?;
-    let Value::Object(mut map) = value else {
+    let text = std::str::from_utf8(body).map_err(|_| Bypass::MalformedJson)?;
+    let Json::Object(mut members) = json::parse(text).map_err(json_bypass)? else {
         return Err(Bypass::NotAnObject);
     };
-    let query = match map.remove("query") {
-        Some(Value::String(q)) => Some(q),
-        None | Some(Value::Null) => None,
-        Some(_) => return Err(Bypass::MissingQuery),
-    };
-    let operation_name = match map.remove("operationName") {
-        None | Some(Value::Null) => None,
-        Some(Value::String(s)) => Some(s),
-        Some(_) => return Err(Bypass::BadOperationName),
-    };
-    let variables = json_object_member(map.remove("variables")).ok_or(Bypass::BadVariables)?;
-    let extensions = json_object_member(map.remove("extensions")).ok_or(Bypass::BadExtensions)?;
+    let query = optional_string(take(&mut members, "query")).map_err(|()| Bypass::MissingQuery)?;
+    let operation_name = optional_string(take(&mut members, "operationName"))
+        .map_err(|()| Bypass::BadOperationName)?;
+    let variables =
+        json_object_member(take(&mut members, "variables")).ok_or(Bypass::BadVariables)?;
+    let extensions =
+        json_object_member(take(&mut members, "extensions")).ok_or(Bypass::BadExtensions)?;
     let (query, persisted) = query_or_persisted(query, extensions.as_deref())?;
-    let extra = if map.is_empty() {
+    let extra = if members.is_empty() {
         None
     } else {
-        Some(Value::Object(map).to_string())
+        let mut out = String::new();
+        json::write_members(&mut out, &members);
+        Some(out)
     };
     Ok(GraphQlRequest {
         query,
@@ -116,11 +148,11 @@ pub fn parse_post_body(body: &[u8]) -> Result<GraphQlRequest, Bypass> {
 
 /// Canonical text of an optional object member: `Some(None)` for absent/null/empty, `None` when
 /// it is present but not an object.
-fn json_object_member(value: Option<Value>) -> Option<Option<String>> {
+fn json_object_member(value: Option<Json<'_>>) -> Option<Option<String>> {
     match value {
-        None | Some(Value::Null) => Some(None),
-        Some(Value::Object(m)) if m.is_empty() => Some(None),
-        Some(v @ Value::Object(_)) => Some(Some(v.to_string())),
+        None | Some(Json::Null) => Some(None),
+        Some(Json::Object(m)) if m.is_empty() => Some(None),
+        Some(v @ Json::Object(_)) => Some(Some(v.to_canonical())),
         Some(_) => None,
     }
 }
@@ -153,11 +185,11 @@ pub fn parse_get_query(query_string: &str) -> Result<GraphQlRequest, Bypass> {
     }
     let variables = match variables {
         None => None,
-        Some(text) => parse_json_object_param(&text).ok_or(Bypass::BadVariables)?,
+        Some(text) => parse_json_object_param(&text, Bypass::BadVariables)?,
     };
     let extensions = match extensions {
         None => None,
-        Some(text) => parse_json_object_param(&text).ok_or(Bypass::BadExtensions)?,
+        Some(text) => parse_json_object_param(&text, Bypass::BadExtensions)?,
     };
     let (query, persisted) = query_or_persisted(query, extensions.as_deref())?;
     let extra = if extra.is_empty() {
@@ -179,12 +211,17 @@ pub fn parse_get_query(query_string: &str) -> Result<GraphQlRequest, Bypass> {
     })
 }
 
-fn parse_json_object_param(text: &str) -> Option<Option<String>> {
+/// A GET parameter holding a JSON object; `bad` when it holds anything else (duplicate members
+/// are refused as in a POST body).
+fn parse_json_object_param(text: &str, bad: Bypass) -> Result<Option<String>, Bypass> {
     if text.trim().is_empty() {
-        return Some(None);
+        return Ok(None);
     }
-    let value: Value = serde_json::from_str(text).ok()?;
-    json_object_member(Some(value))
+    match json::parse(text) {
+        Ok(value) => json_object_member(Some(value)).ok_or(bad),
+        Err(JsonError::DuplicateMember) => Err(Bypass::DuplicateMember),
+        Err(JsonError::Malformed) => Err(bad),
+    }
 }
 
 /// Strict `application/x-www-form-urlencoded` decoding: `+` is a space, `%XX` must be valid hex and
@@ -387,10 +424,78 @@ mod tests {
     #[test]
     fn content_types() {
         assert!(is_json_content_type(b"application/json"));
+        assert!(is_json_content_type(b" application/json "));
         assert!(is_json_content_type(b"Application/JSON; charset=utf-8"));
+        assert!(is_json_content_type(b"application/json;CHARSET=UTF-8"));
         assert!(!is_json_content_type(b"application/graphql"));
         assert!(!is_json_content_type(b"text/plain"));
         assert!(!is_json_content_type(b""));
+        // Parameters a server may refuse (415) where it answers the plain type.
+        for other in [
+            "application/json; charset=iso-8859-1",
+            "application/json; foo=bar",
+            "application/json; charset=utf-8; foo=bar",
+            "application/json; charset=\"utf-8\"",
+            "application/json; charset = utf-8",
+            "application/json;",
+            "application/json,application/json",
+        ] {
+            assert!(!is_json_content_type(other.as_bytes()), "{other}");
+        }
+    }
+
+    #[test]
+    fn duplicate_members_bypass() {
+        for body in [
+            r#"{"query":"{a}","query":"{b}"}"#,
+            r#"{"query":"{a}","operationName":null,"operationName":"A"}"#,
+            r#"{"query":"{a}","variables":{"x":1,"x":2}}"#,
+            r#"{"query":"{a}","variables":{"x":{"y":[{"z":1,"z":1}]}}}"#,
+            r#"{"query":"{a}","extensions":{"e":1,"\u0065":2}}"#,
+            r#"{"query":"{a}","id":1,"id":2}"#,
+        ] {
+            assert_eq!(
+                parse_post_body(body.as_bytes()),
+                Err(Bypass::DuplicateMember),
+                "{body}"
+            );
+        }
+        assert_eq!(
+            parse_get_query(r#"query=a&variables={"x":1,"x":2}"#),
+            Err(Bypass::DuplicateMember)
+        );
+        assert_eq!(
+            parse_get_query(r#"query=a&extensions={"x":{"y":1,"y":1}}"#),
+            Err(Bypass::DuplicateMember)
+        );
+    }
+
+    #[test]
+    fn numbers_are_keyed_by_their_text() {
+        let vars = |n: &str| {
+            let body = format!(r#"{{"query":"{{a}}","variables":{{"x":{n},"y":[{n}]}}}}"#);
+            parse_post_body(body.as_bytes()).unwrap().variables.unwrap()
+        };
+        for (a, b) in [
+            ("0.10", "0.1"),
+            ("1e2", "100"),
+            ("1e2", "100.0"),
+            ("9007199254740993", "9007199254740992"),
+            ("18446744073709551617", "18446744073709551616"),
+            ("-0", "0"),
+        ] {
+            assert_ne!(vars(a), vars(b), "{a} vs {b}");
+            assert_eq!(vars(a), vars(a));
+            assert_eq!(vars(a), format!(r#"{{"x":{a},"y":[{a}]}}"#));
+        }
+        let ext = |n: &str| {
+            let body = format!(r#"{{"query":"{{a}}","extensions":{{"e":{n}}},"pad":{n}}}"#);
+            let r = parse_post_body(body.as_bytes()).unwrap();
+            (r.extensions.unwrap(), r.extra.unwrap())
+        };
+        assert_ne!(ext("0.10"), ext("0.1"));
+        let get = |n: &str| parse_get_query(&format!("query=a&variables={{\"x\":{n}}}")).unwrap();
+        assert_ne!(get("1e2").variables, get("100").variables);
     }
 
     #[test]

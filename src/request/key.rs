@@ -9,8 +9,9 @@ use sha2::{Digest, Sha256};
 use std::fmt::Write;
 use std::hash::Hasher;
 
-/// Bumped whenever the meaning of the key changes, so old entries stop matching.
-const KEY_FORMAT: &[u8] = b"graphql-cache/key/v2";
+/// Bumped whenever the meaning of the key changes, so old entries stop matching (v3: JSON
+/// numbers keyed by their text; a v2 entry stored for `0.10` must not answer `0.1`).
+const KEY_FORMAT: &[u8] = b"graphql-cache/key/v3";
 
 /// The request-side dimensions of the key that are not part of the GraphQL request itself.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

@@ -1,13 +1,16 @@
-//! The request and its key, free of host calls: GraphQL over HTTP (`http`), canonical printing
-//! (`canonical`), per-operation policy (`rules`), the key (`key`), the whole decision from request
-//! head and body to key or bypass (`classify`, with its per-worker `memo`), and why a request
-//! passes through (`bypass`).
+//! The request and its key, free of host calls: GraphQL over HTTP (`http`), strict JSON for the
+//! key (`json`), canonical printing (`canonical`), per-operation policy (`rules`), the key
+//! (`key`), what a fetch for others may carry (`forward`), the whole decision from request head
+//! and body to key or bypass (`classify`, with its per-worker `memo`), and why a request passes
+//! through (`bypass`).
 
 pub mod apq;
 pub mod bypass;
 pub mod canonical;
 pub mod classify;
+pub mod forward;
 pub mod http;
+pub mod json;
 pub mod key;
 pub mod memo;
 pub mod rules;

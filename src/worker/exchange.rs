@@ -409,7 +409,8 @@ impl Exchange {
         if config.shadow {
             return self.shadow_lookup(cx, key, now);
         }
-        let names_caller = key_names_caller(decided.policy.scope, &config.vary_headers, &head.vary);
+        let scope = decided.policy.scope;
+        let names_caller = key_names_caller(scope, &config.vary_headers, &head.vary);
         let miss = |body: Option<Vec<u8>>| Miss {
             context: self.context,
             key,
@@ -417,6 +418,7 @@ impl Exchange {
             body,
             asked: asked.clone(),
             key_names_caller: names_caller,
+            scope,
             now,
         };
         // A hash-only persisted query resolved here sends the hash alone: an origin that does not

@@ -11,6 +11,7 @@ use crate::effects::counters::Counter;
 use crate::effects::host::RequestHost;
 use crate::request::classify::RequestHead;
 use crate::request::key::CacheKey;
+use crate::request::rules::Scope;
 use crate::worker::read::fetch_cluster;
 use crate::worker::shared_fetch::{abandon, request_dispatch};
 use crate::worker::state::{Plugin, Worker};
@@ -33,6 +34,8 @@ pub struct Miss<'a> {
     pub body: Option<Vec<u8>>,
     pub asked: Asked,
     pub key_names_caller: bool,
+    /// Whether the key is scoped to the caller (the fetch then carries its credentials).
+    pub scope: Scope,
     pub now: u64,
 }
 
@@ -151,7 +154,7 @@ pub fn refresh(
 
 fn shared_fetch(plugin: &Plugin, host: &impl RequestHost, miss: Miss<'_>) -> Option<SharedFetch> {
     let cluster = fetch_cluster(&plugin.config, host, miss.head)?;
-    let request = upstream_request(cluster, miss.head, miss.body)?;
+    let request = upstream_request(cluster, miss.head, miss.body, &plugin.config, miss.scope)?;
     Some(SharedFetch {
         key: miss.key,
         request,

@@ -69,9 +69,33 @@ pub struct Envoy {
     pub dir: PathBuf,
 }
 
+/// The origin's test controls (`x-origin-delay-ms`, ...) work by reaching the origin: through a
+/// shared fetch too, which carries only the key's headers and `forward_headers`.
+const ORIGIN_CONTROLS: [&str; 4] = [
+    "x-origin-delay-ms",
+    "x-origin-fault",
+    "x-origin-status",
+    "x-origin-header",
+];
+
+/// The plugin configuration as given, with the origin's controls added to the default
+/// `forward_headers` when it names none (a configuration that is not an object stays as it is).
+fn with_origin_controls(plugin_config: &str) -> String {
+    let Ok(serde_json::Value::Object(mut map)) = serde_json::from_str(plugin_config) else {
+        return plugin_config.to_string();
+    };
+    if map.contains_key("forward_headers") {
+        return plugin_config.to_string();
+    }
+    let mut names = vec!["traceparent", "tracestate", "user-agent", "x-request-id"];
+    names.extend(ORIGIN_CONTROLS);
+    map.insert("forward_headers".into(), serde_json::json!(names));
+    serde_json::Value::Object(map).to_string()
+}
+
 /// Renders a complete bootstrap: one listener, the filter chain, the origin cluster.
 pub fn render_envoy_yaml(opts: &EnvoyOptions, origin_port: u16) -> String {
-    let config_literal = serde_json::to_string(&opts.plugin_config).unwrap();
+    let config_literal = serde_json::to_string(&with_origin_controls(&opts.plugin_config)).unwrap();
     format!(
         r#"admin:
   address: {{ socket_address: {{ address: 127.0.0.1, port_value: 0 }} }}
