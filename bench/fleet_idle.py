@@ -30,8 +30,12 @@ WASM = os.path.abspath(os.environ.get("GRAPHQL_CACHE_WASM", str(ROOT / "target/w
 ORIGIN = os.path.abspath(os.environ.get("ORIGIN_BIN", str(ROOT / "target/release/graphql-origin")))
 L2 = os.path.abspath(os.environ.get("L2_BIN", str(ROOT / "target/release/graphql-cache-l2")))
 DEV_SECRET = "dev-l2-secret-change-me-0123456789"
-# Purge-log readers per Envoy with --concurrency 2 (two workers and the main thread's VM).
-READERS = 3
+# What envoy/fleet.yaml reads from Envoy's environment (host_env_keys): the demo's values.
+ENVOY_SECRETS = {
+    "GRAPHQL_CACHE_FLEET_KEY": "dev-fleet-key-change-me-0123456789abcdef",
+    "GRAPHQL_CACHE_L2_SECRET": DEV_SECRET,
+    "GRAPHQL_CACHE_PURGE_TOKEN": "demo-purge-token-change-me",
+}
 
 
 def free_port():
@@ -92,7 +96,7 @@ def envoy_config(ports, origin_port, l2_port):
     return text
 
 
-def envoy_ready(admin):
+def envoy_ready(admin, readers):
     status, clusters = get("http://127.0.0.1:%d/clusters" % admin)
     if status != 200:
         return False
@@ -100,7 +104,7 @@ def envoy_ready(admin):
                   if l.startswith("graphql_cache_l2") and l.endswith("::health_flags::healthy"))
     _, stats = get("http://127.0.0.1:%d/stats?filter=^cluster.graphql_cache_l2_wait.upstream_rq_active$" % admin)
     active = int(stats.rsplit(":", 1)[-1]) if ":" in stats else 0
-    return healthy == 2 and active >= READERS
+    return healthy == 2 and active >= readers
 
 
 def start_fleet(args, work, procs):
@@ -126,7 +130,7 @@ def start_fleet(args, work, procs):
         ports = {"public": free_port(), "internal": free_port(), "admin": free_port()}
         (work / ("envoy-%d.yaml" % i)).write_text(envoy_config(ports, origin_port, l2_port))
         run("envoy-%d" % i, [ENVOY, "-c", "envoy-%d.yaml" % i, "--concurrency", "2",
-                             "--use-dynamic-base-id", "-l", "warning"])
+                             "--use-dynamic-base-id", "-l", "warning"], env=dict(os.environ, **ENVOY_SECRETS))
         admins.append(ports["admin"])
     return redis_port, l2_port, admins
 
@@ -152,6 +156,9 @@ def main():
     p.add_argument("--envoys", type=int, default=8)
     p.add_argument("--seconds", type=float, default=10.0)
     p.add_argument("--insecure-no-auth", action="store_true")
+    # One follower of the purge log per Envoy; builds before it had one per worker and one on the
+    # main thread (3 with --concurrency 2).
+    p.add_argument("--readers", type=int, default=1, help="purge-log long-polls per Envoy once caught up")
     args = p.parse_args()
     for tool in (ENVOY, WASM, ORIGIN, L2):
         if not os.path.exists(tool):
@@ -164,7 +171,7 @@ def main():
     try:
         redis_port, l2_port, admins = start_fleet(args, work, procs)
         wait("every Envoy using its L2 (logs in %s)" % work,
-             lambda: all(envoy_ready(a) for a in admins), seconds=60)
+             lambda: all(envoy_ready(a, args.readers) for a in admins), seconds=60)
         # Past the start-up reads: the steady idle state.
         time.sleep(2)
         redis_cli(redis_port, "CONFIG", "RESETSTAT")
