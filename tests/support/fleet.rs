@@ -30,6 +30,8 @@ const CONFIG_ANCHOR: &str = r#""debug_headers": true,"#;
 pub enum Backend {
     Single,
     Cluster,
+    /// 3 masters, each with a replica that takes over when it fails.
+    ReplicatedCluster,
 }
 
 pub enum RedisBackend {
@@ -42,6 +44,7 @@ impl RedisBackend {
         match backend {
             Backend::Single => RedisBackend::Single(Redis::start()),
             Backend::Cluster => RedisBackend::Cluster(RedisCluster::start()),
+            Backend::ReplicatedCluster => RedisBackend::Cluster(RedisCluster::start_with(3, 1)),
         }
     }
 
@@ -195,7 +198,7 @@ pub fn fleet_config(origin_port: u16, l2_port: u16, extra_config: &str) -> Strin
 /// What a test sees of one Envoy of the fleet beyond [`Envoy`]'s own helpers.
 impl Envoy {
     /// Health flags of every L2 host, from `/clusters`.
-    fn l2_health_flags(&self) -> Vec<String> {
+    pub fn l2_health_flags(&self) -> Vec<String> {
         let r = http(self.admin_port, Req::get("/clusters"));
         r.text()
             .lines()

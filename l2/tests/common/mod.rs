@@ -123,7 +123,7 @@ impl Redis {
         panic!("redis-server on port {} did not start", self.port);
     }
 
-    fn try_cmd(&self, args: &[&str]) -> redis::RedisResult<redis::Value> {
+    pub fn try_cmd(&self, args: &[&str]) -> redis::RedisResult<redis::Value> {
         let client = redis::Client::open(self.admin_url())?;
         let mut c = client.get_connection_with_timeout(Duration::from_secs(1))?;
         let mut cmd = redis::cmd(args[0]);
@@ -159,15 +159,21 @@ impl Drop for Redis {
     }
 }
 
-/// A 3-master Redis Cluster (no replicas).
+/// A Redis Cluster: 3 masters, without replicas unless started [`Cluster::start_with`] them.
 pub struct Cluster {
     pub nodes: Vec<Redis>,
 }
 
 impl Cluster {
     pub fn start() -> Cluster {
+        Self::start_with(3, 0)
+    }
+
+    /// `masters` masters, each with `replicas` replicas; a master that stops answering for a
+    /// second is failed over to its replica.
+    pub fn start_with(masters: usize, replicas: usize) -> Cluster {
         let mut nodes = Vec::new();
-        for _ in 0..3 {
+        for _ in 0..masters * (1 + replicas) {
             let port = free_port();
             // Relative to the node's own --dir (a fresh temporary directory).
             let extra = vec![
@@ -175,6 +181,14 @@ impl Cluster {
                 "yes".to_string(),
                 "--cluster-config-file".to_string(),
                 format!("nodes-{port}.conf"),
+                "--cluster-node-timeout".to_string(),
+                "1000".to_string(),
+                // A cache keeps serving the slots that are up (Redis's default stops them all).
+                "--cluster-require-full-coverage".to_string(),
+                "no".to_string(),
+                // A replica takes over however long ago it last heard from its master.
+                "--cluster-replica-validity-factor".to_string(),
+                "0".to_string(),
             ];
             nodes.push(Redis::start_on(port, &extra));
         }
@@ -184,7 +198,7 @@ impl Cluster {
             create.arg(format!("127.0.0.1:{}", n.port));
         }
         let out = create
-            .args(["--cluster-replicas", "0", "--cluster-yes"])
+            .args(["--cluster-replicas", &replicas.to_string(), "--cluster-yes"])
             .output()
             .expect("redis-cli on PATH");
         assert!(
@@ -195,7 +209,63 @@ impl Cluster {
         );
         let cluster = Cluster { nodes };
         cluster.wait_ok();
+        cluster.wait_replicas_synced();
         cluster
+    }
+
+    /// Waits until every replica has its master's data (a replica that never synced does not
+    /// take over).
+    fn wait_replicas_synced(&self) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        for n in &self.nodes {
+            loop {
+                let info = n.info(&["INFO", "replication"]);
+                if info.contains("role:master") || info.contains("master_link_status:up") {
+                    break;
+                }
+                assert!(Instant::now() < deadline, "a replica never synced: {info}");
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+    }
+
+    /// The node that is master of `key`'s slot now (as the first answering node sees it).
+    pub fn master_of(&self, key: &str) -> usize {
+        let slot = self
+            .nodes
+            .iter()
+            .find_map(|n| n.try_cmd(&["CLUSTER", "KEYSLOT", key]).ok())
+            .and_then(|v| redis::from_redis_value::<i64>(&v).ok())
+            .expect("CLUSTER KEYSLOT");
+        let view = self
+            .nodes
+            .iter()
+            .find_map(|n| n.try_cmd(&["CLUSTER", "NODES"]).ok())
+            .and_then(|v| redis::from_redis_value::<String>(&v).ok())
+            .expect("CLUSTER NODES");
+        for line in view.lines() {
+            let fields: Vec<&str> = line.split(' ').collect();
+            if fields.len() < 9 || !fields[2].contains("master") || fields[2].contains("fail") {
+                continue;
+            }
+            let owns = fields[8..].iter().any(|range| {
+                let (a, b) = range.split_once('-').unwrap_or((range, range));
+                matches!((a.parse::<i64>(), b.parse::<i64>()), (Ok(a), Ok(b)) if a <= slot && slot <= b)
+            });
+            if owns {
+                let port: u16 = fields[1]
+                    .split(['@', ':'])
+                    .nth(1)
+                    .and_then(|p| p.parse().ok())
+                    .expect("node address");
+                return self
+                    .nodes
+                    .iter()
+                    .position(|n| n.port == port)
+                    .expect("known node");
+            }
+        }
+        panic!("no master owns slot {slot}")
     }
 
     /// Waits until every node reports `cluster_state:ok` (after a create or a restart).

@@ -1,0 +1,238 @@
+//! Purges that are never lost: 100 purges sent to Envoy A while the fleet's L2 cannot take them
+//! (Redis killed and restarted empty; a Redis Cluster master failing over to its replica) reach
+//! Envoy B once the L2 is back: within a second of that, no Envoy serves an answer fetched before
+//! its purge. And one Cluster master down is not a dead L2: Envoy keeps the L2 service in its
+//! load balancing and every other key is still served from the L2.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod support;
+
+use std::collections::{HashMap, HashSet};
+use std::time::{Duration, Instant};
+use support::*;
+
+/// Distinct queries, each about one of the origin's three users.
+const USERS: u32 = 20;
+const PURGES: u32 = 100;
+
+/// Query `n`, about user `n % 3 + 1` (tagged `entity:User:<id>`), with the origin's request
+/// count, so an answer fetched after a purge differs from the one fetched before.
+fn user_query(n: u32) -> String {
+    let id = n % 3 + 1;
+    format!("query Q{n} {{ u{n}: user(id: {id}) {{ __typename id name }} requestCount }}")
+}
+
+/// Purges query `n`'s answers and nothing else (each record lost leaves one answer stale).
+fn purge_query(n: u32) -> String {
+    format!(r#"[{{"kind":"operation","name":"Q{n}"}}]"#)
+}
+
+/// Every user through A (a MISS stored in the L2) and then through B (a hit from the L2): both
+/// hold every answer in L1. The bodies served.
+fn warm(fleet: &Fleet) -> HashMap<u32, Vec<u8>> {
+    let (a, b) = (&fleet.envoys[0], &fleet.envoys[1]);
+    let mut bodies = HashMap::new();
+    for n in 1..=USERS {
+        let stores = fleet.l2_stores();
+        let miss = a.send(Req::query(&user_query(n)));
+        assert_eq!(
+            (miss.status, miss.cache()),
+            (200, "MISS"),
+            "{}",
+            miss.text()
+        );
+        fleet.wait_l2_stores(stores + 1);
+        let hit = b.send(Req::query(&user_query(n)));
+        assert_eq!(
+            (hit.cache(), hit.reason()),
+            ("HIT", Some("l2")),
+            "query {n} on B"
+        );
+        assert_eq!(hit.body, miss.body);
+        assert!(
+            miss.text().contains(r#""__typename":"User""#),
+            "{}",
+            miss.text()
+        );
+        bodies.insert(n, miss.body);
+    }
+    bodies
+}
+
+/// `count` purges through A, every one accepted: the most the fleet was owed at once.
+fn purge_through_a(fleet: &Fleet, count: u32) -> u64 {
+    let mut most = 0;
+    for i in 0..count {
+        let r = fleet.envoys[0].purge(&purge_query(i % USERS + 1));
+        assert_eq!(r.status, 200, "purge {i}: {}", r.text());
+        let answer = r.json();
+        assert_eq!(answer["fleet"], "pending", "{answer}");
+        most = most.max(answer["pending"].as_u64().unwrap());
+    }
+    most
+}
+
+/// No Envoy serves the answer of `warm` any more: each first request now is a new origin fetch.
+fn nothing_purged_is_served(fleet: &Fleet, warmed: &HashMap<u32, Vec<u8>>, what: &str) {
+    for (e, envoy) in fleet.envoys.iter().enumerate() {
+        for n in 1..=USERS {
+            let r = envoy.send(Req::query(&user_query(n)));
+            assert_eq!(r.status, 200, "{what}: {}", r.text());
+            assert_ne!(
+                r.body,
+                warmed[&n],
+                "{what}: Envoy {e} served query {n}'s answer from before its purge ({})",
+                r.cache()
+            );
+        }
+    }
+}
+
+/// Waits until the L2 service answers a read of the purge log again: the L2 is back.
+fn wait_l2_back(fleet: &Fleet) -> Instant {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let r = fleet.l2.get("/v1/purges?after=$");
+        if r.status == 200 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the L2 never came back: {} {}",
+            r.status,
+            String::from_utf8_lossy(&r.body)
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    Instant::now()
+}
+
+#[test]
+fn purges_made_while_redis_is_down_reach_every_envoy() {
+    let mut fleet = Fleet::start(&FleetOptions::new(Backend::Single, 2));
+    let warmed = warm(&fleet);
+    fleet.redis.kill();
+    let most = purge_through_a(&fleet, PURGES);
+    println!("Redis down: at most {most} purges pending on A");
+    fleet.redis.restart();
+    let back = wait_l2_back(&fleet);
+    std::thread::sleep((back + Duration::from_secs(1)).saturating_duration_since(Instant::now()));
+    nothing_purged_is_served(&fleet, &warmed, "Redis restarted empty");
+    assert!(
+        fleet.envoys[1].counter("l2_purge_gaps") >= 1,
+        "B saw that the log was begun anew"
+    );
+}
+
+#[test]
+fn purges_made_while_a_cluster_master_fails_over_reach_every_envoy() {
+    purges_during_a_failover(PURGES);
+}
+
+/// Fewer purges than the outbox holds: each travels as its own record (nothing is folded).
+#[test]
+fn a_few_purges_made_during_a_failover_travel_one_by_one() {
+    purges_during_a_failover(30);
+}
+
+fn purges_during_a_failover(count: u32) {
+    let mut fleet = Fleet::start(&FleetOptions::new(Backend::ReplicatedCluster, 2));
+    let warmed = warm(&fleet);
+    let RedisBackend::Cluster(cluster) = &mut fleet.redis else {
+        unreachable!()
+    };
+    let master = cluster.master_of("gc:purges");
+    cluster.nodes[master].kill();
+    let most = purge_through_a(&fleet, count);
+    println!("failover of the purge log's master: {count} purges, at most {most} pending on A");
+    assert_eq!(
+        fleet.envoys[0].counter("l2_purges_folded") > 0,
+        u64::from(count) > 64,
+        "folded only past what the outbox holds"
+    );
+    let applied_before = fleet.envoys[1].counter("l2_purges_applied");
+    let back = wait_l2_back(&fleet);
+    std::thread::sleep((back + Duration::from_secs(1)).saturating_duration_since(Instant::now()));
+    nothing_purged_is_served(&fleet, &warmed, "after the failover");
+    assert!(
+        fleet.envoys[1].counter("l2_purges_applied") > applied_before,
+        "B applied the purges A kept until the log had them"
+    );
+}
+
+/// Which master holds each user's L2 value: each stored through A, one at a time.
+fn placed(fleet: &Fleet, cluster: &RedisCluster) -> HashMap<u32, usize> {
+    let names = |node: &Redis| -> HashSet<Vec<u8>> {
+        node.try_cmd(&["KEYS", "gc:{*}:v"])
+            .ok()
+            .and_then(|v| redis::from_redis_value::<Vec<Vec<u8>>>(&v).ok())
+            .unwrap_or_default()
+            .into_iter()
+            .collect()
+    };
+    let mut placed = HashMap::new();
+    for n in 1..=USERS {
+        let before: Vec<HashSet<Vec<u8>>> = cluster.nodes.iter().map(names).collect();
+        let stores = fleet.l2_stores();
+        assert_eq!(
+            fleet.envoys[0].send(Req::query(&user_query(n))).cache(),
+            "MISS"
+        );
+        fleet.wait_l2_stores(stores + 1);
+        let node = cluster
+            .nodes
+            .iter()
+            .zip(&before)
+            .position(|(node, before)| names(node).len() > before.len())
+            .expect("the value is on some master");
+        placed.insert(n, node);
+    }
+    placed
+}
+
+#[test]
+fn one_cluster_master_down_is_not_a_dead_l2() {
+    let mut fleet = Fleet::start(&FleetOptions::new(Backend::Cluster, 2));
+    let RedisBackend::Cluster(cluster) = &fleet.redis else {
+        unreachable!()
+    };
+    let placed = placed(&fleet, cluster);
+    let log_master = cluster.master_of("gc:purges");
+    let down = (0..cluster.nodes.len())
+        .filter(|&m| m != log_master)
+        .max_by_key(|&m| placed.values().filter(|&&p| p == m).count())
+        .unwrap();
+    let lost: Vec<u32> = (1..=USERS).filter(|n| placed[n] == down).collect();
+    let kept: Vec<u32> = (1..=USERS).filter(|n| placed[n] != down).collect();
+    assert!(lost.len() >= 3 && !kept.is_empty(), "{placed:?}");
+    let RedisBackend::Cluster(cluster) = &mut fleet.redis else {
+        unreachable!()
+    };
+    cluster.nodes[down].kill();
+    let b = &fleet.envoys[1];
+    // More failed lookups in a row than the shipped outlier detection allows 5xx.
+    for n in &lost {
+        let r = b.send(Req::query(&user_query(*n)));
+        assert_eq!(
+            (r.status, r.cache()),
+            (200, "MISS"),
+            "query {n}: {}",
+            r.text()
+        );
+    }
+    assert!(b.counter("l2_failures") >= lost.len() as u64);
+    std::thread::sleep(Duration::from_millis(1500));
+    let flags = b.l2_health_flags();
+    assert!(
+        flags.iter().all(|f| f == "healthy"),
+        "the L2 service was taken out of load balancing: {flags:?}"
+    );
+    for n in &kept {
+        let r = b.send(Req::query(&user_query(*n)));
+        assert_eq!(
+            (r.status, r.cache(), r.reason()),
+            (200, "HIT", Some("l2")),
+            "query {n}, on a master that is up"
+        );
+    }
+}
