@@ -222,3 +222,63 @@ fn secrets_stay_out_of_the_config_dump() {
         assert!(!dump.contains(secret), "{name}'s value is in /config_dump");
     }
 }
+
+const WHO: &str = r#"{ who: headerValue(name: "x-user") requestCount }"#;
+
+/// The fleet's L2 and Redis answer only those with credentials; a user's private entry cannot be
+/// found in the L2 by someone who knows the user's identity (and even the L2's secret) but not
+/// the fleet key.
+#[test]
+fn without_credentials_neither_the_l2_nor_redis_answers() {
+    let fleet = Fleet::start(&FleetOptions {
+        extra_config: r#""identity": {"source": "header", "header": "x-user"},"#.into(),
+        ..FleetOptions::new(Backend::SingleWithPassword, 2)
+    });
+    let (a, b) = (&fleet.envoys[0], &fleet.envoys[1]);
+    let before = value_names(redis(&fleet));
+    let alice = a.send(Req::query(WHO).header("x-user", "alice"));
+    assert_eq!((alice.status, alice.cache()), (200, "MISS"));
+    fleet.wait_l2_stores(1);
+    let on_b = b.send(Req::query(WHO).header("x-user", "alice"));
+    assert_eq!(
+        (on_b.cache(), on_b.reason()),
+        ("HIT", Some("l2")),
+        "the fleet works with credentials"
+    );
+
+    // Redis: a client without the password is refused.
+    let plain = redis::Client::open(redis(&fleet).url()).unwrap();
+    let mut c = plain.get_connection().unwrap();
+    let refused: redis::RedisResult<Option<Vec<u8>>> = redis::cmd("GET").arg("x").query(&mut c);
+    let e = refused.unwrap_err();
+    assert!(e.to_string().contains("NOAUTH"), "{e}");
+
+    // The L2 service: no secret or a wrong one is 401, on every verb.
+    let name: Vec<u8> = value_names(redis(&fleet))
+        .difference(&before)
+        .next()
+        .cloned()
+        .unwrap();
+    let name = String::from_utf8(name).unwrap();
+    let hex = name.trim_start_matches("gc:{").trim_end_matches("}:v");
+    let lookup = format!("/v1/lookup?key={hex}&lease_ms=1&owner=attacker");
+    for auth in ["", "authorization: Bearer wrong-secret-0123456789\r\n"] {
+        for (method, path) in [
+            ("POST", lookup.as_str()),
+            ("GET", "/v1/purges?after=0"),
+            ("POST", "/v1/purge"),
+        ] {
+            let r = http_raw(fleet.l2.addr, method, path, b"x", auth);
+            assert_eq!(r.status, 401, "{method} {path} with {auth:?}");
+        }
+    }
+
+    // With the L2's secret, the name computed from alice's cache key finds nothing: names are
+    // keyed with the fleet key.
+    let value = get(redis(&fleet), name.as_bytes());
+    let digest = Entry::decode(&value[1 + SEAL_HEADER..]).unwrap().digest;
+    let computed = CacheKey { digest }.hex();
+    assert_ne!(computed, hex);
+    let r = fleet.l2.lookup(&computed, "attacker", 1, 0);
+    assert_eq!((r.status, r.header("x-l2")), (200, Some("lead")), "no value there");
+}

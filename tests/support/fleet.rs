@@ -14,7 +14,7 @@ use super::origin::Origin;
 #[path = "../../l2/tests/common/mod.rs"]
 mod l2_common;
 
-pub use l2_common::{Cluster as RedisCluster, Redis, L2};
+pub use l2_common::{http_raw, Cluster as RedisCluster, Redis, L2};
 
 /// The purge API as `envoy/fleet.yaml` configures it.
 pub const PURGE_PATH: &str = "/graphql-cache/purge";
@@ -32,7 +32,12 @@ pub enum Backend {
     Cluster,
     /// 3 masters, each with a replica that takes over when it fails.
     ReplicatedCluster,
+    /// One node that answers only clients with its password (`requirepass`).
+    SingleWithPassword,
 }
+
+/// The password of [`Backend::SingleWithPassword`].
+pub const REDIS_PASSWORD: &str = "redis-pw-0123456789";
 
 pub enum RedisBackend {
     Single(Redis),
@@ -45,11 +50,20 @@ impl RedisBackend {
             Backend::Single => RedisBackend::Single(Redis::start()),
             Backend::Cluster => RedisBackend::Cluster(RedisCluster::start()),
             Backend::ReplicatedCluster => RedisBackend::Cluster(RedisCluster::start_with(3, 1)),
+            Backend::SingleWithPassword => RedisBackend::Single(Redis::start_as(
+                l2_common::free_port(),
+                &["--requirepass".to_string(), REDIS_PASSWORD.to_string()],
+                Some(&format!("default:{REDIS_PASSWORD}")),
+            )),
         }
     }
 
     fn l2_args(&self) -> [String; 2] {
         match self {
+            RedisBackend::Single(r) if r.has_credentials() => [
+                "--redis".into(),
+                r.url().replace("redis://", &format!("redis://:{REDIS_PASSWORD}@")),
+            ],
             RedisBackend::Single(r) => ["--redis".into(), r.url()],
             RedisBackend::Cluster(c) => ["--redis-cluster".into(), c.urls()],
         }

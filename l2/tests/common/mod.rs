@@ -75,6 +75,11 @@ impl Redis {
         r
     }
 
+    /// Whether the harness connects with credentials (the server asks for them).
+    pub fn has_credentials(&self) -> bool {
+        self.creds.is_some()
+    }
+
     /// The URL without credentials.
     pub fn url(&self) -> String {
         format!("redis://127.0.0.1:{}", self.port)
