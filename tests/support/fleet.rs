@@ -14,6 +14,7 @@ use super::origin::Origin;
 #[path = "../../l2/tests/common/mod.rs"]
 mod l2_common;
 
+#[allow(unused_imports)]
 pub use l2_common::{http_raw, Cluster as RedisCluster, Redis, L2};
 
 /// The purge API as `envoy/fleet.yaml` configures it.
