@@ -280,5 +280,9 @@ fn without_credentials_neither_the_l2_nor_redis_answers() {
     let computed = CacheKey { digest }.hex();
     assert_ne!(computed, hex);
     let r = fleet.l2.lookup(&computed, "attacker", 1, 0);
-    assert_eq!((r.status, r.header("x-l2")), (200, Some("lead")), "no value there");
+    assert_eq!(
+        (r.status, r.header("x-l2")),
+        (200, Some("lead")),
+        "no value there"
+    );
 }

@@ -63,7 +63,8 @@ impl RedisBackend {
         match self {
             RedisBackend::Single(r) if r.has_credentials() => [
                 "--redis".into(),
-                r.url().replace("redis://", &format!("redis://:{REDIS_PASSWORD}@")),
+                r.url()
+                    .replace("redis://", &format!("redis://:{REDIS_PASSWORD}@")),
             ],
             RedisBackend::Single(r) => ["--redis".into(), r.url()],
             RedisBackend::Cluster(c) => ["--redis-cluster".into(), c.urls()],
