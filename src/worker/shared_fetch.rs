@@ -60,6 +60,8 @@ pub fn on_fetch_callout(
 const RESET_MESSAGE: &str =
     "upstream connect error or disconnect/reset before headers. reset reason: connection termination";
 const TIMEOUT_MESSAGE: &str = "upstream request timeout";
+/// How much earlier than its deadline (by the wall clock) Envoy may end a timed-out callout.
+const TIMER_SLACK_MS: u64 = 50;
 const REFUSED_MESSAGE: &str = "upstream connect error: the shared fetch could not be sent";
 
 fn fetch_failed() -> Stored {
@@ -131,9 +133,14 @@ pub fn on_fetch_response(
         FetchResult::Reset => {
             host.count(Counter::FetchFailures);
             // Envoy ends a callout that timed out after the headers as a reset: tell it apart by
-            // the clock, and answer as Envoy's router does for a timeout.
+            // the clock, and answer as Envoy's router does for a timeout. Envoy's timer runs on
+            // its monotonic clock and may fire a few ms before the wall clock says it is due.
             let elapsed = host.now_ms().saturating_sub(fetch.dispatched_ms);
-            let failure = if elapsed >= plugin.config.fetch_timeout_ms {
+            let due = plugin
+                .config
+                .fetch_timeout_ms
+                .saturating_sub(TIMER_SLACK_MS);
+            let failure = if elapsed >= due {
                 Response::failure(504, TIMEOUT_MESSAGE)
             } else {
                 Response::failure(503, RESET_MESSAGE)
