@@ -1,18 +1,8 @@
 //! Which response headers belong to the message and which to one exchange: relayed to followers,
 //! replayed on hits, or neither.
 
-/// Headers that belong to one connection, not to the message (RFC 9110 7.6.1), plus
-/// `content-length`, which Envoy sets for the body it sends. Never relayed nor replayed.
-pub const HOP_BY_HOP: &[&str] = &[
-    "connection",
-    "keep-alive",
-    "proxy-connection",
-    "transfer-encoding",
-    "te",
-    "trailer",
-    "upgrade",
-    "content-length",
-];
+/// Never relayed nor replayed.
+pub use crate::request::forward::HOP_BY_HOP;
 
 /// Whether a header belongs to the message rather than to the connection or to HTTP/2 framing.
 pub fn is_end_to_end(name: &str) -> bool {

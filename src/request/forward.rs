@@ -1,9 +1,9 @@
 //! Which client request headers may ever be sent again on a client's behalf (the shared fetch):
 //! the rule both the configuration (`forward_headers`) and the fetch itself apply.
 
-/// Headers of one connection, not of the request (RFC 9110 7.6.1), plus `content-length`, which
-/// Envoy sets for the body it sends, and `expect: 100-continue`, about an upload already complete.
-const CONNECTION: &[&str] = &[
+/// Headers that belong to one connection, not to the message (RFC 9110 7.6.1), plus
+/// `content-length`, which Envoy sets for the body it sends: in requests as in answers.
+pub const HOP_BY_HOP: &[&str] = &[
     "connection",
     "keep-alive",
     "proxy-connection",
@@ -12,7 +12,6 @@ const CONNECTION: &[&str] = &[
     "trailer",
     "upgrade",
     "content-length",
-    "expect",
 ];
 
 /// Validators and ranges shape one client's answer; the shared answer must be the whole one.
@@ -31,7 +30,9 @@ const ONE_CLIENT: &[&str] = &[
 pub fn carriable(name: &str) -> bool {
     !name.starts_with(':')
         && name != "accept-encoding"
-        && !CONNECTION.contains(&name)
+        && !HOP_BY_HOP.contains(&name)
+        // `expect: 100-continue` is about the client's upload, which is complete.
+        && name != "expect"
         && !ONE_CLIENT.contains(&name)
 }
 
