@@ -9,6 +9,8 @@ use graphql_cache::coalesce::flights::FlightRecord;
 use graphql_cache::coalesce::liveness;
 use graphql_cache::coalesce::wakeup::Message;
 use graphql_cache::config::Config;
+use graphql_cache::config::KeyFields;
+use graphql_cache::config::Lifetimes;
 use graphql_cache::fleet::purge_log::{
     read_page, valid_cursor, valid_generation, PurgeRecord, Reader,
 };
@@ -17,7 +19,7 @@ use graphql_cache::fleet::wire::{read_lookup, Looked};
 use graphql_cache::invalidate::marks::PurgeView;
 use graphql_cache::invalidate::purge::parse_selectors;
 use graphql_cache::invalidate::shape::find_in_shaped_answer;
-use graphql_cache::invalidate::tags::{entry_tags, find_in_answer, KeyFields, MAX_TAGS};
+use graphql_cache::invalidate::tags::{entry_tags, find_in_answer, MAX_TAGS};
 use graphql_cache::request::apq;
 use graphql_cache::request::canonical::{canonicalize, mutation_shape, Limits};
 use graphql_cache::request::classify::{
@@ -25,7 +27,6 @@ use graphql_cache::request::classify::{
 };
 use graphql_cache::request::http::{parse_get_query, parse_post_body};
 use graphql_cache::request::key::CacheKey;
-use graphql_cache::request::rules::Lifetimes;
 use graphql_cache::worker::read::pairs;
 
 /// One property check over arbitrary bytes.

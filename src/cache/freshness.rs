@@ -5,7 +5,7 @@
 //! `proxy-revalidate` turn stale serving off for that answer.
 
 use crate::cache::not_stored::NotStored;
-use crate::request::rules::Lifetimes;
+use crate::config::Lifetimes;
 use std::time::{Duration, UNIX_EPOCH};
 
 /// The lifetime of one stored answer.

@@ -2,7 +2,7 @@
 //! replayed on hits, or neither.
 
 /// Never relayed nor replayed.
-pub use crate::request::forward::HOP_BY_HOP;
+pub use crate::config::HOP_BY_HOP;
 
 /// Whether a header belongs to the message rather than to the connection or to HTTP/2 framing.
 pub fn is_end_to_end(name: &str) -> bool {

@@ -9,8 +9,8 @@
 use crate::cache::entry::Entry;
 use crate::cache::headers::replayed;
 use crate::cache::storable::{admissible, body_storable};
+use crate::config::Lifetimes;
 use crate::request::key::CacheKey;
-use crate::request::rules::Lifetimes;
 
 /// What the checks measure an entry against.
 #[derive(Debug, Clone, Copy)]

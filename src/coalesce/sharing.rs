@@ -3,7 +3,7 @@
 
 use crate::cache::storable::body_storable;
 use crate::coalesce::relay::Response;
-use crate::request::rules::Scope;
+use crate::config::Scope;
 
 /// Request headers that carry credentials: when one of them is in the key, requests sharing
 /// the key are the same caller. Other vary headers (`origin`, a tenant header) name no user.

@@ -2,12 +2,12 @@
 
 use crate::cache::storable::Asked;
 use crate::coalesce::sharing::CREDENTIAL_HEADERS;
+use crate::config::carriable;
+use crate::config::Scope;
 use crate::config::{Config, IdentitySource};
 use crate::effects::host::Callout;
 use crate::request::classify::RequestHead;
-use crate::request::forward::carriable;
 use crate::request::key::CacheKey;
-use crate::request::rules::Scope;
 
 pub const IDENTITY: &str = "identity";
 

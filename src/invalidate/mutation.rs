@@ -2,6 +2,7 @@
 //! headers such as `Surrogate-Key` or `Cache-Tag`, or a member of `extensions`), the budget that
 //! keeps mutation purges from flooding the purge marks, and the coarser purge the excess becomes.
 
+use crate::config::{MutationPurges, TagSource};
 use crate::invalidate::tags::{entity_purge_tags, field_tag, operation_tag, type_purge_tags};
 use serde_json::Value;
 
@@ -12,67 +13,6 @@ const MAX_DECLARED: usize = 256;
 /// Purge tags one mutation may mark one by one; a purge of more collapses (see [`PurgePlan`]).
 /// An entity purge is three tags, shared by entities of one type: room for some 120 entities.
 pub const MAX_PURGE_TAGS: usize = 128;
-
-/// Where the origin may declare what a mutation changed.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum TagSource {
-    /// A response header (lower case); its values are split on commas and white space, which
-    /// reads Fastly's `Surrogate-Key` (space-separated) and Cloudflare's `Cache-Tag`
-    /// (comma-separated) alike. A tag with a comma or a space must come through `extensions`.
-    Header(String),
-    /// A member of the answer's `extensions`: an array of strings.
-    Extensions(String),
-}
-
-impl TagSource {
-    /// `header:<name>` or `extensions:<member>`; the error says what is wrong.
-    pub fn parse(text: &str) -> Result<TagSource, String> {
-        match text.split_once(':') {
-            Some(("header", name)) => {
-                let valid = !name.is_empty()
-                    && name
-                        .bytes()
-                        .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b));
-                if valid {
-                    Ok(TagSource::Header(name.to_ascii_lowercase()))
-                } else {
-                    Err(format!("{name:?} is not a valid HTTP header name"))
-                }
-            }
-            Some(("extensions", member)) if !member.is_empty() => {
-                Ok(TagSource::Extensions(member.to_string()))
-            }
-            _ => Err(format!(
-                "{text:?} is not \"header:<name>\" or \"extensions:<member>\""
-            )),
-        }
-    }
-}
-
-/// How mutation answers purge, beyond `mutation_invalidation`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct MutationPurges {
-    /// Where declared tags are read, in order; all that are present count.
-    pub tags_from: Vec<TagSource>,
-    /// Mutation purges per second, per worker, before they collapse.
-    pub per_second: u32,
-    /// How many may come at once.
-    pub burst: u32,
-}
-
-impl Default for MutationPurges {
-    fn default() -> Self {
-        MutationPurges {
-            tags_from: vec![
-                TagSource::Header("surrogate-key".to_string()),
-                TagSource::Header("cache-tag".to_string()),
-                TagSource::Extensions("cacheTags".to_string()),
-            ],
-            per_second: 100,
-            burst: 200,
-        }
-    }
-}
 
 /// The tags the configured headers declare, as sent (not yet understood).
 pub fn header_tags(sources: &[TagSource], headers: &[(String, Vec<u8>)]) -> Vec<String> {
@@ -266,27 +206,6 @@ mod tests {
 
     fn strings(list: &[&str]) -> Vec<String> {
         list.iter().map(|s| s.to_string()).collect()
-    }
-
-    #[test]
-    fn sources_parse_and_errors_say_why() {
-        assert_eq!(
-            TagSource::parse("header:Surrogate-Key"),
-            Ok(TagSource::Header("surrogate-key".into()))
-        );
-        assert_eq!(
-            TagSource::parse("extensions:cacheTags"),
-            Ok(TagSource::Extensions("cacheTags".into()))
-        );
-        for bad in [
-            "header:",
-            "header:a b",
-            "extensions:",
-            "cookie:x",
-            "surrogate-key",
-        ] {
-            assert!(TagSource::parse(bad).is_err(), "{bad}");
-        }
     }
 
     #[test]

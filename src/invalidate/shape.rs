@@ -10,7 +10,8 @@
 //! explain is skipped with everything under it, and an operation too large to map derives nothing
 //! (the origin can still declare its tags, see `invalidate::declared`).
 
-use crate::invalidate::tags::{scalar_text, Found, KeyFields, MAX_OBJECTS};
+use crate::config::KeyFields;
+use crate::invalidate::tags::{scalar_text, Found, MAX_OBJECTS};
 use graphql_parser::query::{Field, FragmentDefinition, Selection, SelectionSet};
 use serde_json::{Map, Value};
 use std::collections::BTreeMap;

@@ -5,8 +5,8 @@
 //! Tags are written with a kind prefix (`type:User`, `entity:User:1`, `operation:GetUser`,
 //! `field:users`), so a type and a field of the same name never share a tag.
 
+use crate::config::KeyFields;
 use serde_json::Value;
-use std::collections::HashMap;
 
 /// The most tags an entry keeps; coarse ones first (operation, fields, types, then entities),
 /// so a purge of something coarse always reaches an entry that had too many entities to list.
@@ -14,28 +14,6 @@ pub const MAX_TAGS: usize = 64;
 /// Objects visited in one answer before tagging stops (bounds the work on huge answers).
 pub const MAX_OBJECTS: usize = 10_000;
 const TYPENAME: &str = "__typename";
-
-/// Which fields identify an object of a type; `default` for types not listed (`["id"]`).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct KeyFields {
-    pub by_type: HashMap<String, Vec<String>>,
-    pub default: Vec<String>,
-}
-
-impl Default for KeyFields {
-    fn default() -> Self {
-        KeyFields {
-            by_type: HashMap::new(),
-            default: vec!["id".to_string()],
-        }
-    }
-}
-
-impl KeyFields {
-    pub fn of(&self, typename: &str) -> &[String] {
-        self.by_type.get(typename).unwrap_or(&self.default)
-    }
-}
 
 /// What the request contributes to its entry's tags (kept from classification).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

@@ -53,12 +53,8 @@ pub enum CanonicalError {
     Unsupported,
 }
 
-/// How much of a query the filter is willing to look at.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Limits {
-    pub max_depth: usize,
-    pub max_fields: usize,
-}
+/// How much of a query the filter is willing to look at (configured: `config::Limits`).
+pub use crate::config::Limits;
 
 /// Parses `query`, selects the operation named `operation_name`, and prints it canonically.
 pub fn canonicalize(

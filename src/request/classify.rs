@@ -2,6 +2,7 @@
 //! a cache key or the reason to pass the request through.
 
 use crate::config::Config;
+use crate::config::Scope;
 use crate::invalidate::shape::ResponseShape;
 use crate::invalidate::tags::OperationTags;
 use crate::request::apq::sha256_hex;
@@ -14,7 +15,7 @@ use crate::request::http::{
 };
 use crate::request::key::{build_key, CacheKey, KeyContext};
 use crate::request::memo::MemoInput;
-use crate::request::rules::{request_policy, RequestPolicy, RouteOverride, Scope};
+use crate::request::rules::{request_policy, RequestPolicy, RouteOverride};
 use serde::de::IgnoredAny;
 use serde::Deserialize;
 use std::rc::Rc;

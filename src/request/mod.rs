@@ -1,14 +1,14 @@
 //! The request and its key, free of host calls: GraphQL over HTTP (`http`), strict JSON for the
 //! key (`json`), canonical printing (`canonical`), per-operation policy (`rules`), the key
-//! (`key`), what a fetch for others may carry (`forward`), the whole decision from request head
-//! and body to key or bypass (`classify`, with its per-worker `memo`), and why a request passes
-//! through (`bypass`).
+//! (`key`), the whole decision from request head and body to key or bypass (`classify`, with its
+//! per-worker `memo`), and why a request passes through (`bypass`).
+//!
+//! It reads the configuration's types (rules, limits) from `config`, never the other way round.
 
 pub mod apq;
 pub mod bypass;
 pub mod canonical;
 pub mod classify;
-pub mod forward;
 pub mod http;
 pub mod json;
 pub mod key;

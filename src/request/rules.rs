@@ -1,45 +1,20 @@
 //! Per-operation, per-field and per-route cache policy: how long a request's answer may be kept
 //! and whether it is shared by all users or private to one.
 //!
+//! The rule types and their parsing are the configuration's (`config::rules`); this applies them.
+//!
 //! When several rules match, the most restrictive wins: any `cache: false` turns caching off, any
 //! `private` makes the entry private, and the shortest TTL applies.
 
+use crate::config::{Lifetimes, Matcher, Rule, Scope};
 use crate::request::bypass::Bypass;
 use crate::request::canonical::CanonicalOperation;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Scope {
-    /// One entry shared by every caller (still separated by `vary_headers`).
-    Public,
-    /// One entry per identity; a request without an identity is not cached.
-    Private,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Matcher {
-    /// The operation's name (`query Products { ... }`).
-    Operation(String),
-    /// A top-level field of the selected operation (`{ me { ... } }`).
-    Field(String),
-}
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Rule {
-    pub matcher: Matcher,
-    pub ttl_seconds: Option<u64>,
-    pub stale_while_revalidate_seconds: Option<u64>,
-    pub stale_if_error_seconds: Option<u64>,
-    pub scope: Option<Scope>,
-    /// `Some(false)`: never cached (nor coalesced).
-    pub cache: Option<bool>,
-}
-
-impl Rule {
-    fn matches(&self, op: &CanonicalOperation) -> bool {
-        match &self.matcher {
-            Matcher::Operation(name) => op.name.as_deref() == Some(name.as_str()),
-            Matcher::Field(field) => op.root_fields.iter().any(|f| f == field),
-        }
+/// Whether a rule applies to this operation.
+fn matches(rule: &Rule, op: &CanonicalOperation) -> bool {
+    match &rule.matcher {
+        Matcher::Operation(name) => op.name.as_deref() == Some(name.as_str()),
+        Matcher::Field(field) => op.root_fields.iter().any(|f| f == field),
     }
 }
 
@@ -50,14 +25,6 @@ pub struct RouteOverride {
     pub stale_while_revalidate_seconds: Option<u64>,
     pub stale_if_error_seconds: Option<u64>,
     pub disabled: bool,
-}
-
-/// How long an answer may be kept: fresh, then stale while refreshing, then stale on errors.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Lifetimes {
-    pub ttl_seconds: u64,
-    pub stale_while_revalidate_seconds: u64,
-    pub stale_if_error_seconds: u64,
 }
 
 /// The policy for one request.
@@ -87,7 +54,7 @@ pub fn request_policy(
     let mut rule_ttl: Option<u64> = None;
     let mut rule_swr: Option<u64> = None;
     let mut rule_sie: Option<u64> = None;
-    for rule in rules.iter().filter(|r| r.matches(op)) {
+    for rule in rules.iter().filter(|r| matches(r, op)) {
         if rule.cache == Some(false) {
             return Err(Bypass::NotCachedByRule);
         }
@@ -98,7 +65,7 @@ pub fn request_policy(
     let op_scope = combine(
         rules
             .iter()
-            .filter(|r| matches!(&r.matcher, Matcher::Operation(_)) && r.matches(op)),
+            .filter(|r| matches!(&r.matcher, Matcher::Operation(_)) && matches(r, op)),
     );
     let field_scope = |field: &str| {
         combine(

@@ -5,10 +5,10 @@ use crate::cache::freshness::freshness;
 use crate::cache::not_stored::NotStored;
 use crate::cache::storable::admissible;
 use crate::cache::storable::{Answer, Asked};
+use crate::config::Lifetimes;
 use crate::effects::counters::Counter;
 use crate::effects::host::RequestHost;
 use crate::request::key::CacheKey;
-use crate::request::rules::Lifetimes;
 use crate::worker::state::Plugin;
 use crate::worker::store::{store_answer, upstream_status, Stored};
 

@@ -6,6 +6,7 @@ use crate::cache::entry::Entry;
 use crate::cache::storable::Asked;
 use crate::coalesce::sharing::key_names_caller;
 use crate::coalesce::upstream::IDENTITY;
+use crate::config::{Lifetimes, Scope};
 use crate::config::{MutationInvalidation, PurgeApi};
 use crate::effects::counters::Counter;
 use crate::effects::host::{LogLevel, RequestHost};
@@ -19,7 +20,6 @@ use crate::request::classify::{
 };
 use crate::request::http::split_path;
 use crate::request::key::CacheKey;
-use crate::request::rules::{Lifetimes, Scope};
 use crate::worker::answer::{CACHE_HEADER, KEY_HEADER, REASON_HEADER};
 use crate::worker::capture::{Capture, Chunk};
 use crate::worker::join::{join, refresh, Joined, Miss, Refresh};

@@ -90,7 +90,7 @@ mod tests {
 
     fn asked() -> Asked {
         Asked {
-            lifetimes: crate::request::rules::Lifetimes {
+            lifetimes: crate::config::Lifetimes {
                 ttl_seconds: 60,
                 ..Default::default()
             },

@@ -1,0 +1,353 @@
+//! `Config::parse` end to end: every field read, every refusal naming its field.
+
+use super::*;
+
+#[test]
+fn empty_config_gives_defaults() {
+    assert_eq!(Config::parse(b"").unwrap(), Config::default());
+    assert_eq!(Config::parse(b"  ").unwrap(), Config::default());
+    assert_eq!(Config::parse(b"{}").unwrap(), Config::default());
+}
+
+#[test]
+fn fields_are_read() {
+    let c = Config::parse(
+        br#"{"ttl_seconds":5,"paths":["/graphql"],"vary_headers":["X-Tenant","authorization"],
+            "max_body_bytes":2048,"max_query_depth":10,"max_query_fields":7,"cache_slots":16,"max_entry_bytes":4096,
+            "debug_headers":true,"coalesce":false,"flight_slots":8,"fetch_timeout_ms":500,
+            "max_wait_ms":700,"max_waiters":3,"upstream_cluster":"origin"}"#,
+    )
+    .unwrap();
+    assert_eq!(c.ttl_seconds, 5);
+    assert_eq!(c.paths, vec!["/graphql"]);
+    assert_eq!(c.vary_headers, vec!["authorization", "x-tenant"]);
+    assert_eq!(c.max_body_bytes, 2048);
+    assert_eq!(c.max_query_depth, 10);
+    assert_eq!(c.max_query_fields, 7);
+    assert_eq!(c.cache_slots, 16);
+    assert_eq!(c.max_entry_bytes, 4096);
+    assert!(c.debug_headers);
+    assert!(!c.coalesce);
+    assert_eq!(c.flight_slots, 8);
+    assert_eq!(c.fetch_timeout_ms, 500);
+    assert_eq!(c.max_wait_ms, 700);
+    assert_eq!(c.max_waiters, 3);
+    assert_eq!(c.upstream_cluster.as_deref(), Some("origin"));
+    assert_eq!(c.cache_bound_bytes(), 16 * 4096);
+    assert!(c.handles_path("/graphql"));
+    assert!(!c.handles_path("/other"));
+}
+
+fn err(json: &str) -> ConfigError {
+    Config::parse(json.as_bytes()).unwrap_err()
+}
+
+/// Each configuration is refused with its error naming that field.
+fn assert_fields(cases: &[(&str, &str)]) {
+    for (json, field) in cases {
+        assert_eq!(err(json).field, *field, "{json}");
+    }
+}
+
+#[test]
+fn invalidation_fields() {
+    let c = Config::parse(
+        br#"{"purge_path":"/graphql-cache/purge","purge_token":"0123456789abcdef",
+            "mutation_invalidation":"type","tag_slots":128,"key_fields":{"Post":["slug"]}}"#,
+    )
+    .unwrap();
+    assert_eq!(
+        c.purge,
+        Some(PurgeApi {
+            path: "/graphql-cache/purge".into(),
+            token: Secret::new("0123456789abcdef".into())
+        })
+    );
+    assert_eq!(c.mutation_invalidation, MutationInvalidation::Type);
+    assert_eq!(c.tag_slots, 128);
+    assert_eq!(c.key_fields.by_type["Post"], vec!["slug"]);
+    assert_eq!(c.key_fields.default, vec!["id"]);
+    assert!(c.invalidation_on());
+    let off = Config::parse(br#"{"mutation_invalidation":"off"}"#).unwrap();
+    assert!(!off.invalidation_on());
+    assert!(
+        Config::default().invalidation_on(),
+        "mutations purge by default"
+    );
+    assert_eq!(err(r#"{"purge_path":"/p"}"#).field, "purge_token");
+    assert_eq!(
+        err(r#"{"purge_path":"/p","purge_token":"short"}"#).field,
+        "purge_token"
+    );
+    assert_eq!(
+        err(r#"{"purge_path":"p","purge_token":"0123456789abcdef"}"#).field,
+        "purge_path"
+    );
+    assert_eq!(
+        err(r#"{"purge_token":"0123456789abcdef"}"#).field,
+        "purge_token"
+    );
+    assert_eq!(
+        err(r#"{"mutation_invalidation":"all"}"#).field,
+        "mutation_invalidation"
+    );
+    assert_eq!(err(r#"{"tag_slots":0}"#).field, "tag_slots");
+    let m = Config::parse(
+        br#"{"mutation_tags_from":["header:X-Tags","extensions:tags"],
+            "mutation_purges_per_second":5,"mutation_purge_burst":7}"#,
+    )
+    .unwrap()
+    .mutation_purges;
+    assert_eq!(
+        m.tags_from,
+        vec![
+            TagSource::Header("x-tags".into()),
+            TagSource::Extensions("tags".into())
+        ]
+    );
+    assert_eq!((m.per_second, m.burst), (5, 7));
+    assert_fields(&[
+        (
+            r#"{"mutation_tags_from":["header:ok","body:x"]}"#,
+            "mutation_tags_from[1]",
+        ),
+        (r#"{"mutation_tags_from":"header:x"}"#, "mutation_tags_from"),
+        (
+            r#"{"mutation_purges_per_second":0}"#,
+            "mutation_purges_per_second",
+        ),
+        (r#"{"mutation_purge_burst":0}"#, "mutation_purge_burst"),
+    ]);
+    assert_eq!(
+        err(r#"{"key_fields":{"User":[]}}"#).field,
+        "key_fields.User"
+    );
+}
+
+#[test]
+fn errors_name_the_field() {
+    assert_fields(&[
+        (r#"{"ttl_seconds":"ten"}"#, "ttl_seconds"),
+        (r#"{"ttl_seconds":-1}"#, "ttl_seconds"),
+        (r#"{"ttl_secons":1}"#, "ttl_secons"),
+        (r#"{"vary_headers":["ok","bad header"]}"#, "vary_headers[1]"),
+        (r#"{"vary_headers":[":authority"]}"#, "vary_headers[0]"),
+        (r#"{"vary_headers":[1]}"#, "vary_headers[0]"),
+        (r#"{"cache_slots":0}"#, "cache_slots"),
+        (r#"{"max_entry_bytes":10}"#, "max_entry_bytes"),
+        (r#"{"max_body_bytes":0}"#, "max_body_bytes"),
+        (r#"{"max_query_depth":51}"#, "max_query_depth"),
+        (r#"{"paths":["graphql"]}"#, "paths[0]"),
+        (r#"{"max_query_fields":0}"#, "max_query_fields"),
+        (r#"{"flight_slots":0}"#, "flight_slots"),
+        (r#"{"fetch_timeout_ms":0}"#, "fetch_timeout_ms"),
+        (r#"{"max_wait_ms":-5}"#, "max_wait_ms"),
+        (r#"{"max_waiters":0}"#, "max_waiters"),
+        (r#"{"upstream_cluster":" "}"#, "upstream_cluster"),
+        (r#"{"coalesce":1}"#, "coalesce"),
+        (r#"{"key_memo_entries":100000}"#, "key_memo_entries"),
+        (r#"{"debug_headers":"yes"}"#, "debug_headers"),
+        (
+            r#"{"cache_slots":1048576,"max_entry_bytes":67108864}"#,
+            "cache_slots",
+        ),
+    ]);
+}
+
+#[test]
+fn identity_rules_and_routes() {
+    let c = Config::parse(
+        br#"{"identity":{"source":"jwt"},"rules":[{"operation":"Products","ttl_seconds":60},
+            {"field":"me","scope":"private"},{"operation":"Admin","cache":false}],"route_metadata":""}"#,
+    )
+    .unwrap();
+    assert_eq!(
+        c.identity,
+        Some(IdentitySource::JwtClaim {
+            payload_key: "jwt_payload".into(),
+            claim: "sub".into()
+        })
+    );
+    assert_eq!(c.default_scope, Scope::Private);
+    assert_eq!(c.rules.len(), 3);
+    assert_eq!(c.rules[1].scope, Some(Scope::Private));
+    assert_eq!(c.route_metadata, None);
+    let h = Config::parse(
+        br#"{"identity":{"source":"header","header":"X-User"},"default_scope":"public"}"#,
+    )
+    .unwrap();
+    assert_eq!(h.identity, Some(IdentitySource::Header("x-user".into())));
+    assert_eq!(h.default_scope, Scope::Public);
+    assert_eq!(Config::default().route_metadata, None);
+    let r = Config::parse(br#"{"route_metadata":"my_ns"}"#).unwrap();
+    assert_eq!(r.route_metadata.as_deref(), Some("my_ns"));
+}
+
+#[test]
+fn identity_and_rule_errors_name_the_field() {
+    assert_fields(&[
+        (r#"{"identity":{"source":"cookie"}}"#, "identity.source"),
+        (r#"{"identity":{"source":"header"}}"#, "identity.header"),
+        (
+            r#"{"identity":{"source":"jwt","header":"x"}}"#,
+            "identity.header",
+        ),
+        (
+            r#"{"identity":{"source":"jwt","claim":""}}"#,
+            "identity.claim",
+        ),
+        (
+            r#"{"identity":{"source":"jwt","clam":"sub"}}"#,
+            "identity.clam",
+        ),
+        (r#"{"default_scope":"shared"}"#, "default_scope"),
+        (
+            r#"{"rules":[{"operation":"A"},{"field":"me","scope":"mine"}]}"#,
+            "rules[1].scope",
+        ),
+        (r#"{"rules":[{"ttl_seconds":5}]}"#, "rules[0]"),
+        (r#"{"rules":[{"operation":"A","field":"b"}]}"#, "rules[0]"),
+        (
+            r#"{"rules":[{"operation":"A","ttl_seconds":99999999999}]}"#,
+            "rules[0].ttl_seconds",
+        ),
+        (
+            r#"{"rules":[{"operation":"A","cache":"no"}]}"#,
+            "rules[0].cache",
+        ),
+    ]);
+}
+
+#[test]
+fn malformed_json_is_rejected() {
+    assert!(Config::parse(b"{").is_err());
+    assert!(Config::parse(b"[]").is_err());
+    assert!(Config::parse(b"{} x").is_err());
+    assert!(Config::parse(&[0xff, 0xfe]).is_err());
+}
+
+#[test]
+fn display_names_field() {
+    let e = err(r#"{"ttl_seconds":"ten"}"#);
+    assert!(e.to_string().contains("`ttl_seconds`"), "{e}");
+}
+
+#[test]
+fn l2_is_optional_and_checked_field_by_field() {
+    assert_eq!(Config::default().l2, None);
+    let c = Config::parse(br#"{"l2":{"cluster":"graphql_cache_l2","fleet_key":"fleet-key-for-tests-0123456789abcdef"}}"#).unwrap();
+    let l2 = c.l2.unwrap();
+    assert_eq!(
+        l2.wait_cluster, "graphql_cache_l2",
+        "long-polls default to the same cluster"
+    );
+    assert_eq!((l2.timeout_ms, l2.wait_ms), (50, 2000));
+    assert_eq!(l2.authority, "graphql-cache-l2");
+    assert_eq!(l2.budget_ms(), 2 * 50 + 2000);
+    assert_fields(&[
+        (r#"{"l2":{}}"#, "l2.cluster"),
+        (r#"{"l2":{"cluster":""}}"#, "l2.cluster"),
+        (
+            r#"{"l2":{"cluster":"a","wait_cluster":"b c"}}"#,
+            "l2.wait_cluster",
+        ),
+        (r#"{"l2":{"cluster":"a","timeout_ms":0}}"#, "l2.timeout_ms"),
+        (r#"{"l2":{"cluster":"a","wait_ms":600000}}"#, "l2.wait_ms"),
+        (r#"{"l2":{"cluster":"a","authority":""}}"#, "l2.authority"),
+        (r#"{"l2":{"cluster":"a","redis":"x"}}"#, "l2.redis"),
+        (
+            r#"{"coalesce":false,"l2":{"cluster":"a","fleet_key":"fleet-key-for-tests-0123456789abcdef"}}"#,
+            "l2",
+        ),
+        (r#"{"l2":{"cluster":"a"}}"#, "l2.fleet_key"),
+        (
+            r#"{"l2":{"cluster":"a","fleet_key":"short"}}"#,
+            "l2.fleet_key",
+        ),
+        (
+            r#"{"l2":{"cluster":"a","fleet_key":"fleet-key-for-tests-0123456789abcdef","secret":"short"}}"#,
+            "l2.secret",
+        ),
+        (
+            r#"{"l2":{"cluster":"a","fleet_key":"fleet-key-for-tests-0123456789abcdef","purge_skew_ms":600000}}"#,
+            "l2.purge_skew_ms",
+        ),
+    ]);
+}
+
+#[test]
+fn secrets_come_from_the_vm_environment_and_are_never_shown() {
+    let env = |name: &str| match name {
+        "FLEET" => Some("fleet-key-from-the-environment-0123456789".to_string()),
+        "L2" => Some("l2-secret-0123456789".to_string()),
+        "PURGE" => Some("purge-token-0123456789".to_string()),
+        _ => None,
+    };
+    let c = Config::parse_with_env(
+        br#"{"purge_path":"/p","purge_token_env":"PURGE",
+             "l2":{"cluster":"a","fleet_key_env":"FLEET","secret_env":"L2"}}"#,
+        &env,
+    )
+    .unwrap();
+    let l2 = c.l2.as_ref().unwrap();
+    assert_eq!(l2.secret.as_ref().unwrap().expose(), "l2-secret-0123456789");
+    assert_eq!(
+        l2.fleet_key,
+        FleetKey::new(b"fleet-key-from-the-environment-0123456789").unwrap()
+    );
+    assert_eq!(
+        c.purge.as_ref().unwrap().token.expose(),
+        "purge-token-0123456789"
+    );
+    let shown = format!("{c:?}");
+    for secret in ["l2-secret", "fleet-key-from", "purge-token"] {
+        assert!(!shown.contains(secret), "{secret} in {shown}");
+    }
+    let field = |json: &str| Config::parse_with_env(json.as_bytes(), &env).unwrap_err();
+    let missing = field(r#"{"l2":{"cluster":"a","fleet_key_env":"NOPE"}}"#);
+    assert_eq!(missing.field, "l2.fleet_key_env");
+    assert!(missing.problem.contains("host_env_keys"), "{missing}");
+    let both =
+        field(r#"{"purge_path":"/p","purge_token":"0123456789abcdef","purge_token_env":"PURGE"}"#);
+    assert_eq!(both.field, "purge_token_env");
+    let short = field(r#"{"l2":{"cluster":"a","fleet_key_env":"L2"}}"#);
+    assert_eq!(short.field, "l2.fleet_key");
+    assert!(!short.to_string().contains("l2-secret"), "{short}");
+}
+
+#[test]
+fn forward_headers_are_read_and_checked() {
+    let d = Config::default();
+    assert_eq!(
+        d.forward_headers,
+        vec!["traceparent", "tracestate", "user-agent", "x-request-id"]
+    );
+    let c = Config::parse(br#"{"forward_headers":["X-Trace","x-trace","baggage"]}"#).unwrap();
+    assert_eq!(c.forward_headers, vec!["baggage", "x-trace"]);
+    let none = Config::parse(br#"{"forward_headers":[]}"#).unwrap();
+    assert!(none.forward_headers.is_empty());
+    assert_fields(&[
+        (
+            r#"{"forward_headers":["ok","bad header"]}"#,
+            "forward_headers[1]",
+        ),
+        (r#"{"forward_headers":[":path"]}"#, "forward_headers[0]"),
+        (r#"{"forward_headers":"user-agent"}"#, "forward_headers"),
+        (
+            r#"{"forward_headers":["a","Connection"]}"#,
+            "forward_headers[1]",
+        ),
+        (
+            r#"{"forward_headers":["accept-encoding"]}"#,
+            "forward_headers[0]",
+        ),
+        (
+            r#"{"forward_headers":["if-none-match"]}"#,
+            "forward_headers[0]",
+        ),
+        (
+            r#"{"forward_headers":["content-length"]}"#,
+            "forward_headers[0]",
+        ),
+    ]);
+}
