@@ -3,6 +3,7 @@
 //! response callbacks inside the host call, and they read it.
 
 use crate::coalesce::relay::Response;
+use crate::coalesce::release::Release;
 use crate::effects::counters::Counter;
 use crate::effects::host::Host;
 use crate::request::key::CacheKey;
@@ -131,7 +132,7 @@ pub fn answer(
 }
 
 /// Lets the paused request `context` go upstream on its own; `reason` shows in the debug header.
-pub fn release(worker: &RefCell<Worker>, host: &impl Host, context: u32, reason: &'static str) {
+pub fn release(worker: &RefCell<Worker>, host: &impl Host, context: u32, reason: Release) {
     worker
         .borrow_mut()
         .outcomes

@@ -4,6 +4,7 @@
 
 use crate::cache::entry::Entry;
 use crate::cache::storable::Asked;
+use crate::coalesce::release::Release;
 use crate::coalesce::sharing::key_names_caller;
 use crate::coalesce::upstream::IDENTITY;
 use crate::config::{MutationInvalidation, PurgeApi};
@@ -55,7 +56,7 @@ enum State {
     Missed {
         key: CacheKey,
         capture: Option<Capture>,
-        reason: Option<&'static str>,
+        reason: Option<Release>,
     },
     /// Answered by the filter; the response callbacks must leave it alone.
     Served,
@@ -253,7 +254,7 @@ impl Exchange {
                     if let Ok(mut w) = cx.worker.try_borrow_mut() {
                         w.waiters.remove_waiter(self.context);
                     }
-                    "envoy-reply"
+                    Release::EnvoyReply
                 }
             };
             self.state = State::Missed {
@@ -483,11 +484,11 @@ impl Exchange {
                     capture: Some(capture),
                     reason,
                 };
-                reason
+                reason.map(Release::as_str)
             }
             Err(why) => {
                 cx.host.count(Counter::StoreSkipped);
-                Some(reason.unwrap_or(why.as_str()))
+                Some(reason.map_or(why.as_str(), Release::as_str))
             }
         };
         if let (true, Some(r)) = (debug, not_stored) {

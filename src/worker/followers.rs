@@ -5,6 +5,7 @@
 use crate::coalesce::flights::Peek;
 use crate::coalesce::liveness::Alive;
 use crate::coalesce::relay::Response;
+use crate::coalesce::release::Release;
 use crate::coalesce::wakeup::Message;
 use crate::effects::host::Host;
 use crate::request::key::CacheKey;
@@ -75,7 +76,7 @@ fn deliver(
         match (&stale, &response) {
             (Some(s), _) => answer(plugin, worker, host, ctx, s, Label::STALE, key),
             (None, Some(r)) => answer(plugin, worker, host, ctx, r, Label::COALESCED, key),
-            (None, None) => release(worker, host, ctx, "not-shareable"),
+            (None, None) => release(worker, host, ctx, Release::NotShareable),
         }
     }
 }
@@ -111,7 +112,7 @@ pub fn check(plugin: &Plugin, worker: &RefCell<Worker>, host: &impl Host, key: &
         Peek::Gone => {
             let flight = worker.borrow_mut().waiters.take(key);
             for waiter in flight.map(|f| f.waiters).unwrap_or_default() {
-                release(worker, host, waiter.context_id, "leader-gone");
+                release(worker, host, waiter.context_id, Release::LeaderGone);
             }
             true
         }

@@ -4,6 +4,7 @@
 
 use crate::cache::storable::Answer;
 use crate::coalesce::relay::Response;
+use crate::coalesce::release::Release;
 use crate::coalesce::sharing::followers_may_share;
 use crate::coalesce::upstream::SharedFetch;
 use crate::coalesce::wakeup::Message;
@@ -169,7 +170,7 @@ pub fn on_fetch_response(
                 worker,
                 host,
                 &fetch,
-                Err("too-large"),
+                Err(Release::TooLarge),
                 &Labels::fetched(&Stored::default()),
             );
             return;
@@ -189,7 +190,8 @@ pub fn on_fetch_response(
     let mut stored = store_answer(plugin, host, &fetch.key, answer_in, &fetch.asked);
     // Sent before anyone is answered: answering switches the effective context.
     after_origin(plugin, worker, host, &fetch, &mut stored);
-    let response = Response::from_upstream(status, headers, body).map_err(|_| "not-relayable");
+    let response =
+        Response::from_upstream(status, headers, body).map_err(|_| Release::NotRelayable);
     finish(
         plugin,
         worker,
@@ -208,7 +210,7 @@ pub fn finish(
     worker: &RefCell<Worker>,
     host: &impl Host,
     fetch: &SharedFetch,
-    response: Result<Response, &'static str>,
+    response: Result<Response, Release>,
     labels: &Labels<'_>,
 ) {
     let now = host.now_ms();
@@ -248,8 +250,8 @@ pub fn finish(
             Ok(r) if for_followers(r) => {
                 answer(plugin, worker, host, ctx, r, labels.followers, &fetch.key)
             }
-            Ok(_) => release(worker, host, ctx, "not-shareable"),
-            Err(reason) => release(worker, host, ctx, reason),
+            Ok(_) => release(worker, host, ctx, Release::NotShareable),
+            Err(reason) => release(worker, host, ctx, *reason),
         }
     }
 }

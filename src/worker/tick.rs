@@ -3,6 +3,7 @@
 //! worker for; empties finished records once their watchers had time to read them.
 
 use crate::coalesce::liveness::{self, HEARTBEAT_MS};
+use crate::coalesce::release::Release;
 use crate::coalesce::waiters::LocalFlight;
 use crate::effects::counters::Counter;
 use crate::effects::host::Host;
@@ -67,7 +68,7 @@ fn release_hung_bodies(worker: &RefCell<Worker>, host: &impl Host, now: u64) {
                 body,
             );
         } else {
-            release(worker, host, context, "body-not-delivered");
+            release(worker, host, context, Release::BodyNotDelivered);
         }
     }
 }
@@ -91,12 +92,12 @@ fn release_expired(plugin: &Plugin, worker: &RefCell<Worker>, host: &impl Host, 
     }
     for waiter in expired {
         host.count(Counter::WaitTimeouts);
-        release(worker, host, waiter.context_id, "wait-timeout");
+        release(worker, host, waiter.context_id, Release::WaitTimeout);
     }
     for (key, flight) in abandoned {
         abandon(plugin, worker, host, &key);
         for waiter in flight.waiters {
-            release(worker, host, waiter.context_id, "fetch-lost");
+            release(worker, host, waiter.context_id, Release::FetchLost);
         }
     }
 }
