@@ -85,16 +85,29 @@ impl Labels<'_> {
     }
 }
 
-/// Answers the paused request `context` with `response`.
+/// What a paused request is answered with: a response, and how it is labelled.
+#[derive(Debug, Clone, Copy)]
+pub struct Reply<'a> {
+    pub response: &'a Response,
+    pub label: Label<'a>,
+}
+
+impl<'a> Reply<'a> {
+    pub fn new(response: &'a Response, label: Label<'a>) -> Self {
+        Reply { response, label }
+    }
+}
+
+/// Answers the paused request `context`, waiting for `key`, with `reply`.
 pub fn answer(
     plugin: &Plugin,
     worker: &RefCell<Worker>,
     host: &impl Host,
     context: u32,
-    response: &Response,
-    label: Label<'_>,
     key: &CacheKey,
+    reply: Reply<'_>,
 ) {
+    let Reply { response, label } = reply;
     worker
         .borrow_mut()
         .outcomes

@@ -25,7 +25,7 @@ use crate::worker::answer::{CACHE_HEADER, KEY_HEADER, REASON_HEADER};
 use crate::worker::capture::{Capture, Chunk};
 use crate::worker::join::{join, refresh, Joined, Miss, Refresh};
 use crate::worker::l2_write::queue_store;
-use crate::worker::lookup::{find, serve, Found};
+use crate::worker::lookup::{find, serve, Asking, Found};
 use crate::worker::purge::{self, purge_api, AtHeaders};
 use crate::worker::read::{read_head, read_identity, read_route};
 use crate::worker::shadow::Shadowed;
@@ -93,6 +93,19 @@ pub struct Ctx<'a, H> {
     pub plugin: &'a Plugin,
     pub worker: &'a RefCell<Worker>,
     pub host: &'a H,
+}
+
+/// What storing the answer to a request `decided` so, born at `born_us`, must know.
+fn asked(decided: &Decided, born_us: u64) -> Asked {
+    Asked {
+        lifetimes: Lifetimes {
+            ttl_seconds: decided.policy.ttl_seconds,
+            stale_while_revalidate_seconds: decided.policy.stale_while_revalidate_seconds,
+            stale_if_error_seconds: decided.policy.stale_if_error_seconds,
+        },
+        born_us,
+        operation: decided.operation.clone(),
+    }
 }
 
 impl Exchange {
@@ -396,15 +409,7 @@ impl Exchange {
         // One clock read: the entry's birth needs microseconds (see `invalidate::marks`).
         let now_us = cx.host.now_us();
         let now = now_us / 1000;
-        let asked = Asked {
-            lifetimes: Lifetimes {
-                ttl_seconds: decided.policy.ttl_seconds,
-                stale_while_revalidate_seconds: decided.policy.stale_while_revalidate_seconds,
-                stale_if_error_seconds: decided.policy.stale_if_error_seconds,
-            },
-            born_us: now_us,
-            operation: decided.operation,
-        };
+        let asked = asked(&decided, now_us);
         self.asked = Some(asked.clone());
         let config = &cx.plugin.config;
         if config.shadow {
@@ -426,8 +431,13 @@ impl Exchange {
         // know it would answer `PersistedQueryNotFound` for everyone, so it never fetches for
         // others.
         let may_fetch_for_others = config.coalesce && !decided.hash_only;
+        let asking = Asking {
+            key: &key,
+            head,
+            now_ms: now,
+        };
         match find(cx.plugin, cx.worker, cx.host, &key, now) {
-            Found::Fresh(entry) if serve(cx.plugin, cx.host, &entry, &key, now, "HIT", head) => {
+            Found::Fresh(entry) if serve(cx.plugin, cx.host, &asking, &entry, "HIT") => {
                 cx.host.count(Counter::Hits);
                 self.state = State::Served;
                 return Flow::Pause;
@@ -437,7 +447,7 @@ impl Exchange {
                 if may_fetch_for_others
                     && refresh(cx.plugin, cx.worker, cx.host, miss(body.clone()))
                         != Refresh::Impossible
-                    && serve(cx.plugin, cx.host, &entry, &key, now, "STALE", head) =>
+                    && serve(cx.plugin, cx.host, &asking, &entry, "STALE") =>
             {
                 cx.host.count(Counter::StaleServed);
                 self.state = State::Served;

@@ -9,7 +9,7 @@ use crate::coalesce::release::Release;
 use crate::coalesce::wakeup::Message;
 use crate::effects::host::Host;
 use crate::request::key::CacheKey;
-use crate::worker::answer::{answer, release, Label};
+use crate::worker::answer::{answer, release, Label, Reply};
 use crate::worker::dispatch::dispatch_pending;
 use crate::worker::stale::{instead_of_error, is_failure};
 use crate::worker::state::{Plugin, Worker};
@@ -74,8 +74,15 @@ fn deliver(
     for waiter in waiters {
         let ctx = waiter.context_id;
         match (&stale, &response) {
-            (Some(s), _) => answer(plugin, worker, host, ctx, s, Label::STALE, key),
-            (None, Some(r)) => answer(plugin, worker, host, ctx, r, Label::COALESCED, key),
+            (Some(s), _) => answer(plugin, worker, host, ctx, key, Reply::new(s, Label::STALE)),
+            (None, Some(r)) => answer(
+                plugin,
+                worker,
+                host,
+                ctx,
+                key,
+                Reply::new(r, Label::COALESCED),
+            ),
             (None, None) => release(worker, host, ctx, Release::NotShareable),
         }
     }

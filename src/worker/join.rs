@@ -3,7 +3,7 @@
 //! background refresh the same way, when nobody fetches the key yet.
 
 use crate::cache::storable::Asked;
-use crate::coalesce::flights::{Join, JoinMode};
+use crate::coalesce::flights::{Claim, Join, JoinMode};
 use crate::coalesce::liveness::Alive;
 use crate::coalesce::upstream::{upstream_request, L2Role, SharedFetch};
 use crate::coalesce::waiters::LocalJoin;
@@ -63,17 +63,15 @@ pub fn join(
     let Some((id, queue)) = identity(worker) else {
         return Joined::Alone;
     };
-    let lease = plugin.lease_ms();
-    match plugin.flights.join(
-        host,
-        &key,
-        id,
+    let claim = Claim {
+        key,
+        me: id,
         queue,
-        now,
-        lease,
-        JoinMode::MayLead,
-        &Alive::read(host, now),
-    ) {
+        now_ms: now,
+        lease_ms: plugin.lease_ms(),
+        mode: JoinMode::MayLead,
+    };
+    match plugin.flights.join(host, &claim, &Alive::read(host, now)) {
         Join::Lead => {
             worker.borrow_mut().waiters.start(key, true, context, now);
             if !lead(plugin, worker, host, fetch) {
@@ -127,21 +125,17 @@ pub fn refresh(
     let Some((id, queue)) = identity(worker) else {
         return Refresh::Impossible;
     };
-    let lease = plugin.lease_ms();
-    let alive = Alive::read(host, now);
+    let claim = Claim {
+        key,
+        me: id,
+        queue,
+        now_ms: now,
+        lease_ms: plugin.lease_ms(),
+        mode: JoinMode::LeadOnly,
+    };
     // In flight elsewhere, or its slot busy with another key: someone fetches, or the next
     // request tries again.
-    if plugin.flights.join(
-        host,
-        &key,
-        id,
-        queue,
-        now,
-        lease,
-        JoinMode::LeadOnly,
-        &alive,
-    ) != Join::Lead
-    {
+    if plugin.flights.join(host, &claim, &Alive::read(host, now)) != Join::Lead {
         return Refresh::Running;
     }
     worker.borrow_mut().waiters.start_refresh(key, now);

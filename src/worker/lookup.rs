@@ -194,22 +194,29 @@ fn etag_matches(candidates: &[u8], etag: &str) -> bool {
         .any(|c| opaque(c) == stored)
 }
 
+/// The running request a stored entry answers.
+#[derive(Debug, Clone, Copy)]
+pub struct Asking<'a> {
+    pub key: &'a CacheKey,
+    pub head: &'a RequestHead,
+    pub now_ms: u64,
+}
+
 /// Answers the running request from a stored entry, labelled `cache` (`HIT` or `STALE`);
 /// `false` if the entry does not decode.
 pub fn serve(
     plugin: &Plugin,
     host: &impl RequestHost,
+    asking: &Asking<'_>,
     bytes: &[u8],
-    key: &CacheKey,
-    now: u64,
     cache: &str,
-    head: &RequestHead,
 ) -> bool {
+    let Asking { key, head, now_ms } = *asking;
     let Ok(entry) = Entry::decode(bytes) else {
         return false;
     };
     let mut digits = [0u8; 20];
-    let age = decimal(entry.age_s(now), &mut digits);
+    let age = decimal(entry.age_s(now_ms), &mut digits);
     if not_modified(head, &entry) {
         let mut headers: Vec<(&str, &str)> = entry
             .headers

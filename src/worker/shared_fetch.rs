@@ -11,7 +11,7 @@ use crate::coalesce::wakeup::Message;
 use crate::effects::counters::Counter;
 use crate::effects::host::Host;
 use crate::request::key::CacheKey;
-use crate::worker::answer::{answer, release, Label, Labels};
+use crate::worker::answer::{answer, release, Label, Labels, Reply};
 use crate::worker::l2_write::{after_origin, release_later};
 use crate::worker::stale::{instead_of_error, is_failure};
 use crate::worker::state::{Plugin, Worker};
@@ -133,19 +133,7 @@ pub fn on_fetch_response(
     let (headers, body) = match result {
         FetchResult::Reset => {
             host.count(Counter::FetchFailures);
-            // Envoy ends a callout that timed out after the headers as a reset: tell it apart by
-            // the clock, and answer as Envoy's router does for a timeout. Envoy's timer runs on
-            // its monotonic clock and may fire a few ms before the wall clock says it is due.
-            let elapsed = host.now_ms().saturating_sub(fetch.dispatched_ms);
-            let due = plugin
-                .config
-                .fetch_timeout_ms
-                .saturating_sub(TIMER_SLACK_MS);
-            let failure = if elapsed >= due {
-                Response::failure(504, TIMEOUT_MESSAGE)
-            } else {
-                Response::failure(503, RESET_MESSAGE)
-            };
+            let failure = reset_failure(plugin, host, &fetch);
             let mut stored = fetch_failed();
             after_origin(plugin, worker, host, &fetch, &mut stored);
             finish(
@@ -202,6 +190,23 @@ pub fn on_fetch_response(
     );
 }
 
+/// The answer for a callout Envoy reset. Envoy ends a callout that timed out after the headers
+/// as a reset: tell it apart by the clock, and answer as Envoy's router does for a timeout.
+/// Envoy's timer runs on its monotonic clock and may fire a few ms before the wall clock says it
+/// is due.
+fn reset_failure(plugin: &Plugin, host: &impl Host, fetch: &SharedFetch) -> Response {
+    let elapsed = host.now_ms().saturating_sub(fetch.dispatched_ms);
+    let due = plugin
+        .config
+        .fetch_timeout_ms
+        .saturating_sub(TIMER_SLACK_MS);
+    if elapsed >= due {
+        Response::failure(504, TIMEOUT_MESSAGE)
+    } else {
+        Response::failure(503, RESET_MESSAGE)
+    }
+}
+
 /// Ends a flight: tells watching workers, then answers (or releases) this worker's waiters.
 /// `response` is `Err(reason)` when the answer cannot be relayed; everyone then goes upstream.
 /// `labels` say where the answer came from (for the leader: what storing did, in debug headers).
@@ -240,16 +245,33 @@ pub fn finish(
     for waiter in flight.waiters {
         let ctx = waiter.context_id;
         if let Some(s) = &stale {
-            answer(plugin, worker, host, ctx, s, Label::STALE, &fetch.key);
+            answer(
+                plugin,
+                worker,
+                host,
+                ctx,
+                &fetch.key,
+                Reply::new(s, Label::STALE),
+            );
             continue;
         }
         match &response {
-            Ok(r) if waiter.leader => {
-                answer(plugin, worker, host, ctx, r, labels.leader, &fetch.key)
-            }
-            Ok(r) if for_followers(r) => {
-                answer(plugin, worker, host, ctx, r, labels.followers, &fetch.key)
-            }
+            Ok(r) if waiter.leader => answer(
+                plugin,
+                worker,
+                host,
+                ctx,
+                &fetch.key,
+                Reply::new(r, labels.leader),
+            ),
+            Ok(r) if for_followers(r) => answer(
+                plugin,
+                worker,
+                host,
+                ctx,
+                &fetch.key,
+                Reply::new(r, labels.followers),
+            ),
             Ok(_) => release(worker, host, ctx, Release::NotShareable),
             Err(reason) => release(worker, host, ctx, *reason),
         }
