@@ -271,10 +271,6 @@ impl FlightTable {
         }
     }
 
-    pub fn slot_count(&self) -> u32 {
-        self.slots
-    }
-
     pub fn slot_name_at(&self, index: u32) -> String {
         format!("{SLOT_PREFIX}{index}")
     }
