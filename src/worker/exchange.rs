@@ -9,7 +9,7 @@ use crate::coalesce::sharing::key_names_caller;
 use crate::coalesce::upstream::IDENTITY;
 use crate::config::{MutationInvalidation, PurgeApi};
 use crate::effects::counters::Counter;
-use crate::effects::host::{LogLevel, RequestHost};
+use crate::effects::host::{status, LogLevel, RequestHost};
 use crate::invalidate::mutation::header_tags;
 use crate::invalidate::purge::Refusal;
 use crate::invalidate::shape::ResponseShape;
@@ -31,7 +31,6 @@ use crate::worker::read::{read_head, read_identity, read_route};
 use crate::worker::shadow::Shadowed;
 use crate::worker::shared_fetch::request_dispatch;
 use crate::worker::state::{Outcome, Plugin, Worker};
-use crate::worker::store::upstream_status;
 use crate::worker::watchdog::{BodyArrival, OPTION_OFF_LOG};
 use std::cell::RefCell;
 
@@ -551,7 +550,7 @@ impl Exchange {
             return;
         }
         let headers = cx.host.response_headers();
-        let status = upstream_status(&headers).unwrap_or(0);
+        let status = status(&headers).unwrap_or(0);
         let encoded = headers.iter().any(|(n, v)| {
             n == "content-encoding" && !v.trim_ascii().eq_ignore_ascii_case(b"identity")
         });

@@ -7,12 +7,12 @@
 //! bound purge everything born before they began (fail-safe: misses, never stale-after-purge).
 
 use crate::effects::counters::Counter;
-use crate::effects::host::Host;
+use crate::effects::host::{status, Host};
 use crate::effects::store::StoreError;
 use crate::fleet::calls::Call;
 use crate::fleet::follower::{self, FeedState};
 use crate::fleet::purge_log::{read_page, Page, Reader};
-use crate::fleet::wire::{self, status};
+use crate::fleet::wire;
 use crate::invalidate::marks::Target;
 use crate::worker::lookup::refresh_marks;
 use crate::worker::state::{Plugin, Worker};

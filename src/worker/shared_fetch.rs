@@ -9,13 +9,13 @@ use crate::coalesce::sharing::followers_may_share;
 use crate::coalesce::upstream::SharedFetch;
 use crate::coalesce::wakeup::Message;
 use crate::effects::counters::Counter;
-use crate::effects::host::Host;
+use crate::effects::host::{status, Host};
 use crate::request::key::CacheKey;
 use crate::worker::answer::{answer, release, Label, Labels, Reply};
 use crate::worker::l2_write::{after_origin, release_later};
 use crate::worker::stale::{instead_of_error, is_failure};
 use crate::worker::state::{Plugin, Worker};
-use crate::worker::store::{store_answer, upstream_status, Stored};
+use crate::worker::store::{store_answer, Stored};
 use std::cell::RefCell;
 
 /// What came back for a callout.
@@ -46,7 +46,7 @@ pub fn on_fetch_callout(
         FetchResult::Reset
     } else if body_size > plugin.config.max_entry_bytes {
         FetchResult::TooLarge {
-            status: upstream_status(&host.callout_headers()),
+            status: status(&host.callout_headers()),
         }
     } else {
         FetchResult::Answer {
@@ -166,7 +166,7 @@ pub fn on_fetch_response(
         FetchResult::Answer { headers, body } => (headers, body),
     };
     // An answer without a readable status is a bad gateway, as Envoy would call it.
-    let status = upstream_status(&headers).unwrap_or(502);
+    let status = status(&headers).unwrap_or(502);
     if status >= 500 {
         host.count(Counter::FetchFailures);
     }
