@@ -454,16 +454,16 @@ mod tests {
     }
 
     /// A miss joining with a 1 s lease, every worker alive.
-    fn join(t: &FlightTable, s: &MapStore, k: &CacheKey, me: u64, q: u32, now: u64) -> Join {
+    fn join(t: &FlightTable, s: &MapStore, k: &CacheKey, me: u64, q: u32, now_ms: u64) -> Join {
         t.join(
             s,
-            &claim(k, me, q, now, 1000, JoinMode::MayLead),
+            &claim(k, me, q, now_ms, 1000, JoinMode::MayLead),
             &Alive::everyone(),
         )
     }
 
-    fn peek(t: &FlightTable, s: &MapStore, k: &CacheKey, me: u64, q: u32, now: u64) -> Peek {
-        t.peek(s, k, me, q, now, &Alive::everyone())
+    fn peek(t: &FlightTable, s: &MapStore, k: &CacheKey, me: u64, q: u32, now_ms: u64) -> Peek {
+        t.peek(s, k, me, q, now_ms, &Alive::everyone())
     }
 
     #[test]

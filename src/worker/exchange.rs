@@ -167,8 +167,8 @@ impl Exchange {
                 self.state = State::AwaitingBody(Box::new(head));
                 // The clock is read only while the watchdog still watches (a host call).
                 if cx.worker.borrow().watchdog.watching() {
-                    let now = cx.host.now_ms();
-                    cx.worker.borrow_mut().watchdog.hold(self.context, now);
+                    let now_ms = cx.host.now_ms();
+                    cx.worker.borrow_mut().watchdog.hold(self.context, now_ms);
                 }
                 Flow::Pause
             }
@@ -192,12 +192,12 @@ impl Exchange {
                     )
                 };
                 if watching {
-                    let now = cx.host.now_ms();
-                    let arrival =
-                        cx.worker
-                            .borrow_mut()
-                            .watchdog
-                            .body_arrived(self.context, now, released);
+                    let now_ms = cx.host.now_ms();
+                    let arrival = cx.worker.borrow_mut().watchdog.body_arrived(
+                        self.context,
+                        now_ms,
+                        released,
+                    );
                     if let BodyArrival::AlreadyReleased { concluded: true } = arrival {
                         cx.host.log(LogLevel::Error, OPTION_OFF_LOG);
                     }
@@ -407,12 +407,12 @@ impl Exchange {
         let key = decided.key;
         // One clock read: the entry's birth needs microseconds (see `invalidate::marks`).
         let now_us = cx.host.now_us();
-        let now = now_us / 1000;
+        let now_ms = now_us / 1000;
         let asked = asked(&decided, now_us);
         self.asked = Some(asked.clone());
         let config = &cx.plugin.config;
         if config.shadow {
-            return self.shadow_lookup(cx, key, now);
+            return self.shadow_lookup(cx, key, now_ms);
         }
         let scope = decided.policy.scope;
         let names_caller = key_names_caller(scope, &config.vary_headers, &head.vary);
@@ -424,7 +424,7 @@ impl Exchange {
             asked: asked.clone(),
             key_names_caller: names_caller,
             scope,
-            now,
+            now_ms,
         };
         // A hash-only persisted query resolved here sends the hash alone: an origin that does not
         // know it would answer `PersistedQueryNotFound` for everyone, so it never fetches for
@@ -433,9 +433,9 @@ impl Exchange {
         let asking = Asking {
             key: &key,
             head,
-            now_ms: now,
+            now_ms,
         };
-        match find(cx.plugin, cx.worker, cx.host, &key, now) {
+        match find(cx.plugin, cx.worker, cx.host, &key, now_ms) {
             Found::Fresh(entry) if serve(cx.plugin, cx.host, &asking, &entry, "HIT") => {
                 cx.host.count(Counter::Hits);
                 self.state = State::Served;
@@ -523,8 +523,8 @@ impl Exchange {
         w.held_purges.insert(self.context);
         if w.watchdog.watching() {
             drop(w);
-            let now = cx.host.now_ms();
-            cx.worker.borrow_mut().watchdog.hold(self.context, now);
+            let now_ms = cx.host.now_ms();
+            cx.worker.borrow_mut().watchdog.hold(self.context, now_ms);
         }
         Flow::Pause
     }
@@ -613,8 +613,8 @@ impl Exchange {
 
 impl Exchange {
     /// Shadow mode: count what the cache would have done, and let the request go upstream.
-    fn shadow_lookup<H: RequestHost>(&mut self, cx: &Ctx<H>, key: CacheKey, now: u64) -> Flow {
-        let found = find(cx.plugin, cx.worker, cx.host, &key, now);
+    fn shadow_lookup<H: RequestHost>(&mut self, cx: &Ctx<H>, key: CacheKey, now_ms: u64) -> Flow {
+        let found = find(cx.plugin, cx.worker, cx.host, &key, now_ms);
         let fresh = match &found {
             Found::Fresh(bytes) => Entry::decode(bytes).ok(),
             _ => None,

@@ -101,10 +101,10 @@ pub fn check(plugin: &Plugin, worker: &RefCell<Worker>, host: &impl Host, key: &
     if !following {
         return false;
     }
-    let now = host.now_ms();
+    let now_ms = host.now_ms();
     match plugin
         .flights
-        .peek(host, key, id, queue, now, &Alive::read(host, now))
+        .peek(host, key, id, queue, now_ms, &Alive::read(host, now_ms))
     {
         Peek::Waiting => false,
         Peek::Done(Some(bytes)) => {

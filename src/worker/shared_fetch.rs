@@ -218,19 +218,19 @@ pub fn finish(
     response: Result<Response, Release>,
     labels: &Labels<'_>,
 ) {
-    let now = host.now_ms();
+    let now_ms = host.now_ms();
     let config = &plugin.config;
     let for_followers =
         |r: &Response| followers_may_share(r, &config.vary_headers, fetch.key_names_caller);
     let shareable = response.as_ref().ok().filter(|r| for_followers(r));
     let for_watchers =
-        shareable.and_then(|r| r.encode_for_flight(&fetch.key, now, config.max_entry_bytes));
+        shareable.and_then(|r| r.encode_for_flight(&fetch.key, now_ms, config.max_entry_bytes));
     let id = worker.borrow().id;
     let watchers = plugin
         .flights
-        .complete(host, &fetch.key, id, for_watchers.clone(), now);
+        .complete(host, &fetch.key, id, for_watchers.clone(), now_ms);
     if !watchers.is_empty() {
-        worker.borrow_mut().published.push((fetch.key, now));
+        worker.borrow_mut().published.push((fetch.key, now_ms));
         wake(host, &watchers, &fetch.key, for_watchers.as_deref());
     }
     let flight = worker.borrow_mut().waiters.take(&fetch.key);

@@ -37,10 +37,10 @@ pub fn store_answer(
     answer: Answer<'_>,
     asked: &Asked,
 ) -> Stored {
-    let now = host.now_ms();
+    let now_ms = host.now_ms();
     let stamp = Stamp {
         born_us: asked.born_us,
-        now_ms: now,
+        now_ms,
         operation: &asked.operation,
     };
     let entry = storable_entry(key, &answer, &plugin.config, &asked.lifetimes, &stamp);
@@ -51,7 +51,7 @@ pub fn store_answer(
             return Stored::not(why.as_str());
         }
     };
-    match plugin.table.insert(host, key, &bytes, now) {
+    match plugin.table.insert(host, key, &bytes, now_ms) {
         Ok(stored) => {
             host.count(Counter::Stores);
             if stored.evicted {
@@ -123,9 +123,9 @@ mod tests {
             None
         );
         assert_eq!(host.counted(Counter::Stores), 1);
-        let now = host.now_ms();
+        let now_ms = host.now_ms();
         assert!(matches!(
-            plugin.table.lookup(&host, &key, now),
+            plugin.table.lookup(&host, &key, now_ms),
             Lookup::Hit(_)
         ));
         let errors = Answer {
