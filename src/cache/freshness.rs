@@ -6,7 +6,7 @@
 
 use crate::cache::not_stored::NotStored;
 use crate::config::Lifetimes;
-use std::time::{Duration, UNIX_EPOCH};
+use std::time::UNIX_EPOCH;
 
 /// The lifetime of one stored answer.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -152,14 +152,15 @@ pub fn http_date(value: &[u8]) -> Option<u64> {
     time.duration_since(UNIX_EPOCH).ok().map(|d| d.as_secs())
 }
 
-/// Seconds since the Unix epoch as an IMF-fixdate.
-pub fn format_http_date(seconds: u64) -> String {
-    httpdate::fmt_http_date(UNIX_EPOCH + Duration::from_secs(seconds))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Duration;
+
+    /// Seconds since the Unix epoch as an IMF-fixdate.
+    fn format_http_date(seconds: u64) -> String {
+        httpdate::fmt_http_date(UNIX_EPOCH + Duration::from_secs(seconds))
+    }
 
     const NOW_MS: u64 = 1_700_000_000_000;
 

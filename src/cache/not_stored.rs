@@ -16,9 +16,7 @@ pub enum NotStored {
     GraphqlErrors,
     NotJson,
     TooLarge,
-    Trailers,
     NonUtf8Header,
-    Incomplete,
 }
 
 impl NotStored {
@@ -37,9 +35,7 @@ impl NotStored {
             NotStored::GraphqlErrors => "graphql-errors",
             NotStored::NotJson => "not-json",
             NotStored::TooLarge => "too-large",
-            NotStored::Trailers => "trailers",
             NotStored::NonUtf8Header => "non-utf8-header",
-            NotStored::Incomplete => "incomplete",
         }
     }
 }

@@ -140,11 +140,11 @@ pub fn storable_entry(
     } else {
         String::new()
     };
-    let now = stamp.now_ms;
+    let now_ms = stamp.now_ms;
     let entry = Entry {
         digest: key.digest,
-        stored_at_ms: now,
-        expires_at_ms: now.saturating_add(life.fresh_ms),
+        stored_at_ms: now_ms,
+        expires_at_ms: now_ms.saturating_add(life.fresh_ms),
         stale_ms: life.swr_ms,
         error_ms: life.sie_ms,
         upstream_age_s: life.age_s,

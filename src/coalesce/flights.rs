@@ -163,6 +163,89 @@ pub enum JoinMode {
     LeadOnly,
 }
 
+/// What a request claims when it joins a key's flight.
+#[derive(Debug, Clone, Copy)]
+pub struct Claim {
+    pub key: CacheKey,
+    /// The claiming worker's owner id.
+    pub me: u64,
+    /// The claiming worker's wake-up queue.
+    pub queue: u32,
+    pub now_ms: u64,
+    /// How long a new leader holds the flight.
+    pub lease_ms: u64,
+    pub mode: JoinMode,
+}
+
+impl Claim {
+    /// The record to write over `record`, with what writing it means; `Err` when nothing is to
+    /// be written.
+    fn next(
+        &self,
+        record: Option<FlightRecord>,
+        alive: &Alive,
+    ) -> Result<(FlightRecord, Join), Join> {
+        match record {
+            // A leader whose worker stopped beating is treated as past its deadline.
+            Some(FlightRecord::InFlight {
+                digest,
+                owner,
+                deadline_ms,
+                watchers,
+            }) if deadline_ms > self.now_ms && (owner == self.me || alive.contains(owner)) => {
+                if digest != self.key.digest || self.mode == JoinMode::LeadOnly {
+                    return Err(Join::Alone);
+                }
+                self.in_flight(owner, deadline_ms, watchers)
+            }
+            _ if self.mode == JoinMode::FollowOnly => Err(Join::Alone),
+            // Free, finished, or abandoned by a leader that missed its deadline: take it.
+            _ => Ok((self.lead(Vec::new()), Join::Lead)),
+        }
+    }
+
+    /// Joining a live flight of this key led by `owner`.
+    fn in_flight(
+        &self,
+        owner: u64,
+        deadline_ms: u64,
+        mut watchers: Vec<u32>,
+    ) -> Result<(FlightRecord, Join), Join> {
+        if watchers.contains(&self.queue) {
+            return Err(Join::Follow);
+        }
+        if owner == self.me {
+            if self.mode == JoinMode::FollowOnly {
+                return Err(Join::Alone);
+            }
+            // Only reachable when this worker has no local flight for the key (it checks its
+            // own first): a record its own fetch failed to close. Retake it.
+            return Ok((self.lead(watchers), Join::Lead));
+        }
+        if watchers.len() >= MAX_WATCHERS {
+            return Err(Join::Alone);
+        }
+        watchers.push(self.queue);
+        let record = FlightRecord::InFlight {
+            digest: self.key.digest,
+            owner,
+            deadline_ms,
+            watchers,
+        };
+        Ok((record, Join::Follow))
+    }
+
+    /// This worker's flight record as leader, for a lease from now.
+    fn lead(&self, watchers: Vec<u32>) -> FlightRecord {
+        FlightRecord::InFlight {
+            digest: self.key.digest,
+            owner: self.me,
+            deadline_ms: self.now_ms.saturating_add(self.lease_ms),
+            watchers,
+        }
+    }
+}
+
 /// What a worker finds when it looks at a key's flight after a wake-up or a timer.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Peek {
@@ -188,10 +271,6 @@ impl FlightTable {
         }
     }
 
-    pub fn slot_count(&self) -> u32 {
-        self.slots
-    }
-
     pub fn slot_name_at(&self, index: u32) -> String {
         format!("{SLOT_PREFIX}{index}")
     }
@@ -211,22 +290,10 @@ impl FlightTable {
         }
     }
 
-    /// Claims the key, or registers `queue` as a watcher of the fetch already in flight, as
-    /// `mode` allows.
-    #[allow(clippy::too_many_arguments)]
-    pub fn join(
-        &self,
-        store: &impl SharedStore,
-        key: &CacheKey,
-        me: u64,
-        queue: u32,
-        now_ms: u64,
-        lease_ms: u64,
-        mode: JoinMode,
-        alive: &Alive,
-    ) -> Join {
-        let may_lead = mode != JoinMode::FollowOnly;
-        let name = self.slot_name(key);
+    /// Claims the key, or registers the claim's queue as a watcher of the fetch already in
+    /// flight, as its mode allows.
+    pub fn join(&self, store: &impl SharedStore, claim: &Claim, alive: &Alive) -> Join {
+        let name = self.slot_name(&claim.key);
         for _ in 0..CAS_ATTEMPTS {
             let (value, cas) = store.get_cas(&name);
             let Some(cas) = cas else {
@@ -238,68 +305,12 @@ impl FlightTable {
                 continue;
             };
             let record = value.as_deref().and_then(FlightRecord::decode);
-            let next = match record {
-                // A leader whose worker stopped beating is treated as past its deadline.
-                Some(FlightRecord::InFlight {
-                    digest,
-                    owner,
-                    deadline_ms,
-                    mut watchers,
-                }) if deadline_ms > now_ms && (owner == me || alive.contains(owner)) => {
-                    if digest != key.digest {
-                        return Join::Alone;
-                    }
-                    if mode == JoinMode::LeadOnly {
-                        return Join::Alone;
-                    }
-                    if watchers.contains(&queue) {
-                        return Join::Follow;
-                    }
-                    if owner == me {
-                        if !may_lead {
-                            return Join::Alone;
-                        }
-                        // Only reachable when this worker has no local flight for the key (it
-                        // checks its own first): a record its own fetch failed to close. Retake it.
-                        (
-                            FlightRecord::InFlight {
-                                digest,
-                                owner,
-                                deadline_ms: now_ms.saturating_add(lease_ms),
-                                watchers,
-                            },
-                            Join::Lead,
-                        )
-                    } else {
-                        if watchers.len() >= MAX_WATCHERS {
-                            return Join::Alone;
-                        }
-                        watchers.push(queue);
-                        (
-                            FlightRecord::InFlight {
-                                digest,
-                                owner,
-                                deadline_ms,
-                                watchers,
-                            },
-                            Join::Follow,
-                        )
-                    }
-                }
-                _ if !may_lead => return Join::Alone,
-                // Free, finished, or abandoned by a leader that missed its deadline: take it.
-                _ => (
-                    FlightRecord::InFlight {
-                        digest: key.digest,
-                        owner: me,
-                        deadline_ms: now_ms.saturating_add(lease_ms),
-                        watchers: Vec::new(),
-                    },
-                    Join::Lead,
-                ),
+            let (next, join) = match claim.next(record, alive) {
+                Ok(next) => next,
+                Err(join) => return join,
             };
-            match store.set_cas(&name, &next.0.encode(), Some(cas)) {
-                Ok(()) => return next.1,
+            match store.set_cas(&name, &next.encode(), Some(cas)) {
+                Ok(()) => return join,
                 Err(StoreError::CasMismatch) => continue,
                 Err(StoreError::Failed) => return Join::Alone,
             }
@@ -379,16 +390,15 @@ impl FlightTable {
                 if watchers.contains(&queue) || owner == me {
                     Peek::Waiting
                 } else {
-                    match self.join(
-                        store,
-                        key,
+                    let claim = Claim {
+                        key: *key,
                         me,
                         queue,
                         now_ms,
-                        0,
-                        JoinMode::FollowOnly,
-                        alive,
-                    ) {
+                        lease_ms: 0,
+                        mode: JoinMode::FollowOnly,
+                    };
+                    match self.join(store, &claim, alive) {
                         Join::Follow => Peek::Waiting,
                         _ => Peek::Gone,
                     }
@@ -425,22 +435,35 @@ mod tests {
         CacheKey { digest: [n; 32] }
     }
 
+    fn claim(
+        key: &CacheKey,
+        me: u64,
+        queue: u32,
+        now_ms: u64,
+        lease_ms: u64,
+        mode: JoinMode,
+    ) -> Claim {
+        Claim {
+            key: *key,
+            me,
+            queue,
+            now_ms,
+            lease_ms,
+            mode,
+        }
+    }
+
     /// A miss joining with a 1 s lease, every worker alive.
-    fn join(t: &FlightTable, s: &MapStore, k: &CacheKey, me: u64, q: u32, now: u64) -> Join {
+    fn join(t: &FlightTable, s: &MapStore, k: &CacheKey, me: u64, q: u32, now_ms: u64) -> Join {
         t.join(
             s,
-            k,
-            me,
-            q,
-            now,
-            1000,
-            JoinMode::MayLead,
+            &claim(k, me, q, now_ms, 1000, JoinMode::MayLead),
             &Alive::everyone(),
         )
     }
 
-    fn peek(t: &FlightTable, s: &MapStore, k: &CacheKey, me: u64, q: u32, now: u64) -> Peek {
-        t.peek(s, k, me, q, now, &Alive::everyone())
+    fn peek(t: &FlightTable, s: &MapStore, k: &CacheKey, me: u64, q: u32, now_ms: u64) -> Peek {
+        t.peek(s, k, me, q, now_ms, &Alive::everyone())
     }
 
     #[test]
@@ -557,12 +580,7 @@ mod tests {
         assert_eq!(
             t.join(
                 &store,
-                &k,
-                W1,
-                Q1,
-                0,
-                100,
-                JoinMode::MayLead,
+                &claim(&k, W1, Q1, 0, 100, JoinMode::MayLead),
                 &Alive::everyone()
             ),
             Join::Lead
@@ -571,12 +589,7 @@ mod tests {
         assert_eq!(
             t.join(
                 &store,
-                &k,
-                W2,
-                Q2,
-                100,
-                100,
-                JoinMode::MayLead,
+                &claim(&k, W2, Q2, 100, 100, JoinMode::MayLead),
                 &Alive::everyone()
             ),
             Join::Lead
@@ -586,12 +599,7 @@ mod tests {
         assert_eq!(
             t.join(
                 &store,
-                &k,
-                W1,
-                Q1,
-                160,
-                100,
-                JoinMode::MayLead,
+                &claim(&k, W1, Q1, 160, 100, JoinMode::MayLead),
                 &Alive::everyone()
             ),
             Join::Follow
@@ -606,12 +614,7 @@ mod tests {
         assert_eq!(
             t.join(
                 &store,
-                &k,
-                W1,
-                Q1,
-                0,
-                1000,
-                JoinMode::FollowOnly,
+                &claim(&k, W1, Q1, 0, 1000, JoinMode::FollowOnly),
                 &Alive::everyone()
             ),
             Join::Alone,
@@ -621,12 +624,7 @@ mod tests {
         assert_eq!(
             t.join(
                 &store,
-                &k,
-                W2,
-                Q2,
-                0,
-                1000,
-                JoinMode::FollowOnly,
+                &claim(&k, W2, Q2, 0, 1000, JoinMode::FollowOnly),
                 &Alive::everyone()
             ),
             Join::Follow
@@ -642,12 +640,7 @@ mod tests {
         assert_eq!(
             t.join(
                 &store,
-                &k,
-                W1,
-                Q1,
-                0,
-                10_000,
-                JoinMode::MayLead,
+                &claim(&k, W1, Q1, 0, 10_000, JoinMode::MayLead),
                 &Alive::everyone()
             ),
             Join::Lead
@@ -655,7 +648,11 @@ mod tests {
         // W1's VM is gone (it never beats): W2 does not follow it for ten seconds.
         assert_eq!(t.peek(&store, &k, W2, Q2, 1, &only_w2), Peek::Gone);
         assert_eq!(
-            t.join(&store, &k, W2, Q2, 1, 10_000, JoinMode::MayLead, &only_w2),
+            t.join(
+                &store,
+                &claim(&k, W2, Q2, 1, 10_000, JoinMode::MayLead),
+                &only_w2
+            ),
             Join::Lead
         );
     }
@@ -668,12 +665,7 @@ mod tests {
         assert_eq!(
             t.join(
                 &store,
-                &k,
-                W1,
-                Q1,
-                0,
-                1000,
-                JoinMode::LeadOnly,
+                &claim(&k, W1, Q1, 0, 1000, JoinMode::LeadOnly),
                 &Alive::everyone()
             ),
             Join::Lead
@@ -681,12 +673,7 @@ mod tests {
         assert_eq!(
             t.join(
                 &store,
-                &k,
-                W2,
-                Q2,
-                0,
-                1000,
-                JoinMode::LeadOnly,
+                &claim(&k, W2, Q2, 0, 1000, JoinMode::LeadOnly),
                 &Alive::everyone()
             ),
             Join::Alone

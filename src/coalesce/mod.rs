@@ -8,6 +8,7 @@
 pub mod flights;
 pub mod liveness;
 pub mod relay;
+pub mod release;
 pub mod sharing;
 pub mod upstream;
 pub mod waiters;

@@ -17,6 +17,14 @@ pub struct Callout {
     pub body: Option<Vec<u8>>,
 }
 
+/// The `:status` of a response's headers (an upstream answer, or a callout's), if readable.
+pub fn status(headers: &[(String, Vec<u8>)]) -> Option<u16> {
+    headers
+        .iter()
+        .find(|(n, _)| n == ":status")
+        .and_then(|(_, v)| std::str::from_utf8(v).ok()?.parse().ok())
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum LogLevel {
     Warn,

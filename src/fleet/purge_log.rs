@@ -96,7 +96,7 @@ pub struct Page {
     /// lost, or begun again), or a record could not be read (unsigned, signed with another key,
     /// or written by a version this one does not know).
     pub gap: bool,
-    /// The records that could be read, oldest first, dated no later than the reader's `now`
+    /// The records that could be read, oldest first, dated no later than the reader's `now_us`
     /// plus its skew.
     pub records: Vec<PurgeRecord>,
     /// How many entries the page held, readable or not.
@@ -244,10 +244,10 @@ mod tests {
 
     #[test]
     fn pages_are_read_and_an_unreadable_record_is_a_gap() {
-        let now = 1_764_582_000_000_000;
+        let now_us = 1_764_582_000_000_000;
         let reader = Reader {
             key: &key(1),
-            now_us: now,
+            now_us,
             skew_us: 1_000_000,
         };
         let good = key(1).seal_record(&record().encode().unwrap());

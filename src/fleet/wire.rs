@@ -2,7 +2,7 @@
 //! the service sends is an [`L2Failure`], and the request goes on as if there were no L2.
 
 use crate::config::L2;
-use crate::effects::host::Callout;
+use crate::effects::host::{status, Callout};
 use crate::request::key::CacheKey;
 
 /// The answer of `POST /v1/lookup`.
@@ -120,11 +120,6 @@ pub fn read_purges(l2: &L2, cursor: &str, generation: Option<&str>, wait_ms: u64
         path.push_str(g);
     }
     call(l2, &l2.wait_cluster, "GET", path, None)
-}
-
-/// The `:status` of a callout answer.
-pub fn status(headers: &[(String, Vec<u8>)]) -> Option<u16> {
-    header(headers, ":status").and_then(|v| std::str::from_utf8(v).ok()?.parse().ok())
 }
 
 fn header<'h>(headers: &'h [(String, Vec<u8>)], name: &str) -> Option<&'h [u8]> {

@@ -9,7 +9,6 @@ pub enum Bypass {
     RequestEncoding,
     Mutation,
     Subscription,
-    CacheDisabled,
     /// The route's metadata turns caching off.
     RouteDisabled,
     /// A rule says this operation is never cached.
@@ -53,7 +52,6 @@ impl Bypass {
             Bypass::RequestEncoding => "request-content-encoding",
             Bypass::Mutation => "mutation",
             Bypass::Subscription => "subscription",
-            Bypass::CacheDisabled => "cache-disabled",
             Bypass::RouteDisabled => "route-disabled",
             Bypass::NotCachedByRule => "rule-no-cache",
             Bypass::NoIdentity => "no-identity",
@@ -90,7 +88,6 @@ impl Bypass {
                 | Bypass::RequestEncoding
                 | Bypass::Mutation
                 | Bypass::Subscription
-                | Bypass::CacheDisabled
                 | Bypass::RouteDisabled
                 | Bypass::NotCachedByRule
                 | Bypass::NoIdentity

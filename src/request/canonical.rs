@@ -465,11 +465,6 @@ fn print_string(out: &mut String, s: &str) {
     out.push('"');
 }
 
-/// Whether `{`, `(` or `[` nest deeper than `max` outside strings and comments.
-pub fn nesting_exceeds(query: &str, max: usize) -> bool {
-    prescan(query, max) == Err(CanonicalError::TooDeep)
-}
-
 /// A lexical pass before the recursive-descent parser: bounds the nesting (so a hostile query
 /// cannot exhaust the wasm stack) and refuses what graphql-parser 0.4 gets wrong, which would
 /// otherwise let two different values share a key or even panic:

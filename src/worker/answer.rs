@@ -3,6 +3,7 @@
 //! response callbacks inside the host call, and they read it.
 
 use crate::coalesce::relay::Response;
+use crate::coalesce::release::Release;
 use crate::effects::counters::Counter;
 use crate::effects::host::Host;
 use crate::request::key::CacheKey;
@@ -84,16 +85,29 @@ impl Labels<'_> {
     }
 }
 
-/// Answers the paused request `context` with `response`.
+/// What a paused request is answered with: a response, and how it is labelled.
+#[derive(Debug, Clone, Copy)]
+pub struct Reply<'a> {
+    pub response: &'a Response,
+    pub label: Label<'a>,
+}
+
+impl<'a> Reply<'a> {
+    pub fn new(response: &'a Response, label: Label<'a>) -> Self {
+        Reply { response, label }
+    }
+}
+
+/// Answers the paused request `context`, waiting for `key`, with `reply`.
 pub fn answer(
     plugin: &Plugin,
     worker: &RefCell<Worker>,
     host: &impl Host,
     context: u32,
-    response: &Response,
-    label: Label<'_>,
     key: &CacheKey,
+    reply: Reply<'_>,
 ) {
+    let Reply { response, label } = reply;
     worker
         .borrow_mut()
         .outcomes
@@ -131,7 +145,7 @@ pub fn answer(
 }
 
 /// Lets the paused request `context` go upstream on its own; `reason` shows in the debug header.
-pub fn release(worker: &RefCell<Worker>, host: &impl Host, context: u32, reason: &'static str) {
+pub fn release(worker: &RefCell<Worker>, host: &impl Host, context: u32, reason: Release) {
     worker
         .borrow_mut()
         .outcomes

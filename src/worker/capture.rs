@@ -7,10 +7,10 @@ use crate::cache::storable::admissible;
 use crate::cache::storable::{Answer, Asked};
 use crate::config::Lifetimes;
 use crate::effects::counters::Counter;
-use crate::effects::host::RequestHost;
+use crate::effects::host::{status, RequestHost};
 use crate::request::key::CacheKey;
 use crate::worker::state::Plugin;
-use crate::worker::store::{store_answer, upstream_status, Stored};
+use crate::worker::store::{store_answer, Stored};
 
 #[derive(Debug)]
 pub struct Capture {
@@ -38,7 +38,7 @@ impl Capture {
     ) -> Result<Capture, NotStored> {
         let headers = host.response_headers();
         // No readable status: nothing to store.
-        let status = upstream_status(&headers).unwrap_or(0);
+        let status = status(&headers).unwrap_or(0);
         let pairs = || headers.iter().map(|(n, v)| (n.as_str(), v.as_slice()));
         admissible(u32::from(status), pairs(), &plugin.config.vary_headers)?;
         freshness(pairs(), lifetimes, host.now_ms())?;

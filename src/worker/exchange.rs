@@ -4,12 +4,13 @@
 
 use crate::cache::entry::Entry;
 use crate::cache::storable::Asked;
+use crate::coalesce::release::Release;
 use crate::coalesce::sharing::key_names_caller;
 use crate::coalesce::upstream::IDENTITY;
 use crate::config::{Lifetimes, Scope};
 use crate::config::{MutationInvalidation, PurgeApi};
 use crate::effects::counters::Counter;
-use crate::effects::host::{LogLevel, RequestHost};
+use crate::effects::host::{status, LogLevel, RequestHost};
 use crate::invalidate::mutation::header_tags;
 use crate::invalidate::purge::Refusal;
 use crate::invalidate::shape::ResponseShape;
@@ -24,13 +25,12 @@ use crate::worker::answer::{CACHE_HEADER, KEY_HEADER, REASON_HEADER};
 use crate::worker::capture::{Capture, Chunk};
 use crate::worker::join::{join, refresh, Joined, Miss, Refresh};
 use crate::worker::l2_write::queue_store;
-use crate::worker::lookup::{find, serve, Found};
+use crate::worker::lookup::{find, serve, Asking, Found};
 use crate::worker::purge::{self, purge_api, AtHeaders};
 use crate::worker::read::{read_head, read_identity, read_route};
 use crate::worker::shadow::Shadowed;
 use crate::worker::shared_fetch::request_dispatch;
 use crate::worker::state::{Outcome, Plugin, Worker};
-use crate::worker::store::upstream_status;
 use crate::worker::watchdog::{BodyArrival, OPTION_OFF_LOG};
 use std::cell::RefCell;
 
@@ -55,7 +55,7 @@ enum State {
     Missed {
         key: CacheKey,
         capture: Option<Capture>,
-        reason: Option<&'static str>,
+        reason: Option<Release>,
     },
     /// Answered by the filter; the response callbacks must leave it alone.
     Served,
@@ -92,6 +92,19 @@ pub struct Ctx<'a, H> {
     pub plugin: &'a Plugin,
     pub worker: &'a RefCell<Worker>,
     pub host: &'a H,
+}
+
+/// What storing the answer to a request `decided` so, born at `born_us`, must know.
+fn asked(decided: &Decided, born_us: u64) -> Asked {
+    Asked {
+        lifetimes: Lifetimes {
+            ttl_seconds: decided.policy.ttl_seconds,
+            stale_while_revalidate_seconds: decided.policy.stale_while_revalidate_seconds,
+            stale_if_error_seconds: decided.policy.stale_if_error_seconds,
+        },
+        born_us,
+        operation: decided.operation.clone(),
+    }
 }
 
 impl Exchange {
@@ -154,8 +167,8 @@ impl Exchange {
                 self.state = State::AwaitingBody(Box::new(head));
                 // The clock is read only while the watchdog still watches (a host call).
                 if cx.worker.borrow().watchdog.watching() {
-                    let now = cx.host.now_ms();
-                    cx.worker.borrow_mut().watchdog.hold(self.context, now);
+                    let now_ms = cx.host.now_ms();
+                    cx.worker.borrow_mut().watchdog.hold(self.context, now_ms);
                 }
                 Flow::Pause
             }
@@ -179,12 +192,12 @@ impl Exchange {
                     )
                 };
                 if watching {
-                    let now = cx.host.now_ms();
-                    let arrival =
-                        cx.worker
-                            .borrow_mut()
-                            .watchdog
-                            .body_arrived(self.context, now, released);
+                    let now_ms = cx.host.now_ms();
+                    let arrival = cx.worker.borrow_mut().watchdog.body_arrived(
+                        self.context,
+                        now_ms,
+                        released,
+                    );
                     if let BodyArrival::AlreadyReleased { concluded: true } = arrival {
                         cx.host.log(LogLevel::Error, OPTION_OFF_LOG);
                     }
@@ -253,7 +266,7 @@ impl Exchange {
                     if let Ok(mut w) = cx.worker.try_borrow_mut() {
                         w.waiters.remove_waiter(self.context);
                     }
-                    "envoy-reply"
+                    Release::EnvoyReply
                 }
             };
             self.state = State::Missed {
@@ -394,20 +407,12 @@ impl Exchange {
         let key = decided.key;
         // One clock read: the entry's birth needs microseconds (see `invalidate::marks`).
         let now_us = cx.host.now_us();
-        let now = now_us / 1000;
-        let asked = Asked {
-            lifetimes: Lifetimes {
-                ttl_seconds: decided.policy.ttl_seconds,
-                stale_while_revalidate_seconds: decided.policy.stale_while_revalidate_seconds,
-                stale_if_error_seconds: decided.policy.stale_if_error_seconds,
-            },
-            born_us: now_us,
-            operation: decided.operation,
-        };
+        let now_ms = now_us / 1000;
+        let asked = asked(&decided, now_us);
         self.asked = Some(asked.clone());
         let config = &cx.plugin.config;
         if config.shadow {
-            return self.shadow_lookup(cx, key, now);
+            return self.shadow_lookup(cx, key, now_ms);
         }
         let scope = decided.policy.scope;
         let names_caller = key_names_caller(scope, &config.vary_headers, &head.vary);
@@ -419,14 +424,19 @@ impl Exchange {
             asked: asked.clone(),
             key_names_caller: names_caller,
             scope,
-            now,
+            now_ms,
         };
         // A hash-only persisted query resolved here sends the hash alone: an origin that does not
         // know it would answer `PersistedQueryNotFound` for everyone, so it never fetches for
         // others.
         let may_fetch_for_others = config.coalesce && !decided.hash_only;
-        match find(cx.plugin, cx.worker, cx.host, &key, now) {
-            Found::Fresh(entry) if serve(cx.plugin, cx.host, &entry, &key, now, "HIT", head) => {
+        let asking = Asking {
+            key: &key,
+            head,
+            now_ms,
+        };
+        match find(cx.plugin, cx.worker, cx.host, &key, now_ms) {
+            Found::Fresh(entry) if serve(cx.plugin, cx.host, &asking, &entry, "HIT") => {
                 cx.host.count(Counter::Hits);
                 self.state = State::Served;
                 return Flow::Pause;
@@ -436,7 +446,7 @@ impl Exchange {
                 if may_fetch_for_others
                     && refresh(cx.plugin, cx.worker, cx.host, miss(body.clone()))
                         != Refresh::Impossible
-                    && serve(cx.plugin, cx.host, &entry, &key, now, "STALE", head) =>
+                    && serve(cx.plugin, cx.host, &asking, &entry, "STALE") =>
             {
                 cx.host.count(Counter::StaleServed);
                 self.state = State::Served;
@@ -483,11 +493,11 @@ impl Exchange {
                     capture: Some(capture),
                     reason,
                 };
-                reason
+                reason.map(Release::as_str)
             }
             Err(why) => {
                 cx.host.count(Counter::StoreSkipped);
-                Some(reason.unwrap_or(why.as_str()))
+                Some(reason.map_or(why.as_str(), Release::as_str))
             }
         };
         if let (true, Some(r)) = (debug, not_stored) {
@@ -513,8 +523,8 @@ impl Exchange {
         w.held_purges.insert(self.context);
         if w.watchdog.watching() {
             drop(w);
-            let now = cx.host.now_ms();
-            cx.worker.borrow_mut().watchdog.hold(self.context, now);
+            let now_ms = cx.host.now_ms();
+            cx.worker.borrow_mut().watchdog.hold(self.context, now_ms);
         }
         Flow::Pause
     }
@@ -540,7 +550,7 @@ impl Exchange {
             return;
         }
         let headers = cx.host.response_headers();
-        let status = upstream_status(&headers).unwrap_or(0);
+        let status = status(&headers).unwrap_or(0);
         let encoded = headers.iter().any(|(n, v)| {
             n == "content-encoding" && !v.trim_ascii().eq_ignore_ascii_case(b"identity")
         });
@@ -603,8 +613,8 @@ impl Exchange {
 
 impl Exchange {
     /// Shadow mode: count what the cache would have done, and let the request go upstream.
-    fn shadow_lookup<H: RequestHost>(&mut self, cx: &Ctx<H>, key: CacheKey, now: u64) -> Flow {
-        let found = find(cx.plugin, cx.worker, cx.host, &key, now);
+    fn shadow_lookup<H: RequestHost>(&mut self, cx: &Ctx<H>, key: CacheKey, now_ms: u64) -> Flow {
+        let found = find(cx.plugin, cx.worker, cx.host, &key, now_ms);
         let fresh = match &found {
             Found::Fresh(bytes) => Entry::decode(bytes).ok(),
             _ => None,

@@ -5,10 +5,11 @@
 use crate::coalesce::flights::Peek;
 use crate::coalesce::liveness::Alive;
 use crate::coalesce::relay::Response;
+use crate::coalesce::release::Release;
 use crate::coalesce::wakeup::Message;
 use crate::effects::host::Host;
 use crate::request::key::CacheKey;
-use crate::worker::answer::{answer, release, Label};
+use crate::worker::answer::{answer, release, Label, Reply};
 use crate::worker::dispatch::dispatch_pending;
 use crate::worker::stale::{instead_of_error, is_failure};
 use crate::worker::state::{Plugin, Worker};
@@ -73,9 +74,16 @@ fn deliver(
     for waiter in waiters {
         let ctx = waiter.context_id;
         match (&stale, &response) {
-            (Some(s), _) => answer(plugin, worker, host, ctx, s, Label::STALE, key),
-            (None, Some(r)) => answer(plugin, worker, host, ctx, r, Label::COALESCED, key),
-            (None, None) => release(worker, host, ctx, "not-shareable"),
+            (Some(s), _) => answer(plugin, worker, host, ctx, key, Reply::new(s, Label::STALE)),
+            (None, Some(r)) => answer(
+                plugin,
+                worker,
+                host,
+                ctx,
+                key,
+                Reply::new(r, Label::COALESCED),
+            ),
+            (None, None) => release(worker, host, ctx, Release::NotShareable),
         }
     }
 }
@@ -93,10 +101,10 @@ pub fn check(plugin: &Plugin, worker: &RefCell<Worker>, host: &impl Host, key: &
     if !following {
         return false;
     }
-    let now = host.now_ms();
+    let now_ms = host.now_ms();
     match plugin
         .flights
-        .peek(host, key, id, queue, now, &Alive::read(host, now))
+        .peek(host, key, id, queue, now_ms, &Alive::read(host, now_ms))
     {
         Peek::Waiting => false,
         Peek::Done(Some(bytes)) => {
@@ -111,7 +119,7 @@ pub fn check(plugin: &Plugin, worker: &RefCell<Worker>, host: &impl Host, key: &
         Peek::Gone => {
             let flight = worker.borrow_mut().waiters.take(key);
             for waiter in flight.map(|f| f.waiters).unwrap_or_default() {
-                release(worker, host, waiter.context_id, "leader-gone");
+                release(worker, host, waiter.context_id, Release::LeaderGone);
             }
             true
         }

@@ -3,7 +3,7 @@
 //! background refresh the same way, when nobody fetches the key yet.
 
 use crate::cache::storable::Asked;
-use crate::coalesce::flights::{Join, JoinMode};
+use crate::coalesce::flights::{Claim, Join, JoinMode};
 use crate::coalesce::liveness::Alive;
 use crate::coalesce::upstream::{upstream_request, L2Role, SharedFetch};
 use crate::coalesce::waiters::LocalJoin;
@@ -36,7 +36,7 @@ pub struct Miss<'a> {
     pub key_names_caller: bool,
     /// Whether the key is scoped to the caller (the fetch then carries its credentials).
     pub scope: Scope,
-    pub now: u64,
+    pub now_ms: u64,
 }
 
 pub fn join(
@@ -48,7 +48,7 @@ pub fn join(
     let local = worker.borrow_mut().waiters.join(
         &miss.key,
         miss.context,
-        miss.now,
+        miss.now_ms,
         plugin.config.max_waiters,
     );
     match local {
@@ -56,38 +56,48 @@ pub fn join(
         LocalJoin::Full => return Joined::Alone,
         LocalJoin::NoFlight => {}
     }
-    let (key, context, now) = (miss.key, miss.context, miss.now);
+    let (key, context, now_ms) = (miss.key, miss.context, miss.now_ms);
     let Some(fetch) = shared_fetch(plugin, host, miss) else {
         return Joined::Alone;
     };
     let Some((id, queue)) = identity(worker) else {
         return Joined::Alone;
     };
-    let lease = plugin.lease_ms();
-    match plugin.flights.join(
-        host,
-        &key,
-        id,
+    let claim = Claim {
+        key,
+        me: id,
         queue,
-        now,
-        lease,
-        JoinMode::MayLead,
-        &Alive::read(host, now),
-    ) {
+        now_ms,
+        lease_ms: plugin.lease_ms(),
+        mode: JoinMode::MayLead,
+    };
+    match plugin
+        .flights
+        .join(host, &claim, &Alive::read(host, now_ms))
+    {
         Join::Lead => {
-            worker.borrow_mut().waiters.start(key, true, context, now);
+            worker
+                .borrow_mut()
+                .waiters
+                .start(key, true, context, now_ms);
             if !lead(plugin, worker, host, fetch) {
                 return Joined::Alone;
             }
             host.count(Counter::Leaders);
         }
-        Join::Follow => worker.borrow_mut().waiters.start(key, false, context, now),
+        Join::Follow => worker
+            .borrow_mut()
+            .waiters
+            .start(key, false, context, now_ms),
         // The key's flight slot holds another key: no flight across workers, but with an L2 this
         // worker still leads the key for the fleet (its own requests for it wait on this fetch),
         // rather than send it upstream without asking L2. Completing the flight leaves the other
         // key's record alone (it is not ours).
         Join::Alone if plugin.config.l2.is_some() => {
-            worker.borrow_mut().waiters.start(key, true, context, now);
+            worker
+                .borrow_mut()
+                .waiters
+                .start(key, true, context, now_ms);
             if !lead(plugin, worker, host, fetch) {
                 return Joined::Alone;
             }
@@ -117,7 +127,7 @@ pub fn refresh(
     host: &impl RequestHost,
     miss: Miss<'_>,
 ) -> Refresh {
-    let (key, now) = (miss.key, miss.now);
+    let (key, now_ms) = (miss.key, miss.now_ms);
     if worker.borrow().waiters.contains(&key) {
         return Refresh::Running;
     }
@@ -127,24 +137,24 @@ pub fn refresh(
     let Some((id, queue)) = identity(worker) else {
         return Refresh::Impossible;
     };
-    let lease = plugin.lease_ms();
-    let alive = Alive::read(host, now);
+    let claim = Claim {
+        key,
+        me: id,
+        queue,
+        now_ms,
+        lease_ms: plugin.lease_ms(),
+        mode: JoinMode::LeadOnly,
+    };
     // In flight elsewhere, or its slot busy with another key: someone fetches, or the next
     // request tries again.
-    if plugin.flights.join(
-        host,
-        &key,
-        id,
-        queue,
-        now,
-        lease,
-        JoinMode::LeadOnly,
-        &alive,
-    ) != Join::Lead
+    if plugin
+        .flights
+        .join(host, &claim, &Alive::read(host, now_ms))
+        != Join::Lead
     {
         return Refresh::Running;
     }
-    worker.borrow_mut().waiters.start_refresh(key, now);
+    worker.borrow_mut().waiters.start_refresh(key, now_ms);
     if !lead(plugin, worker, host, fetch) {
         return Refresh::Impossible;
     }

@@ -148,8 +148,8 @@ fn usable(
     fetch: &SharedFetch,
     sealed: &[u8],
 ) -> Option<Response> {
-    let now = host.now_ms();
-    if !follower::read(host).trusted(now) {
+    let now_ms = host.now_ms();
+    if !follower::read(host).trusted(now_ms) {
         return None;
     }
     let l2 = plugin.config.l2.as_ref()?;
@@ -158,7 +158,7 @@ fn usable(
         lifetimes: &fetch.asked.lifetimes,
         vary_headers: &plugin.config.vary_headers,
         max_entry_bytes: plugin.config.max_entry_bytes,
-        now_ms: now,
+        now_ms,
         now_us: host.now_us(),
         skew_us: l2.purge_skew_ms.saturating_mul(1000),
     };
@@ -173,16 +173,16 @@ fn usable(
     let entry = Entry::decode(&bytes).ok()?;
     refresh_marks(plugin, worker, host);
     let verdict = verdict(worker, &bytes);
-    if verdict == Verdict::Purged || entry.keep_until_ms() <= now {
+    if verdict == Verdict::Purged || entry.keep_until_ms() <= now_ms {
         return None;
     }
-    match plugin.table.insert(host, &fetch.key, &bytes, now) {
+    match plugin.table.insert(host, &fetch.key, &bytes, now_ms) {
         Ok(stored) if stored.evicted => host.count(Counter::Evictions),
         Ok(_) => {}
         Err(_) => host.count(Counter::StoreFailures),
     }
-    if verdict == Verdict::Stale || entry.expires_at_ms <= now {
+    if verdict == Verdict::Stale || entry.expires_at_ms <= now_ms {
         return None;
     }
-    Some(Response::from_entry(&entry, now))
+    Some(Response::from_entry(&entry, now_ms))
 }

@@ -34,14 +34,14 @@ pub fn find(
     worker: &RefCell<Worker>,
     host: &impl RequestHost,
     key: &CacheKey,
-    now: u64,
+    now_ms: u64,
 ) -> Found {
     let invalidation = plugin.config.invalidation_on();
     if invalidation {
         refresh_marks(plugin, worker, host);
     }
     let epoch = worker.borrow().purges.epoch;
-    let copy = worker.borrow_mut().hot.get(key, now);
+    let copy = worker.borrow_mut().hot.get(key, now_ms);
     if let Some((entry, checked)) = copy {
         // Checked against the marks in force: served without decoding.
         if !invalidation || checked == epoch || verdict(worker, &entry) == Verdict::Fresh {
@@ -51,7 +51,7 @@ pub fn find(
         // Purged here; shared data may hold a newer answer already.
         worker.borrow_mut().hot.remove(key);
     }
-    let (bytes, expired) = match plugin.table.lookup(host, key, now) {
+    let (bytes, expired) = match plugin.table.lookup(host, key, now_ms) {
         Lookup::Hit(bytes) => (bytes, false),
         Lookup::Stale(bytes) => (bytes, true),
         Lookup::Miss(_) => return Found::Nothing,
@@ -66,7 +66,7 @@ pub fn find(
         return Found::Nothing;
     }
     if expired || marks == Verdict::Stale {
-        return match may_serve_stale(&bytes, now, marks) {
+        return match may_serve_stale(&bytes, now_ms, marks) {
             true => Found::Stale(bytes.into()),
             false => {
                 if marks == Verdict::Stale {
@@ -89,13 +89,13 @@ pub fn find(
 
 /// Within stale-while-revalidate: expired less than its window ago, or soft-purged (stale from
 /// then on) with its window not yet over.
-fn may_serve_stale(bytes: &[u8], now: u64, marks: Verdict) -> bool {
+fn may_serve_stale(bytes: &[u8], now_ms: u64, marks: Verdict) -> bool {
     let Ok(e) = Entry::decode(bytes) else {
         return false;
     };
     match marks {
-        Verdict::Stale => e.stale_ms > 0 && now < e.stale_until_ms(),
-        _ => now < e.stale_until_ms(),
+        Verdict::Stale => e.stale_ms > 0 && now_ms < e.stale_until_ms(),
+        _ => now_ms < e.stale_until_ms(),
     }
 }
 
@@ -194,22 +194,29 @@ fn etag_matches(candidates: &[u8], etag: &str) -> bool {
         .any(|c| opaque(c) == stored)
 }
 
+/// The running request a stored entry answers.
+#[derive(Debug, Clone, Copy)]
+pub struct Asking<'a> {
+    pub key: &'a CacheKey,
+    pub head: &'a RequestHead,
+    pub now_ms: u64,
+}
+
 /// Answers the running request from a stored entry, labelled `cache` (`HIT` or `STALE`);
 /// `false` if the entry does not decode.
 pub fn serve(
     plugin: &Plugin,
     host: &impl RequestHost,
+    asking: &Asking<'_>,
     bytes: &[u8],
-    key: &CacheKey,
-    now: u64,
     cache: &str,
-    head: &RequestHead,
 ) -> bool {
+    let Asking { key, head, now_ms } = *asking;
     let Ok(entry) = Entry::decode(bytes) else {
         return false;
     };
     let mut digits = [0u8; 20];
-    let age = decimal(entry.age_s(now), &mut digits);
+    let age = decimal(entry.age_s(now_ms), &mut digits);
     if not_modified(head, &entry) {
         let mut headers: Vec<(&str, &str)> = entry
             .headers

@@ -19,8 +19,6 @@ use std::cell::RefCell;
 /// What the purge API does with a request's headers.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum AtHeaders {
-    /// Not the purge path.
-    NotPurge,
     /// Answered already (refused).
     Answered,
     /// Authorized: its body holds the selectors.

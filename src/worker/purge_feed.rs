@@ -7,12 +7,12 @@
 //! bound purge everything born before they began (fail-safe: misses, never stale-after-purge).
 
 use crate::effects::counters::Counter;
-use crate::effects::host::Host;
+use crate::effects::host::{status, Host};
 use crate::effects::store::StoreError;
 use crate::fleet::calls::Call;
 use crate::fleet::follower::{self, FeedState};
 use crate::fleet::purge_log::{read_page, Page, Reader};
-use crate::fleet::wire::{self, status};
+use crate::fleet::wire;
 use crate::invalidate::marks::Target;
 use crate::worker::lookup::refresh_marks;
 use crate::worker::state::{Plugin, Worker};
@@ -75,7 +75,7 @@ pub fn on_page(
     body_size: usize,
 ) {
     worker.borrow_mut().l2.feed.reading = false;
-    let now = host.now_ms();
+    let now_ms = host.now_ms();
     let Some(l2) = &plugin.config.l2 else { return };
     let reader = Reader {
         key: &l2.fleet_key,
@@ -89,7 +89,7 @@ pub fn on_page(
         _ => None,
     };
     let Some(mut page) = page else {
-        return failed(plugin, worker, host, now);
+        return failed(plugin, worker, host, now_ms);
     };
     let known = follower::read(host).generation;
     if known.is_some() && page.generation != known {
@@ -97,7 +97,7 @@ pub fn on_page(
         page.gap = true;
     }
     if apply(plugin, worker, host, &page, reader.now_us).is_err() {
-        return failed(plugin, worker, host, now);
+        return failed(plugin, worker, host, now_ms);
     }
     let me = worker.borrow().id;
     let lease = lease_ms(l2.timeout_ms);
@@ -107,11 +107,11 @@ pub fn on_page(
         s.caught_up = page.entries < PAGE_ENTRIES;
         s.failing_since_ms = 0;
         s.failsafe_done = false;
-        s.lease_until_ms = now.saturating_add(lease);
+        s.lease_until_ms = now_ms.saturating_add(lease);
     });
     // The next read at once: nothing is answered in this callback, so dispatching is safe.
     if still_mine.unwrap_or(false) {
-        poll(plugin, worker, host, now);
+        poll(plugin, worker, host, now_ms);
     }
 }
 

@@ -485,7 +485,9 @@ fn answers_that_may_be_about_the_caller_reach_only_the_caller_unless_keyed_by_it
     assert_eq!(*b.host.resumed.borrow(), vec![11, 12]);
     assert_eq!(
         b.worker.borrow().outcomes.get(&11),
-        Some(&crate::worker::state::Outcome::Released("not-shareable"))
+        Some(&crate::worker::state::Outcome::Released(
+            crate::coalesce::release::Release::NotShareable
+        ))
     );
     // With the credentials in the key (the default), followers are the same caller.
     let (a, _b) = envoy("{}");
@@ -1037,7 +1039,9 @@ fn an_answer_over_max_entry_bytes_never_enters_the_vm_and_everyone_goes_upstream
     );
     assert_eq!(
         a.worker.borrow().outcomes.get(&1),
-        Some(&crate::worker::state::Outcome::Released("too-large"))
+        Some(&crate::worker::state::Outcome::Released(
+            crate::coalesce::release::Release::TooLarge
+        ))
     );
     b.deliver_queue();
     assert_eq!(

@@ -4,17 +4,18 @@
 
 use crate::cache::storable::Answer;
 use crate::coalesce::relay::Response;
+use crate::coalesce::release::Release;
 use crate::coalesce::sharing::followers_may_share;
 use crate::coalesce::upstream::SharedFetch;
 use crate::coalesce::wakeup::Message;
 use crate::effects::counters::Counter;
-use crate::effects::host::Host;
+use crate::effects::host::{status, Host};
 use crate::request::key::CacheKey;
-use crate::worker::answer::{answer, release, Label, Labels};
+use crate::worker::answer::{answer, release, Label, Labels, Reply};
 use crate::worker::l2_write::{after_origin, release_later};
 use crate::worker::stale::{instead_of_error, is_failure};
 use crate::worker::state::{Plugin, Worker};
-use crate::worker::store::{store_answer, upstream_status, Stored};
+use crate::worker::store::{store_answer, Stored};
 use std::cell::RefCell;
 
 /// What came back for a callout.
@@ -45,7 +46,7 @@ pub fn on_fetch_callout(
         FetchResult::Reset
     } else if body_size > plugin.config.max_entry_bytes {
         FetchResult::TooLarge {
-            status: upstream_status(&host.callout_headers()),
+            status: status(&host.callout_headers()),
         }
     } else {
         FetchResult::Answer {
@@ -132,19 +133,7 @@ pub fn on_fetch_response(
     let (headers, body) = match result {
         FetchResult::Reset => {
             host.count(Counter::FetchFailures);
-            // Envoy ends a callout that timed out after the headers as a reset: tell it apart by
-            // the clock, and answer as Envoy's router does for a timeout. Envoy's timer runs on
-            // its monotonic clock and may fire a few ms before the wall clock says it is due.
-            let elapsed = host.now_ms().saturating_sub(fetch.dispatched_ms);
-            let due = plugin
-                .config
-                .fetch_timeout_ms
-                .saturating_sub(TIMER_SLACK_MS);
-            let failure = if elapsed >= due {
-                Response::failure(504, TIMEOUT_MESSAGE)
-            } else {
-                Response::failure(503, RESET_MESSAGE)
-            };
+            let failure = reset_failure(plugin, host, &fetch);
             let mut stored = fetch_failed();
             after_origin(plugin, worker, host, &fetch, &mut stored);
             finish(
@@ -169,7 +158,7 @@ pub fn on_fetch_response(
                 worker,
                 host,
                 &fetch,
-                Err("too-large"),
+                Err(Release::TooLarge),
                 &Labels::fetched(&Stored::default()),
             );
             return;
@@ -177,7 +166,7 @@ pub fn on_fetch_response(
         FetchResult::Answer { headers, body } => (headers, body),
     };
     // An answer without a readable status is a bad gateway, as Envoy would call it.
-    let status = upstream_status(&headers).unwrap_or(502);
+    let status = status(&headers).unwrap_or(502);
     if status >= 500 {
         host.count(Counter::FetchFailures);
     }
@@ -189,7 +178,8 @@ pub fn on_fetch_response(
     let mut stored = store_answer(plugin, host, &fetch.key, answer_in, &fetch.asked);
     // Sent before anyone is answered: answering switches the effective context.
     after_origin(plugin, worker, host, &fetch, &mut stored);
-    let response = Response::from_upstream(status, headers, body).map_err(|_| "not-relayable");
+    let response =
+        Response::from_upstream(status, headers, body).map_err(|_| Release::NotRelayable);
     finish(
         plugin,
         worker,
@@ -200,6 +190,23 @@ pub fn on_fetch_response(
     );
 }
 
+/// The answer for a callout Envoy reset. Envoy ends a callout that timed out after the headers
+/// as a reset: tell it apart by the clock, and answer as Envoy's router does for a timeout.
+/// Envoy's timer runs on its monotonic clock and may fire a few ms before the wall clock says it
+/// is due.
+fn reset_failure(plugin: &Plugin, host: &impl Host, fetch: &SharedFetch) -> Response {
+    let elapsed = host.now_ms().saturating_sub(fetch.dispatched_ms);
+    let due = plugin
+        .config
+        .fetch_timeout_ms
+        .saturating_sub(TIMER_SLACK_MS);
+    if elapsed >= due {
+        Response::failure(504, TIMEOUT_MESSAGE)
+    } else {
+        Response::failure(503, RESET_MESSAGE)
+    }
+}
+
 /// Ends a flight: tells watching workers, then answers (or releases) this worker's waiters.
 /// `response` is `Err(reason)` when the answer cannot be relayed; everyone then goes upstream.
 /// `labels` say where the answer came from (for the leader: what storing did, in debug headers).
@@ -208,22 +215,22 @@ pub fn finish(
     worker: &RefCell<Worker>,
     host: &impl Host,
     fetch: &SharedFetch,
-    response: Result<Response, &'static str>,
+    response: Result<Response, Release>,
     labels: &Labels<'_>,
 ) {
-    let now = host.now_ms();
+    let now_ms = host.now_ms();
     let config = &plugin.config;
     let for_followers =
         |r: &Response| followers_may_share(r, &config.vary_headers, fetch.key_names_caller);
     let shareable = response.as_ref().ok().filter(|r| for_followers(r));
     let for_watchers =
-        shareable.and_then(|r| r.encode_for_flight(&fetch.key, now, config.max_entry_bytes));
+        shareable.and_then(|r| r.encode_for_flight(&fetch.key, now_ms, config.max_entry_bytes));
     let id = worker.borrow().id;
     let watchers = plugin
         .flights
-        .complete(host, &fetch.key, id, for_watchers.clone(), now);
+        .complete(host, &fetch.key, id, for_watchers.clone(), now_ms);
     if !watchers.is_empty() {
-        worker.borrow_mut().published.push((fetch.key, now));
+        worker.borrow_mut().published.push((fetch.key, now_ms));
         wake(host, &watchers, &fetch.key, for_watchers.as_deref());
     }
     let flight = worker.borrow_mut().waiters.take(&fetch.key);
@@ -238,18 +245,35 @@ pub fn finish(
     for waiter in flight.waiters {
         let ctx = waiter.context_id;
         if let Some(s) = &stale {
-            answer(plugin, worker, host, ctx, s, Label::STALE, &fetch.key);
+            answer(
+                plugin,
+                worker,
+                host,
+                ctx,
+                &fetch.key,
+                Reply::new(s, Label::STALE),
+            );
             continue;
         }
         match &response {
-            Ok(r) if waiter.leader => {
-                answer(plugin, worker, host, ctx, r, labels.leader, &fetch.key)
-            }
-            Ok(r) if for_followers(r) => {
-                answer(plugin, worker, host, ctx, r, labels.followers, &fetch.key)
-            }
-            Ok(_) => release(worker, host, ctx, "not-shareable"),
-            Err(reason) => release(worker, host, ctx, reason),
+            Ok(r) if waiter.leader => answer(
+                plugin,
+                worker,
+                host,
+                ctx,
+                &fetch.key,
+                Reply::new(r, labels.leader),
+            ),
+            Ok(r) if for_followers(r) => answer(
+                plugin,
+                worker,
+                host,
+                ctx,
+                &fetch.key,
+                Reply::new(r, labels.followers),
+            ),
+            Ok(_) => release(worker, host, ctx, Release::NotShareable),
+            Err(reason) => release(worker, host, ctx, *reason),
         }
     }
 }

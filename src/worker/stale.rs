@@ -25,8 +25,8 @@ pub fn instead_of_error(
     host: &impl Host,
     key: &CacheKey,
 ) -> Option<Response> {
-    let now = host.now_ms();
-    let bytes = match plugin.table.lookup(host, key, now) {
+    let now_ms = host.now_ms();
+    let bytes = match plugin.table.lookup(host, key, now_ms) {
         Lookup::Hit(bytes) | Lookup::Stale(bytes) => bytes,
         Lookup::Miss(_) => return None,
     };
@@ -37,8 +37,8 @@ pub fn instead_of_error(
         }
     }
     let entry = Entry::decode(&bytes).ok()?;
-    if now >= entry.error_until_ms() {
+    if now_ms >= entry.error_until_ms() {
         return None;
     }
-    Some(Response::from_entry(&entry, now))
+    Some(Response::from_entry(&entry, now_ms))
 }

@@ -5,6 +5,7 @@
 use crate::cache::hot::HotCache;
 use crate::cache::table::SlotTable;
 use crate::coalesce::flights::FlightTable;
+use crate::coalesce::release::Release;
 use crate::coalesce::upstream::SharedFetch;
 use crate::coalesce::waiters::LocalFlights;
 use crate::config::Config;
@@ -70,7 +71,7 @@ pub enum Outcome {
     /// Answered with a local reply (`MISS` for the leader, `COALESCED` for followers).
     Answered,
     /// Resumed to go upstream on its own; the reason shows in the debug header.
-    Released(&'static str),
+    Released(Release),
 }
 
 /// One worker's mutable state.

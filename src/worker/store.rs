@@ -8,14 +8,6 @@ use crate::effects::host::Host;
 use crate::request::key::CacheKey;
 use crate::worker::state::Plugin;
 
-/// The `:status` of an upstream answer's headers (`None` when missing or not a number).
-pub fn upstream_status(headers: &[(String, Vec<u8>)]) -> Option<u16> {
-    headers
-        .iter()
-        .find(|(n, _)| n == ":status")
-        .and_then(|(_, v)| std::str::from_utf8(v).ok()?.parse().ok())
-}
-
 /// What storing did, for the debug headers.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Stored {
@@ -45,10 +37,10 @@ pub fn store_answer(
     answer: Answer<'_>,
     asked: &Asked,
 ) -> Stored {
-    let now = host.now_ms();
+    let now_ms = host.now_ms();
     let stamp = Stamp {
         born_us: asked.born_us,
-        now_ms: now,
+        now_ms,
         operation: &asked.operation,
     };
     let entry = storable_entry(key, &answer, &plugin.config, &asked.lifetimes, &stamp);
@@ -59,7 +51,7 @@ pub fn store_answer(
             return Stored::not(why.as_str());
         }
     };
-    match plugin.table.insert(host, key, &bytes, now) {
+    match plugin.table.insert(host, key, &bytes, now_ms) {
         Ok(stored) => {
             host.count(Counter::Stores);
             if stored.evicted {
@@ -99,6 +91,7 @@ mod tests {
         }
     }
     use crate::effects::fake::FakeHost;
+    use crate::effects::host::status;
 
     fn json() -> Vec<(String, Vec<u8>)> {
         vec![
@@ -109,9 +102,9 @@ mod tests {
 
     #[test]
     fn status_is_read_once_and_strictly() {
-        assert_eq!(upstream_status(&json()), Some(200));
-        assert_eq!(upstream_status(&[(":status".into(), b"2x".to_vec())]), None);
-        assert_eq!(upstream_status(&[]), None);
+        assert_eq!(status(&json()), Some(200));
+        assert_eq!(status(&[(":status".into(), b"2x".to_vec())]), None);
+        assert_eq!(status(&[]), None);
     }
 
     #[test]
@@ -130,9 +123,9 @@ mod tests {
             None
         );
         assert_eq!(host.counted(Counter::Stores), 1);
-        let now = host.now_ms();
+        let now_ms = host.now_ms();
         assert!(matches!(
-            plugin.table.lookup(&host, &key, now),
+            plugin.table.lookup(&host, &key, now_ms),
             Lookup::Hit(_)
         ));
         let errors = Answer {

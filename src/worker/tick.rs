@@ -3,6 +3,7 @@
 //! worker for; empties finished records once their watchers had time to read them.
 
 use crate::coalesce::liveness::{self, HEARTBEAT_MS};
+use crate::coalesce::release::Release;
 use crate::coalesce::waiters::LocalFlight;
 use crate::effects::counters::Counter;
 use crate::effects::host::Host;
@@ -24,19 +25,19 @@ pub const DONE_GRACE_MS: u64 = 1000;
 pub const LOST_WAKEUP_MS: u64 = 500;
 
 pub fn on_tick(plugin: &Plugin, worker: &RefCell<Worker>, host: &impl Host) {
-    let now = host.now_ms();
+    let now_ms = host.now_ms();
     // Callouts first: everything below may answer requests.
-    purge_feed::poll(plugin, worker, host, now);
+    purge_feed::poll(plugin, worker, host, now_ms);
     flush(plugin, worker, host);
-    heartbeat(plugin, worker, host, now);
-    release_hung_bodies(worker, host, now);
-    release_expired(plugin, worker, host, now);
-    check_unwoken(plugin, worker, host, now);
-    clear_published(plugin, worker, host, now);
+    heartbeat(plugin, worker, host, now_ms);
+    release_hung_bodies(worker, host, now_ms);
+    release_expired(plugin, worker, host, now_ms);
+    check_unwoken(plugin, worker, host, now_ms);
+    clear_published(plugin, worker, host, now_ms);
 }
 
 /// Tells other workers this one is alive, so they follow its flights (see `coalesce::liveness`).
-pub fn heartbeat(plugin: &Plugin, worker: &RefCell<Worker>, host: &impl Host, now: u64) {
+pub fn heartbeat(plugin: &Plugin, worker: &RefCell<Worker>, host: &impl Host, now_ms: u64) {
     if !plugin.config.coalesce {
         return;
     }
@@ -44,16 +45,16 @@ pub fn heartbeat(plugin: &Plugin, worker: &RefCell<Worker>, host: &impl Host, no
         let w = worker.borrow();
         (w.id, w.last_beat_ms)
     };
-    if last != 0 && now.saturating_sub(last) < HEARTBEAT_MS {
+    if last != 0 && now_ms.saturating_sub(last) < HEARTBEAT_MS {
         return;
     }
-    if liveness::beat(host, id, now).is_ok() {
-        worker.borrow_mut().last_beat_ms = now;
+    if liveness::beat(host, id, now_ms).is_ok() {
+        worker.borrow_mut().last_beat_ms = now_ms;
     }
 }
 
-fn release_hung_bodies(worker: &RefCell<Worker>, host: &impl Host, now: u64) {
-    let hung = worker.borrow_mut().watchdog.take_hung(now);
+fn release_hung_bodies(worker: &RefCell<Worker>, host: &impl Host, now_ms: u64) {
+    let hung = worker.borrow_mut().watchdog.take_hung(now_ms);
     for context in hung {
         // A purge request never goes upstream: it is refused instead.
         if worker.borrow_mut().held_purges.remove(&context) {
@@ -67,23 +68,23 @@ fn release_hung_bodies(worker: &RefCell<Worker>, host: &impl Host, now: u64) {
                 body,
             );
         } else {
-            release(worker, host, context, "body-not-delivered");
+            release(worker, host, context, Release::BodyNotDelivered);
         }
     }
 }
 
-fn release_expired(plugin: &Plugin, worker: &RefCell<Worker>, host: &impl Host, now: u64) {
+fn release_expired(plugin: &Plugin, worker: &RefCell<Worker>, host: &impl Host, now_ms: u64) {
     let lease = plugin.lease_ms();
     let (expired, abandoned, lost_fetches) = {
         let mut w = worker.borrow_mut();
-        let expired = w.waiters.expire(now, plugin.config.max_wait_ms);
-        let abandoned: Vec<(CacheKey, LocalFlight)> = w.waiters.take_abandoned(now, lease);
+        let expired = w.waiters.expire(now_ms, plugin.config.max_wait_ms);
+        let abandoned: Vec<(CacheKey, LocalFlight)> = w.waiters.take_abandoned(now_ms, lease);
         // A callout that never answered (it should time out at fetch_timeout_ms): forget it.
         let before = w.fetches.len();
         w.fetches
-            .retain(|_, f| now.saturating_sub(f.dispatched_ms) < lease.saturating_mul(2));
+            .retain(|_, f| now_ms.saturating_sub(f.dispatched_ms) < lease.saturating_mul(2));
         // Their flights are abandoned above like any other lost fetch's.
-        w.l2.forget_older_than(now.saturating_sub(lease.saturating_mul(2)));
+        w.l2.forget_older_than(now_ms.saturating_sub(lease.saturating_mul(2)));
         (expired, abandoned, before - w.fetches.len())
     };
     for _ in 0..lost_fetches {
@@ -91,17 +92,17 @@ fn release_expired(plugin: &Plugin, worker: &RefCell<Worker>, host: &impl Host, 
     }
     for waiter in expired {
         host.count(Counter::WaitTimeouts);
-        release(worker, host, waiter.context_id, "wait-timeout");
+        release(worker, host, waiter.context_id, Release::WaitTimeout);
     }
     for (key, flight) in abandoned {
         abandon(plugin, worker, host, &key);
         for waiter in flight.waiters {
-            release(worker, host, waiter.context_id, "fetch-lost");
+            release(worker, host, waiter.context_id, Release::FetchLost);
         }
     }
 }
 
-fn check_unwoken(plugin: &Plugin, worker: &RefCell<Worker>, host: &impl Host, now: u64) {
+fn check_unwoken(plugin: &Plugin, worker: &RefCell<Worker>, host: &impl Host, now_ms: u64) {
     let unwoken: Vec<CacheKey> = {
         let w = worker.borrow();
         w.waiters
@@ -110,7 +111,7 @@ fn check_unwoken(plugin: &Plugin, worker: &RefCell<Worker>, host: &impl Host, no
             .filter(|k| {
                 w.waiters
                     .oldest_wait(k)
-                    .is_some_and(|since| now.saturating_sub(since) >= LOST_WAKEUP_MS)
+                    .is_some_and(|since| now_ms.saturating_sub(since) >= LOST_WAKEUP_MS)
             })
             .collect()
     };
@@ -122,13 +123,13 @@ fn check_unwoken(plugin: &Plugin, worker: &RefCell<Worker>, host: &impl Host, no
     }
 }
 
-fn clear_published(plugin: &Plugin, worker: &RefCell<Worker>, host: &impl Host, now: u64) {
+fn clear_published(plugin: &Plugin, worker: &RefCell<Worker>, host: &impl Host, now_ms: u64) {
     let (id, due) = {
         let mut w = worker.borrow_mut();
         let (due, keep): (Vec<_>, Vec<_>) = w
             .published
             .drain(..)
-            .partition(|(_, finished)| now.saturating_sub(*finished) >= DONE_GRACE_MS);
+            .partition(|(_, finished)| now_ms.saturating_sub(*finished) >= DONE_GRACE_MS);
         w.published = keep;
         (w.id, due)
     };
