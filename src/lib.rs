@@ -1,5 +1,15 @@
 //! A GraphQL response cache for Envoy, as a proxy-wasm HTTP filter.
 //!
+//! Where to look first:
+//! - the key is built in `request::key::build_key` (from the canonical operation, `request::canonical`);
+//! - who decides a follower may share a leader's answer: `coalesce::sharing::followers_may_share`;
+//! - a purge is applied by `worker::purge::mark`, the one path for the purge API, mutations and the
+//!   fleet's purge log (`worker::purge_feed`), onto the marks of `invalidate::marks`;
+//! - the L2 is asked by `worker::l2_lookup::ask` (its wire format: `fleet::wire`; what a value
+//!   must be to be used: `fleet::seal` and `cache::peer`);
+//! - a configuration field is validated in the `config/` file named for its concern (`config::l2`,
+//!   `config::purge`, `config::headers`, ...); `config::Config::from_raw` only assembles.
+//!
 //! Read in the order a request goes: `config` (loaded once; a leaf that imports nothing else from
 //! the crate: the types it parses into, such as rules and key fields, are its own), `request` (the
 //! GraphQL request and its key), `cache` (what is stored, where), `coalesce` (one fetch per key

@@ -147,7 +147,8 @@ fn json_headers() -> Vec<(&'static str, &'static str)> {
     ]
 }
 
-/// Marks the targets purged now, and reads the marks back so this worker's copies go at once.
+/// Marks the targets purged now (the purge API's and mutations' purges), and owes them to the
+/// fleet's purge log.
 pub fn apply(
     plugin: &Plugin,
     worker: &RefCell<Worker>,
@@ -155,9 +156,11 @@ pub fn apply(
     targets: &[(Target, bool)],
 ) -> Result<Fleet, crate::effects::store::StoreError> {
     let now_us = host.now_us();
-    plugin.purges.apply(host, targets, now_us)?;
-    host.raise_purge_signal();
-    refresh_marks(plugin, worker, host);
+    let timed: Vec<(Target, bool, u64)> = targets
+        .iter()
+        .map(|&(target, soft)| (target, soft, now_us))
+        .collect();
+    mark(plugin, worker, host, &timed)?;
     // The rest of the fleet applies it at the same instant, from the L2 purge log.
     Ok(match queue_purge(plugin, host, now_us, targets) {
         None => Fleet::Alone,
@@ -167,6 +170,22 @@ pub fn apply(
         }
         Some(Err(_)) => Fleet::Unqueued,
     })
+}
+
+/// The one way a purge reaches this Envoy, whoever made it (the API, a mutation, another Envoy
+/// through the purge log): each target marked at its instant, then every worker told (the purge
+/// signal) and this worker's marks read back, so its copies go at once.
+pub fn mark(
+    plugin: &Plugin,
+    worker: &RefCell<Worker>,
+    host: &impl Host,
+    timed: &[(Target, bool, u64)],
+) -> Result<(), crate::effects::store::StoreError> {
+    if !timed.is_empty() && plugin.purges.apply_at(host, timed)? {
+        host.raise_purge_signal();
+        refresh_marks(plugin, worker, host);
+    }
+    Ok(())
 }
 
 /// What a mutation's answer says changed: `None` unless it is a clean `200` with `data`. Tags

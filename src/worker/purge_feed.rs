@@ -14,7 +14,7 @@ use crate::fleet::follower::{self, FeedState};
 use crate::fleet::purge_log::{read_page, Page, Reader};
 use crate::fleet::wire;
 use crate::invalidate::marks::Target;
-use crate::worker::lookup::refresh_marks;
+use crate::worker::purge::mark;
 use crate::worker::state::{Plugin, Worker};
 use std::cell::{Cell, RefCell};
 
@@ -134,22 +134,9 @@ fn apply(
         host.count(Counter::L2PurgeGaps);
         timed.push((Target::All, false, now_us));
     }
-    purge_at(plugin, worker, host, &timed)?;
+    mark(plugin, worker, host, &timed)?;
     for _ in &page.records {
         host.count(Counter::L2PurgesApplied);
-    }
-    Ok(())
-}
-
-fn purge_at(
-    plugin: &Plugin,
-    worker: &RefCell<Worker>,
-    host: &impl Host,
-    timed: &[(Target, bool, u64)],
-) -> Result<(), StoreError> {
-    if !timed.is_empty() && plugin.purges.apply_at(host, timed)? {
-        host.raise_purge_signal();
-        refresh_marks(plugin, worker, host);
     }
     Ok(())
 }
@@ -179,7 +166,7 @@ fn failed(plugin: &Plugin, worker: &RefCell<Worker>, host: &impl Host, now_ms: u
     if let Some(since_ms) = failsafe_from.get() {
         host.count(Counter::FeedFailSafe);
         let all = [(Target::All, false, since_ms.saturating_mul(1000))];
-        let _ = purge_at(plugin, worker, host, &all);
+        let _ = mark(plugin, worker, host, &all);
     }
 }
 
