@@ -17,7 +17,7 @@ use graphql_cache::fleet::purge_log::{
 use graphql_cache::fleet::seal::FleetKey;
 use graphql_cache::fleet::wire::{read_lookup, Looked};
 use graphql_cache::invalidate::marks::PurgeView;
-use graphql_cache::invalidate::purge::parse_selectors;
+use graphql_cache::invalidate::purge_request::parse_selectors;
 use graphql_cache::invalidate::shape::find_in_shaped_answer;
 use graphql_cache::invalidate::tags::{entry_tags, find_in_answer, MAX_TAGS};
 use graphql_cache::request::apq;
@@ -27,7 +27,7 @@ use graphql_cache::request::classify::{
 };
 use graphql_cache::request::http::{parse_get_query, parse_post_body};
 use graphql_cache::request::key::CacheKey;
-use graphql_cache::worker::read::pairs;
+use graphql_cache::worker::request::read::pairs;
 
 /// One property check over arbitrary bytes.
 pub type Check = fn(&[u8]);

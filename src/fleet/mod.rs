@@ -3,8 +3,8 @@
 //!
 //! `wire` is the service's verbs as callouts and their answers read strictly; `purge_log` is what
 //! one node's purge looks like to the others; `calls` is what a worker has outstanding with the
-//! service. The decisions (when to ask, what a hit may answer) are in `worker::l2_lookup`,
-//! `worker::l2_write` and `worker::purge_feed`.
+//! service. The decisions (when to ask, what a hit may answer) are in `worker::l2::ask`,
+//! `worker::l2::write` and `worker::l2::feed`.
 
 pub mod calls;
 pub mod follower;

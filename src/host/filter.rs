@@ -1,8 +1,8 @@
-//! The HTTP context: one per request, each callback handed to `crate::worker::exchange`.
+//! The HTTP context: one per request, each callback handed to `crate::worker::request::exchange`.
 
 use super::envoy::Envoy;
 use super::metrics::Metrics;
-use crate::worker::exchange::{Ctx, Exchange, Flow};
+use crate::worker::request::exchange::{Ctx, Exchange, Flow};
 use crate::worker::state::{Plugin, Worker};
 use proxy_wasm::traits::{Context, HttpContext};
 use proxy_wasm::types::Action;

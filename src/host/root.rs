@@ -4,11 +4,11 @@
 use super::envoy::{dequeue_all, Envoy};
 use super::filter::CacheFilter;
 use super::metrics::Metrics;
-use crate::worker::callouts::on_callout;
-use crate::worker::configure::configure;
-use crate::worker::followers::on_messages;
+use crate::worker::root::callouts::on_callout;
+use crate::worker::root::configure::configure;
+use crate::worker::root::followers::on_messages;
+use crate::worker::root::tick::{on_tick, TICK};
 use crate::worker::state::{Plugin, Worker};
-use crate::worker::tick::{on_tick, TICK};
 use proxy_wasm::hostcalls;
 use proxy_wasm::traits::{Context, HttpContext, RootContext};
 use proxy_wasm::types::ContextType;

@@ -71,7 +71,7 @@ impl CacheKey {
 }
 
 /// The secret that places keys in slots; one per deployment, kept in shared data (see
-/// `worker::configure`).
+/// `worker::root::configure`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct SlotKey(pub u64, pub u64);
 

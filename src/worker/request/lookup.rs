@@ -12,7 +12,7 @@ use crate::effects::host::{Host, RequestHost};
 use crate::invalidate::marks::Verdict;
 use crate::request::classify::RequestHead;
 use crate::request::key::CacheKey;
-use crate::worker::answer::{CACHE_HEADER, KEY_HEADER, TAGS_HEADER};
+use crate::worker::root::answer::{CACHE_HEADER, KEY_HEADER, TAGS_HEADER};
 use crate::worker::state::{Plugin, Worker};
 use std::cell::RefCell;
 use std::rc::Rc;

@@ -4,9 +4,9 @@
 
 use crate::coalesce::upstream::L2Role;
 use crate::effects::host::Host;
-use crate::worker::l2_lookup::ask;
-use crate::worker::l2_write::flush;
-use crate::worker::shared_fetch::{refused, to_origin};
+use crate::worker::l2::ask::ask;
+use crate::worker::l2::write::flush;
+use crate::worker::root::shared_fetch::{refused, to_origin};
 use crate::worker::state::{Plugin, Worker};
 use std::cell::RefCell;
 

@@ -8,11 +8,11 @@ use crate::coalesce::waiters::LocalFlight;
 use crate::effects::counters::Counter;
 use crate::effects::host::Host;
 use crate::request::key::CacheKey;
-use crate::worker::answer::release;
-use crate::worker::followers::check;
-use crate::worker::l2_write::flush;
-use crate::worker::purge_feed;
-use crate::worker::shared_fetch::abandon;
+use crate::worker::l2::feed;
+use crate::worker::l2::write::flush;
+use crate::worker::root::answer::release;
+use crate::worker::root::followers::check;
+use crate::worker::root::shared_fetch::abandon;
 use crate::worker::state::{Plugin, Worker};
 use std::cell::RefCell;
 use std::time::Duration;
@@ -27,7 +27,7 @@ pub const LOST_WAKEUP_MS: u64 = 500;
 pub fn on_tick(plugin: &Plugin, worker: &RefCell<Worker>, host: &impl Host) {
     let now_ms = host.now_ms();
     // Callouts first: everything below may answer requests.
-    purge_feed::poll(plugin, worker, host, now_ms);
+    feed::poll(plugin, worker, host, now_ms);
     flush(plugin, worker, host);
     heartbeat(plugin, worker, host, now_ms);
     release_hung_bodies(worker, host, now_ms);

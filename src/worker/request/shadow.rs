@@ -5,7 +5,7 @@
 
 use crate::effects::counters::Counter;
 use crate::effects::host::RequestHost;
-use crate::worker::capture::{Capture, Chunk};
+use crate::worker::request::capture::{Capture, Chunk};
 use crate::worker::state::Plugin;
 use sha2::{Digest, Sha256};
 

@@ -8,12 +8,12 @@ use crate::effects::counters::Counter;
 use crate::effects::fake::{FakeHost, Reply};
 use crate::effects::host::LogLevel;
 use crate::effects::store::SharedStore;
-use crate::worker::configure::configure;
-use crate::worker::exchange::{Ctx, Exchange, Flow};
-use crate::worker::followers::on_messages;
-use crate::worker::shared_fetch::{on_fetch_response, FetchResult};
+use crate::worker::request::exchange::{Ctx, Exchange, Flow};
+use crate::worker::root::configure::configure;
+use crate::worker::root::followers::on_messages;
+use crate::worker::root::shared_fetch::{on_fetch_response, FetchResult};
+use crate::worker::root::tick::{on_tick, LOST_WAKEUP_MS};
 use crate::worker::state::{Plugin, Worker};
-use crate::worker::tick::{on_tick, LOST_WAKEUP_MS};
 use std::cell::RefCell;
 use std::rc::Rc;
 
@@ -1020,7 +1020,7 @@ fn an_answer_over_max_entry_bytes_never_enters_the_vm_and_everyone_goes_upstream
     *a.host.callout.borrow_mut() = (vec![(":status".into(), b"200".to_vec())], Vec::new());
     let key = a.worker.borrow().fetches[&token].key;
     a.host.begin_callback();
-    crate::worker::callouts::on_callout(&a.plugin, &a.worker, &a.host, token, 3, 1_000_000);
+    crate::worker::root::callouts::on_callout(&a.plugin, &a.worker, &a.host, token, 3, 1_000_000);
     assert!(
         a.worker.borrow().too_large.contains(&key),
         "a 200 that large: remembered"

@@ -4,8 +4,8 @@
 use crate::config::{Config, ConfigError};
 use crate::effects::host::{Host, LogLevel};
 use crate::request::key::SlotKey;
+use crate::worker::root::tick::heartbeat;
 use crate::worker::state::{Plugin, Worker};
-use crate::worker::tick::heartbeat;
 use std::cell::RefCell;
 
 pub const NO_QUEUE_LOG: &str = "graphql-cache: no wake-up queue; coalescing off";

@@ -9,9 +9,9 @@ use crate::coalesce::release::Release;
 use crate::coalesce::wakeup::Message;
 use crate::effects::host::Host;
 use crate::request::key::CacheKey;
-use crate::worker::answer::{answer, release, Label, Reply};
-use crate::worker::dispatch::dispatch_pending;
-use crate::worker::stale::{instead_of_error, is_failure};
+use crate::worker::root::answer::{answer, release, Label, Reply};
+use crate::worker::root::dispatch::dispatch_pending;
+use crate::worker::root::stale::{instead_of_error, is_failure};
 use crate::worker::state::{Plugin, Worker};
 use std::cell::RefCell;
 

@@ -14,9 +14,9 @@ use crate::fleet::calls::Call;
 use crate::fleet::follower;
 use crate::fleet::wire::{self, owner, read_lookup, L2Failure, Looked};
 use crate::invalidate::marks::Verdict;
-use crate::worker::answer::{Label, Labels};
-use crate::worker::lookup::{refresh_marks, verdict};
-use crate::worker::shared_fetch::{finish, refused, to_origin};
+use crate::worker::request::lookup::{refresh_marks, verdict};
+use crate::worker::root::answer::{Label, Labels};
+use crate::worker::root::shared_fetch::{finish, refused, to_origin};
 use crate::worker::state::{Plugin, Worker};
 use std::cell::RefCell;
 

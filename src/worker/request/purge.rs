@@ -7,12 +7,12 @@ use crate::effects::counters::Counter;
 use crate::effects::host::{Host, RequestHost};
 use crate::invalidate::marks::{tag_hash, Target};
 use crate::invalidate::mutation::{extension_tags, Coarse, PurgePlan};
-use crate::invalidate::purge::{authorized, parse_selectors, Refusal};
+use crate::invalidate::purge_request::{authorized, parse_selectors, Refusal};
 use crate::invalidate::shape::{find_in_shaped_answer, ResponseShape};
 use crate::request::http::split_path;
-use crate::worker::l2_write::queue_purge;
-use crate::worker::lookup::refresh_marks;
-use crate::worker::shared_fetch::request_dispatch;
+use crate::worker::l2::write::queue_purge;
+use crate::worker::request::lookup::refresh_marks;
+use crate::worker::root::shared_fetch::request_dispatch;
 use crate::worker::state::{Plugin, Worker};
 use std::cell::RefCell;
 

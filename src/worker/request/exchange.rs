@@ -12,7 +12,7 @@ use crate::config::{MutationInvalidation, PurgeApi};
 use crate::effects::counters::Counter;
 use crate::effects::host::{status, LogLevel, RequestHost};
 use crate::invalidate::mutation::header_tags;
-use crate::invalidate::purge::Refusal;
+use crate::invalidate::purge_request::Refusal;
 use crate::invalidate::shape::ResponseShape;
 use crate::request::bypass::Bypass;
 use crate::request::classify::{
@@ -21,17 +21,17 @@ use crate::request::classify::{
 };
 use crate::request::http::split_path;
 use crate::request::key::CacheKey;
-use crate::worker::answer::{CACHE_HEADER, KEY_HEADER, REASON_HEADER};
-use crate::worker::capture::{Capture, Chunk};
-use crate::worker::join::{join, refresh, Joined, Miss, Refresh};
-use crate::worker::l2_write::queue_store;
-use crate::worker::lookup::{find, serve, Asking, Found};
-use crate::worker::purge::{self, purge_api, AtHeaders};
-use crate::worker::read::{read_head, read_identity, read_route};
-use crate::worker::shadow::Shadowed;
-use crate::worker::shared_fetch::request_dispatch;
+use crate::worker::l2::write::queue_store;
+use crate::worker::request::capture::{Capture, Chunk};
+use crate::worker::request::join::{join, refresh, Joined, Miss, Refresh};
+use crate::worker::request::lookup::{find, serve, Asking, Found};
+use crate::worker::request::purge::{self, purge_api, AtHeaders};
+use crate::worker::request::read::{read_head, read_identity, read_route};
+use crate::worker::request::shadow::Shadowed;
+use crate::worker::request::watchdog::{BodyArrival, OPTION_OFF_LOG};
+use crate::worker::root::answer::{CACHE_HEADER, KEY_HEADER, REASON_HEADER};
+use crate::worker::root::shared_fetch::request_dispatch;
 use crate::worker::state::{Outcome, Plugin, Worker};
-use crate::worker::watchdog::{BodyArrival, OPTION_OFF_LOG};
 use std::cell::RefCell;
 
 /// What the callback tells Envoy.

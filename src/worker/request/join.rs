@@ -12,8 +12,8 @@ use crate::effects::counters::Counter;
 use crate::effects::host::RequestHost;
 use crate::request::classify::RequestHead;
 use crate::request::key::CacheKey;
-use crate::worker::read::fetch_cluster;
-use crate::worker::shared_fetch::{abandon, request_dispatch};
+use crate::worker::request::read::fetch_cluster;
+use crate::worker::root::shared_fetch::{abandon, request_dispatch};
 use crate::worker::state::{Plugin, Worker};
 use std::cell::RefCell;
 

@@ -3,10 +3,10 @@
 
 use crate::effects::host::Host;
 use crate::fleet::calls::Call;
-use crate::worker::l2_lookup::{on_answer, Answered};
-use crate::worker::l2_write::on_written;
-use crate::worker::purge_feed::on_page;
-use crate::worker::shared_fetch::on_fetch_callout;
+use crate::worker::l2::ask::{on_answer, Answered};
+use crate::worker::l2::feed::on_page;
+use crate::worker::l2::write::on_written;
+use crate::worker::root::shared_fetch::on_fetch_callout;
 use crate::worker::state::{Plugin, Worker};
 use std::cell::RefCell;
 

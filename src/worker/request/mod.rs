@@ -1,0 +1,11 @@
+//! What runs in a request's own callbacks (its HTTP context): everything here may pause, serve or
+//! let go only the request it belongs to; work for other requests is queued for the root.
+
+pub mod capture;
+pub mod exchange;
+pub mod join;
+pub mod lookup;
+pub mod purge;
+pub mod read;
+pub mod shadow;
+pub mod watchdog;

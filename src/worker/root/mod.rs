@@ -1,0 +1,12 @@
+//! What runs in the root context (callouts, timers, configuration): the root outlives any one
+//! request, so shared fetches, wake-ups and letting paused requests go are done from here.
+
+pub mod answer;
+pub mod callouts;
+pub mod configure;
+pub mod dispatch;
+pub mod followers;
+pub mod shared_fetch;
+pub mod stale;
+pub mod store;
+pub mod tick;

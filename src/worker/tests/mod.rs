@@ -1,0 +1,5 @@
+//! Scenarios played through fake hosts: one Envoy's workers (`scenarios`) and a fleet of two
+//! (`fleet_scenarios`).
+
+mod fleet_scenarios;
+mod scenarios;
