@@ -14,7 +14,7 @@ use crate::fleet::calls::Call;
 use crate::fleet::follower;
 use crate::fleet::wire::{self, owner, read_lookup, L2Failure, Looked};
 use crate::invalidate::marks::Verdict;
-use crate::worker::request::lookup::{refresh_marks, verdict};
+use crate::worker::marks::{refresh_marks, verdict};
 use crate::worker::root::answer::{Label, Labels};
 use crate::worker::root::shared_fetch::{finish, refused, to_origin};
 use crate::worker::state::{Plugin, Worker};

@@ -8,10 +8,11 @@ use crate::cache::entry::Entry;
 use crate::cache::freshness::http_date;
 use crate::cache::table::Lookup;
 use crate::effects::counters::Counter;
-use crate::effects::host::{Host, RequestHost};
+use crate::effects::host::RequestHost;
 use crate::invalidate::marks::Verdict;
 use crate::request::classify::RequestHead;
 use crate::request::key::CacheKey;
+use crate::worker::marks::{refresh_marks, verdict};
 use crate::worker::root::answer::{CACHE_HEADER, KEY_HEADER, TAGS_HEADER};
 use crate::worker::state::{Plugin, Worker};
 use std::cell::RefCell;
@@ -96,37 +97,6 @@ fn may_serve_stale(bytes: &[u8], now_ms: u64, marks: Verdict) -> bool {
     match marks {
         Verdict::Stale => e.stale_ms > 0 && now_ms < e.stale_until_ms(),
         _ => now_ms < e.stale_until_ms(),
-    }
-}
-
-/// The bit that marks an epoch read from the purge signal.
-const SIGNAL_EPOCH: u64 = 1 << 63;
-
-/// Rereads the purge marks if the epoch moved since this worker last read them.
-pub fn refresh_marks(plugin: &Plugin, worker: &RefCell<Worker>, host: &impl Host) {
-    // The signal moves after the marks are written, so a new value always comes with them.
-    // Signal values are kept apart from shared-data epochs (the top bit), so a host whose signal
-    // fails for a moment can never make an old epoch look current.
-    let epoch = host
-        .purge_signal()
-        .map(|s| s | SIGNAL_EPOCH)
-        .unwrap_or_else(|| plugin.purges.epoch(host) & !SIGNAL_EPOCH);
-    if epoch == worker.borrow().purges.epoch {
-        return;
-    }
-    let view = plugin.purges.view(host, epoch);
-    worker.borrow_mut().purges = view;
-}
-
-/// What the marks say of an entry.
-pub fn verdict(worker: &RefCell<Worker>, bytes: &[u8]) -> Verdict {
-    match Entry::decode(bytes) {
-        Ok(e) => worker
-            .borrow()
-            .purges
-            .verdict(e.born_us, e.tag_hashes.iter().copied()),
-        // Not decodable: `serve` refuses it anyway.
-        Err(_) => Verdict::Fresh,
     }
 }
 

@@ -11,7 +11,7 @@ use crate::invalidate::purge_request::{authorized, parse_selectors, Refusal};
 use crate::invalidate::shape::{find_in_shaped_answer, ResponseShape};
 use crate::request::http::split_path;
 use crate::worker::l2::write::queue_purge;
-use crate::worker::request::lookup::refresh_marks;
+use crate::worker::marks::refresh_marks;
 use crate::worker::root::shared_fetch::request_dispatch;
 use crate::worker::state::{Plugin, Worker};
 use std::cell::RefCell;

@@ -8,7 +8,7 @@ use crate::coalesce::relay::Response;
 use crate::effects::host::Host;
 use crate::invalidate::marks::Verdict;
 use crate::request::key::CacheKey;
-use crate::worker::request::lookup::{refresh_marks, verdict};
+use crate::worker::marks::{refresh_marks, verdict};
 use crate::worker::state::{Plugin, Worker};
 use std::cell::RefCell;
 

@@ -1,0 +1,41 @@
+//! The purge marks as this worker sees them: reread when the purge epoch moves, and asked of an
+//! entry's bytes. Shared by every side that may hand out a stored entry (a request's lookup, the
+//! root's stale-instead-of-error, an L2 hit) and by the purge that must see its own marks, so it
+//! sits above them all.
+
+use crate::cache::entry::Entry;
+use crate::effects::host::Host;
+use crate::invalidate::marks::Verdict;
+use crate::worker::state::{Plugin, Worker};
+use std::cell::RefCell;
+
+/// The bit that marks an epoch read from the purge signal.
+const SIGNAL_EPOCH: u64 = 1 << 63;
+
+/// Rereads the purge marks if the epoch moved since this worker last read them.
+pub fn refresh_marks(plugin: &Plugin, worker: &RefCell<Worker>, host: &impl Host) {
+    // The signal moves after the marks are written, so a new value always comes with them.
+    // Signal values are kept apart from shared-data epochs (the top bit), so a host whose signal
+    // fails for a moment can never make an old epoch look current.
+    let epoch = host
+        .purge_signal()
+        .map(|s| s | SIGNAL_EPOCH)
+        .unwrap_or_else(|| plugin.purges.epoch(host) & !SIGNAL_EPOCH);
+    if epoch == worker.borrow().purges.epoch {
+        return;
+    }
+    let view = plugin.purges.view(host, epoch);
+    worker.borrow_mut().purges = view;
+}
+
+/// What the marks say of an entry.
+pub fn verdict(worker: &RefCell<Worker>, bytes: &[u8]) -> Verdict {
+    match Entry::decode(bytes) {
+        Ok(e) => worker
+            .borrow()
+            .purges
+            .verdict(e.born_us, e.tag_hashes.iter().copied()),
+        // Not decodable: `request::lookup::serve` refuses it anyway.
+        Err(_) => Verdict::Fresh,
+    }
+}
