@@ -3,7 +3,7 @@
 //! Where to look first:
 //! - the key is built in `request::key::build_key` (from the canonical operation, `request::canonical`);
 //! - who decides a follower may share a leader's answer: `coalesce::sharing::followers_may_share`;
-//! - a purge is applied by `worker::request::purge::mark`, the one path for the purge API,
+//! - a purge is applied by `worker::marks::mark`, the one path for the purge API,
 //!   mutations and the fleet's purge log (`worker::l2::feed`), onto the marks of
 //!   `invalidate::marks`;
 //! - the L2 is asked by `worker::l2::ask::ask` (its wire format: `fleet::wire`; what a value

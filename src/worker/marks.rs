@@ -1,11 +1,13 @@
-//! The purge marks as this worker sees them: reread when the purge epoch moves, and asked of an
-//! entry's bytes. Shared by every side that may hand out a stored entry (a request's lookup, the
-//! root's stale-instead-of-error, an L2 hit) and by the purge that must see its own marks, so it
-//! sits above them all.
+//! The purge marks as this worker sees them: written by every purge (the API's, a mutation's,
+//! another Envoy's through the log: [`mark`] is the one path), reread when the purge epoch moves,
+//! and asked of an entry's bytes. Shared by every side that may hand out a stored entry (a
+//! request's lookup, the root's stale-instead-of-error, an L2 hit) and by every side that purges,
+//! so it sits above them all.
 
 use crate::cache::entry::Entry;
 use crate::effects::host::Host;
-use crate::invalidate::marks::Verdict;
+use crate::effects::store::StoreError;
+use crate::invalidate::marks::{Target, Verdict};
 use crate::worker::state::{Plugin, Worker};
 use std::cell::RefCell;
 
@@ -38,4 +40,20 @@ pub fn verdict(worker: &RefCell<Worker>, bytes: &[u8]) -> Verdict {
         // Not decodable: `request::lookup::serve` refuses it anyway.
         Err(_) => Verdict::Fresh,
     }
+}
+
+/// The one way a purge reaches this Envoy, whoever made it (the API, a mutation, another Envoy
+/// through the purge log): each target marked at its instant, then every worker told (the purge
+/// signal) and this worker's marks read back, so its copies go at once.
+pub fn mark(
+    plugin: &Plugin,
+    worker: &RefCell<Worker>,
+    host: &impl Host,
+    timed: &[(Target, bool, u64)],
+) -> Result<(), StoreError> {
+    if !timed.is_empty() && plugin.purges.apply_at(host, timed)? {
+        host.raise_purge_signal();
+        refresh_marks(plugin, worker, host);
+    }
+    Ok(())
 }

@@ -5,7 +5,7 @@
 //! - `request`: a request's own callbacks. `exchange` (one per request: `read` the head, classify,
 //!   `lookup` and serve a hit, `join` the shared fetch for a miss, `capture` a plain miss),
 //!   `watchdog` (the body-hold guard), `shadow` (shadow mode) and `purge` (the purge API and
-//!   mutation purges; `purge::mark` is the one purge-apply path, the fleet's log uses it too).
+//!   mutation purges; `marks::mark` applies every purge, the fleet's log's too).
 //! - `root`: the root context's work. `dispatch` sends what requests queued, `callouts` routes
 //!   what comes back, `shared_fetch` (the leader's fetch; `store` keeps the answer, `stale`
 //!   serves stale instead of an error), `followers` (other workers' wake-ups), `answer` lets

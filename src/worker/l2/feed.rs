@@ -14,7 +14,7 @@ use crate::fleet::follower::{self, FeedState};
 use crate::fleet::purge_log::{read_page, Page, Reader};
 use crate::fleet::wire;
 use crate::invalidate::marks::Target;
-use crate::worker::request::purge::mark;
+use crate::worker::marks::mark;
 use crate::worker::state::{Plugin, Worker};
 use std::cell::{Cell, RefCell};
 

@@ -11,7 +11,6 @@ use crate::invalidate::purge_request::{authorized, parse_selectors, Refusal};
 use crate::invalidate::shape::{find_in_shaped_answer, ResponseShape};
 use crate::request::http::split_path;
 use crate::worker::l2::write::queue_purge;
-use crate::worker::marks::refresh_marks;
 use crate::worker::root::shared_fetch::request_dispatch;
 use crate::worker::state::{Plugin, Worker};
 use std::cell::RefCell;
@@ -160,7 +159,7 @@ pub fn apply(
         .iter()
         .map(|&(target, soft)| (target, soft, now_us))
         .collect();
-    mark(plugin, worker, host, &timed)?;
+    crate::worker::marks::mark(plugin, worker, host, &timed)?;
     // The rest of the fleet applies it at the same instant, from the L2 purge log.
     Ok(match queue_purge(plugin, host, now_us, targets) {
         None => Fleet::Alone,
@@ -170,22 +169,6 @@ pub fn apply(
         }
         Some(Err(_)) => Fleet::Unqueued,
     })
-}
-
-/// The one way a purge reaches this Envoy, whoever made it (the API, a mutation, another Envoy
-/// through the purge log): each target marked at its instant, then every worker told (the purge
-/// signal) and this worker's marks read back, so its copies go at once.
-pub fn mark(
-    plugin: &Plugin,
-    worker: &RefCell<Worker>,
-    host: &impl Host,
-    timed: &[(Target, bool, u64)],
-) -> Result<(), crate::effects::store::StoreError> {
-    if !timed.is_empty() && plugin.purges.apply_at(host, timed)? {
-        host.raise_purge_signal();
-        refresh_marks(plugin, worker, host);
-    }
-    Ok(())
 }
 
 /// What a mutation's answer says changed: `None` unless it is a clean `200` with `data`. Tags
