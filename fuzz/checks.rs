@@ -27,7 +27,7 @@ use graphql_cache::request::classify::{
 };
 use graphql_cache::request::http::{parse_get_query, parse_post_body};
 use graphql_cache::request::key::CacheKey;
-use graphql_cache::worker::request::read::pairs;
+use graphql_cache::request::route_metadata::pairs;
 
 /// One property check over arbitrary bytes.
 pub type Check = fn(&[u8]);

@@ -1,8 +1,9 @@
 //! The cache: what may be stored (`storable`, `headers`, `not_stored`) and for how long
 //! (`freshness`), the stored record (`entry`), the bounded slot table in shared data (`table`),
-//! each worker's copies of hot entries (`hot`), and what an entry from another Envoy must be
-//! to be used (`peer`).
+//! each worker's copies of hot entries (`hot`), what an entry from another Envoy must be to be
+//! used (`peer`), and whether a client's validators say its copy is current (`conditional`).
 
+pub mod conditional;
 pub mod entry;
 pub mod freshness;
 pub mod headers;

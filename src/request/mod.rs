@@ -1,7 +1,8 @@
 //! The request and its key, free of host calls: GraphQL over HTTP (`http`), strict JSON for the
 //! key (`json`), canonical printing (`canonical`), per-operation policy (`rules`), the key
 //! (`key`), the whole decision from request head and body to key or bypass (`classify`, with its
-//! per-worker `memo`), and why a request passes through (`bypass`).
+//! per-worker `memo`), why a request passes through (`bypass`), and what the matched route says
+//! (`route_metadata`).
 //!
 //! It reads the configuration's types (rules, limits) from `config`, never the other way round.
 
@@ -13,4 +14,5 @@ pub mod http;
 pub mod json;
 pub mod key;
 pub mod memo;
+pub mod route_metadata;
 pub mod rules;
