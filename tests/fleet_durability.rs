@@ -162,17 +162,9 @@ fn purges_during_a_failover(count: u32) {
 
 /// Which master holds each user's L2 value: each stored through A, one at a time.
 fn placed(fleet: &Fleet, cluster: &RedisCluster) -> HashMap<u32, usize> {
-    let names = |node: &Redis| -> HashSet<Vec<u8>> {
-        node.try_cmd(&["KEYS", "gc:{*}:v"])
-            .ok()
-            .and_then(|v| redis::from_redis_value::<Vec<Vec<u8>>>(&v).ok())
-            .unwrap_or_default()
-            .into_iter()
-            .collect()
-    };
     let mut placed = HashMap::new();
     for n in 1..=USERS {
-        let before: Vec<HashSet<Vec<u8>>> = cluster.nodes.iter().map(names).collect();
+        let before: Vec<HashSet<Vec<u8>>> = cluster.nodes.iter().map(l2_value_names).collect();
         let stores = fleet.l2_stores();
         assert_eq!(
             fleet.envoys[0].send(Req::query(&user_query(n))).cache(),
@@ -183,7 +175,7 @@ fn placed(fleet: &Fleet, cluster: &RedisCluster) -> HashMap<u32, usize> {
             .nodes
             .iter()
             .zip(&before)
-            .position(|(node, before)| names(node).len() > before.len())
+            .position(|(node, before)| l2_value_names(node).len() > before.len())
             .expect("the value is on some master");
         placed.insert(n, node);
     }

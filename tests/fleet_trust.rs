@@ -8,7 +8,6 @@
 
 mod support;
 
-use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
 use graphql_cache::cache::entry::Entry;
@@ -34,14 +33,6 @@ fn redis(fleet: &Fleet) -> &Redis {
     }
 }
 
-fn value_names(r: &Redis) -> HashSet<Vec<u8>> {
-    let keys = r.cmd(&[b"KEYS", b"gc:{*}:v"]);
-    redis::from_redis_value::<Vec<Vec<u8>>>(&keys)
-        .unwrap()
-        .into_iter()
-        .collect()
-}
-
 fn get(r: &Redis, name: &[u8]) -> Vec<u8> {
     redis::from_redis_value::<Vec<u8>>(&r.cmd(&[b"GET", name])).unwrap()
 }
@@ -52,7 +43,7 @@ fn set(r: &Redis, name: &[u8], value: &[u8]) {
 
 /// Stores query `n` through Envoy A: its L2 name and the value the L2 holds.
 fn stored_through_a(fleet: &Fleet, n: u32) -> (Vec<u8>, Vec<u8>) {
-    let before = value_names(redis(fleet));
+    let before = l2_value_names(redis(fleet));
     let stores = fleet.l2_stores();
     let miss = fleet.envoys[0].send(Req::query(&query(n)));
     assert_eq!(
@@ -62,7 +53,7 @@ fn stored_through_a(fleet: &Fleet, n: u32) -> (Vec<u8>, Vec<u8>) {
         miss.text()
     );
     fleet.wait_l2_stores(stores + 1);
-    let added: Vec<Vec<u8>> = value_names(redis(fleet))
+    let added: Vec<Vec<u8>> = l2_value_names(redis(fleet))
         .difference(&before)
         .cloned()
         .collect();
@@ -235,7 +226,7 @@ fn without_credentials_neither_the_l2_nor_redis_answers() {
         ..FleetOptions::new(Backend::SingleWithPassword, 2)
     });
     let (a, b) = (&fleet.envoys[0], &fleet.envoys[1]);
-    let before = value_names(redis(&fleet));
+    let before = l2_value_names(redis(&fleet));
     let alice = a.send(Req::query(WHO).header("x-user", "alice"));
     assert_eq!((alice.status, alice.cache()), (200, "MISS"));
     fleet.wait_l2_stores(1);
@@ -254,7 +245,7 @@ fn without_credentials_neither_the_l2_nor_redis_answers() {
     assert!(e.to_string().contains("NOAUTH"), "{e}");
 
     // The L2 service: no secret or a wrong one is 401, on every verb.
-    let name: Vec<u8> = value_names(redis(&fleet))
+    let name: Vec<u8> = l2_value_names(redis(&fleet))
         .difference(&before)
         .next()
         .cloned()

@@ -37,6 +37,16 @@ pub enum Backend {
     SingleWithPassword,
 }
 
+/// The names of the L2 values a Redis node holds (`gc:{<name>}:v`); none when it does not answer.
+pub fn l2_value_names(node: &Redis) -> std::collections::HashSet<Vec<u8>> {
+    node.try_cmd(&["KEYS", "gc:{*}:v"])
+        .ok()
+        .and_then(|v| redis::from_redis_value::<Vec<Vec<u8>>>(&v).ok())
+        .unwrap_or_default()
+        .into_iter()
+        .collect()
+}
+
 /// The password of [`Backend::SingleWithPassword`].
 pub const REDIS_PASSWORD: &str = "redis-pw-0123456789";
 

@@ -57,53 +57,33 @@ pub fn join(
         LocalJoin::NoFlight => {}
     }
     let (key, context, now_ms) = (miss.key, miss.context, miss.now_ms);
-    let Some(fetch) = shared_fetch(plugin, host, miss) else {
+    let Some((fetch, claim)) = claim(plugin, worker, host, miss, JoinMode::MayLead) else {
         return Joined::Alone;
     };
-    let Some((id, queue)) = identity(worker) else {
-        return Joined::Alone;
-    };
-    let claim = Claim {
-        key,
-        me: id,
-        queue,
-        now_ms,
-        lease_ms: plugin.lease_ms(),
-        mode: JoinMode::MayLead,
-    };
-    match plugin
+    let joined = plugin
         .flights
-        .join(host, &claim, &Alive::read(host, now_ms))
-    {
-        Join::Lead => {
-            worker
-                .borrow_mut()
-                .waiters
-                .start(key, true, context, now_ms);
-            if !lead(plugin, worker, host, fetch) {
-                return Joined::Alone;
-            }
-            host.count(Counter::Leaders);
-        }
-        Join::Follow => worker
+        .join(host, &claim, &Alive::read(host, now_ms));
+    // The key's flight slot holds another key (`Alone`): no flight across workers, but with an
+    // L2 this worker still leads the key for the fleet (its own requests for it wait on this
+    // fetch), rather than send it upstream without asking L2. Completing the flight leaves the
+    // other key's record alone (it is not ours).
+    let leads = joined == Join::Lead || (joined == Join::Alone && plugin.config.l2.is_some());
+    if joined == Join::Follow {
+        worker
             .borrow_mut()
             .waiters
-            .start(key, false, context, now_ms),
-        // The key's flight slot holds another key: no flight across workers, but with an L2 this
-        // worker still leads the key for the fleet (its own requests for it wait on this fetch),
-        // rather than send it upstream without asking L2. Completing the flight leaves the other
-        // key's record alone (it is not ours).
-        Join::Alone if plugin.config.l2.is_some() => {
-            worker
-                .borrow_mut()
-                .waiters
-                .start(key, true, context, now_ms);
-            if !lead(plugin, worker, host, fetch) {
-                return Joined::Alone;
-            }
-            host.count(Counter::Leaders);
+            .start(key, false, context, now_ms);
+    } else if leads {
+        worker
+            .borrow_mut()
+            .waiters
+            .start(key, true, context, now_ms);
+        if !lead(plugin, worker, host, fetch) {
+            return Joined::Alone;
         }
-        Join::Alone => return Joined::Alone,
+        host.count(Counter::Leaders);
+    } else {
+        return Joined::Alone;
     }
     Joined::Waiting
 }
@@ -131,19 +111,8 @@ pub fn refresh(
     if worker.borrow().waiters.contains(&key) {
         return Refresh::Running;
     }
-    let Some(fetch) = shared_fetch(plugin, host, miss) else {
+    let Some((fetch, claim)) = claim(plugin, worker, host, miss, JoinMode::LeadOnly) else {
         return Refresh::Impossible;
-    };
-    let Some((id, queue)) = identity(worker) else {
-        return Refresh::Impossible;
-    };
-    let claim = Claim {
-        key,
-        me: id,
-        queue,
-        now_ms,
-        lease_ms: plugin.lease_ms(),
-        mode: JoinMode::LeadOnly,
     };
     // In flight elsewhere, or its slot busy with another key: someone fetches, or the next
     // request tries again.
@@ -183,6 +152,29 @@ fn shared_fetch(plugin: &Plugin, host: &impl RequestHost, miss: Miss<'_>) -> Opt
 fn identity(worker: &RefCell<Worker>) -> Option<(u64, u32)> {
     let w = worker.borrow();
     Some((w.id, w.queue?))
+}
+
+/// The fetch `miss` would share and this worker's claim on its flight; `None` when no fetch can
+/// be shared (a header the callout cannot carry, no wake-up queue).
+fn claim(
+    plugin: &Plugin,
+    worker: &RefCell<Worker>,
+    host: &impl RequestHost,
+    miss: Miss<'_>,
+    mode: JoinMode,
+) -> Option<(SharedFetch, Claim)> {
+    let (key, now_ms) = (miss.key, miss.now_ms);
+    let fetch = shared_fetch(plugin, host, miss)?;
+    let (me, queue) = identity(worker)?;
+    let claim = Claim {
+        key,
+        me,
+        queue,
+        now_ms,
+        lease_ms: plugin.lease_ms(),
+        mode,
+    };
+    Some((fetch, claim))
 }
 
 /// Queues the claimed fetch for the root to dispatch; if the root cannot be asked, gives the
