@@ -242,7 +242,7 @@ impl Envoy {
                 let log = std::fs::read_to_string(&log_file).unwrap_or_default();
                 return Err(format!("not ready after 30s\n{log}"));
             }
-            if let Some(ports) = Envoy::ready_ports(&admin_file) {
+            if let Some(ports) = Envoy::ready_ports(&admin_file, config) {
                 return Ok(Envoy {
                     child,
                     port: ports.1,
@@ -254,7 +254,10 @@ impl Envoy {
         }
     }
 
-    fn ready_ports(admin_file: &PathBuf) -> Option<(u16, u16)> {
+    /// The admin port and the port of the listener configured first. `/listeners` does not list
+    /// them in configuration order (an internal listener can come first), so the first one is
+    /// found by where its name appears in the configuration.
+    fn ready_ports(admin_file: &PathBuf, config: &str) -> Option<(u16, u16)> {
         let admin = std::fs::read_to_string(admin_file).ok()?;
         let admin_port: u16 = admin.trim().rsplit(':').next()?.parse().ok()?;
         let ready = try_http(admin_port, Req::get("/ready")).ok()?;
@@ -263,8 +266,13 @@ impl Envoy {
         }
         let listeners = try_http(admin_port, Req::get("/listeners?format=json")).ok()?;
         let v: serde_json::Value = serde_json::from_slice(&listeners.body).ok()?;
-        let port =
-            v["listener_statuses"][0]["local_address"]["socket_address"]["port_value"].as_u64()?;
+        let first = v["listener_statuses"].as_array()?.iter().min_by_key(|l| {
+            l["name"]
+                .as_str()
+                .and_then(|name| name_position(config, name))
+                .unwrap_or(usize::MAX)
+        })?;
+        let port = first["local_address"]["socket_address"]["port_value"].as_u64()?;
         Some((admin_port, port as u16))
     }
 
@@ -336,4 +344,15 @@ impl Drop for Envoy {
             let _ = std::fs::remove_dir_all(&self.dir);
         }
     }
+}
+
+/// Where `name: <name>` first appears in `config` as a whole name (not a prefix of a longer one).
+fn name_position(config: &str, name: &str) -> Option<usize> {
+    let needle = format!("name: {name}");
+    config.match_indices(&needle).map(|(i, _)| i).find(|i| {
+        config[i + needle.len()..]
+            .chars()
+            .next()
+            .is_none_or(|c| !(c.is_ascii_alphanumeric() || c == '_'))
+    })
 }
