@@ -11,7 +11,7 @@
 //! (the origin can still declare its tags, see `invalidate::declared`).
 
 use crate::config::KeyFields;
-use crate::invalidate::tags::{scalar_text, Found, MAX_OBJECTS};
+use crate::invalidate::tags::{scalar_text, walk_objects, Found};
 use graphql_parser::query::{Field, FragmentDefinition, Selection, SelectionSet};
 use serde_json::{Map, Value};
 use std::collections::BTreeMap;
@@ -168,31 +168,17 @@ pub fn find_in_shaped_answer(
         return None;
     }
     let mut found = Found::default();
-    let mut stack = vec![(data, 0usize)];
-    let mut visited = 0;
-    while let Some((value, at)) = stack.pop() {
-        match value {
-            Value::Object(map) => {
-                visited += 1;
-                if visited > MAX_OBJECTS {
-                    found.truncated = true;
-                    break;
-                }
-                let Some(node) = shape.nodes.get(at) else {
-                    continue;
-                };
-                note_object(&mut found, map, node, key_fields);
-                // Reversed, so that the stack visits fields in document order.
-                for (key, v) in map.iter().rev() {
-                    if let Some(child) = node.keys.get(key).and_then(|s| s.child) {
-                        stack.push((v, child));
-                    }
-                }
+    walk_objects(data, 0usize, &mut found, |found, map, at, children| {
+        let Some(node) = shape.nodes.get(at) else {
+            return;
+        };
+        note_object(found, map, node, key_fields);
+        for (key, v) in map {
+            if let Some(child) = node.keys.get(key).and_then(|s| s.child) {
+                children.push((v, child));
             }
-            Value::Array(items) => stack.extend(items.iter().rev().map(|v| (v, at))),
-            _ => {}
         }
-    }
+    });
     Some(found)
 }
 

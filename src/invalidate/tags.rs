@@ -66,27 +66,43 @@ pub fn find_in_answer(body: &[u8], key_fields: &KeyFields) -> Option<Found> {
         return None;
     }
     let mut found = Found::default();
-    let mut stack = vec![data];
+    walk_objects(data, (), &mut found, |found, map, (), children| {
+        if let Some(Value::String(t)) = map.get(TYPENAME) {
+            note(found, t, map, key_fields);
+        }
+        children.extend(map.values().map(|v| (v, ())));
+    });
+    Some(found)
+}
+
+/// Visits the objects under `data` depth first in document order, each with the state its parent
+/// gave it; `visit` notes an object and pushes the children to walk into, in document order. Stops
+/// after `MAX_OBJECTS` objects (`found.truncated`), so a huge answer costs a bounded walk.
+pub(crate) fn walk_objects<'v, S: Copy>(
+    data: &'v Value,
+    root: S,
+    found: &mut Found,
+    mut visit: impl FnMut(&mut Found, &'v serde_json::Map<String, Value>, S, &mut Vec<(&'v Value, S)>),
+) {
+    let mut stack = vec![(data, root)];
     let mut visited = 0;
-    while let Some(value) = stack.pop() {
+    while let Some((value, state)) = stack.pop() {
         match value {
             Value::Object(map) => {
                 visited += 1;
                 if visited > MAX_OBJECTS {
                     found.truncated = true;
-                    break;
+                    return;
                 }
-                if let Some(Value::String(t)) = map.get(TYPENAME) {
-                    note(&mut found, t, map, key_fields);
-                }
-                // Reversed, so that the stack visits fields in document order.
-                stack.extend(map.values().rev());
+                let from = stack.len();
+                visit(found, map, state, &mut stack);
+                // Pushed in document order: reversed, the stack pops them in it.
+                stack[from..].reverse();
             }
-            Value::Array(items) => stack.extend(items.iter().rev()),
+            Value::Array(items) => stack.extend(items.iter().rev().map(|v| (v, state))),
             _ => {}
         }
     }
-    Some(found)
 }
 
 fn note(
