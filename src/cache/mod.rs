@@ -10,5 +10,8 @@ pub mod headers;
 pub mod hot;
 pub mod not_stored;
 pub mod peer;
+pub mod set_index;
+pub mod set_table;
+pub mod sketch;
 pub mod storable;
 pub mod table;
