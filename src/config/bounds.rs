@@ -3,7 +3,7 @@
 
 use super::error::{field_error, ConfigError};
 
-pub(super) const MAX_SLOTS: u64 = 1 << 20;
+pub(super) const MAX_SLOTS: u64 = 1 << 22;
 pub(super) const MAX_TTL_SECONDS: u64 = 365 * 24 * 3600;
 pub(super) const MAX_ENTRY_BYTES: u64 = 64 << 20;
 pub(super) const MAX_TOTAL_CACHE_BYTES: u64 = 8 << 30;

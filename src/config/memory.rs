@@ -1,22 +1,41 @@
-//! How much memory the filter may hold, in shared data and in each worker: cache slots and entry
-//! size (whose product has a ceiling of its own), the key memo, the local cache and the APQ slots.
+//! How much memory the filter may hold, in shared data and in each worker: the cache's byte budget,
+//! its entry slots and largest entry, the key memo, the local cache and the APQ slots.
 
 use super::bounds::{bounded, to_u32, to_usize, MAX_ENTRY_BYTES, MAX_SLOTS, MAX_TOTAL_CACHE_BYTES};
 use super::error::{field_error, ConfigError};
 
-/// `cache_slots` and `max_entry_bytes`.
+/// `cache_bytes`, `cache_slots` and `max_entry_bytes`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) struct Cache {
+    pub(super) bytes: u64,
     pub(super) slots: u32,
     pub(super) max_entry_bytes: usize,
 }
 
+/// The smallest byte budget: a few entries of the smallest `max_entry_bytes`.
+const MIN_CACHE_BYTES: u64 = 64 << 10;
+/// Without `cache_slots`, one entry slot per this many bytes of budget: answers of this size or
+/// larger fill the budget before the slots run out. Each slot is a shared-data key Envoy never
+/// frees (about 100 bytes once used), so more slots than entries would waste memory.
+pub(super) const BYTES_PER_SLOT: u64 = 1024;
+/// Fewest slots a derived `cache_slots` gets (one full set of ways).
+const MIN_DERIVED_SLOTS: u64 = 16;
+
 pub(super) fn cache(
+    cache_bytes: Option<u64>,
     cache_slots: Option<u64>,
     max_entry_bytes: Option<u64>,
     d: Cache,
 ) -> Result<Cache, ConfigError> {
-    let cache_slots = bounded("cache_slots", cache_slots, d.slots as u64, 1, MAX_SLOTS)?;
+    let bytes = bounded(
+        "cache_bytes",
+        cache_bytes,
+        d.bytes,
+        MIN_CACHE_BYTES,
+        MAX_TOTAL_CACHE_BYTES,
+    )?;
+    let derived = (bytes / BYTES_PER_SLOT).clamp(MIN_DERIVED_SLOTS, MAX_SLOTS);
+    let slots = bounded("cache_slots", cache_slots, derived, 1, MAX_SLOTS)?;
     let max_entry_bytes = bounded(
         "max_entry_bytes",
         max_entry_bytes,
@@ -24,20 +43,26 @@ pub(super) fn cache(
         1024,
         MAX_ENTRY_BYTES,
     )?;
-    if cache_slots.saturating_mul(max_entry_bytes) > MAX_TOTAL_CACHE_BYTES {
+    if max_entry_bytes > bytes {
         return Err(field_error(
-            "cache_slots",
-            format!(
-                "cache_slots x max_entry_bytes = {} bytes exceeds the {} byte ceiling",
-                cache_slots.saturating_mul(max_entry_bytes),
-                MAX_TOTAL_CACHE_BYTES
-            ),
+            "max_entry_bytes",
+            format!("{max_entry_bytes} is larger than cache_bytes ({bytes}): nothing that large could be stored"),
         ));
     }
     Ok(Cache {
-        slots: to_u32(cache_slots),
+        bytes,
+        slots: to_u32(slots),
         max_entry_bytes: to_usize(max_entry_bytes),
     })
+}
+
+/// Without `local_cache_bytes`, each worker's copies get this share of `cache_bytes` (at most
+/// the default), so that a small cache does not get larger copies than itself.
+const LOCAL_SHARE: u64 = 16;
+
+/// The default `local_cache_bytes` for a cache of `cache_bytes`.
+pub(super) fn local_default(cache_bytes: u64, ceiling: usize) -> usize {
+    to_usize(cache_bytes / LOCAL_SHARE).min(ceiling)
 }
 
 /// `key_memo_entries` and `local_cache_bytes`: each worker's own memory (0 turns either off).

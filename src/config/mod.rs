@@ -65,7 +65,9 @@ pub struct Config {
     pub max_query_depth: usize,
     /// Most field selections (operation plus used fragments) a cacheable query may have.
     pub max_query_fields: usize,
-    /// Number of cache slots in shared data: the cache never holds more entries than this.
+    /// Bytes of stored entries the shared cache holds at most (see `cache::set_table`).
+    pub cache_bytes: u64,
+    /// Entry slots in shared data: the cache never holds more entries than this.
     pub cache_slots: u32,
     /// Largest stored entry (response body plus headers); larger responses are not stored.
     pub max_entry_bytes: usize,
@@ -129,7 +131,8 @@ impl Default for Config {
             max_body_bytes: 64 * 1024,
             max_query_depth: 32,
             max_query_fields: 2000,
-            cache_slots: 1024,
+            cache_bytes: 64 << 20,
+            cache_slots: 65_536,
             max_entry_bytes: 128 * 1024,
             debug_headers: false,
             coalesce: true,
@@ -194,7 +197,12 @@ impl Config {
             raw.max_query_fields,
             d.reading(),
         )?;
-        let cache = memory::cache(raw.cache_slots, raw.max_entry_bytes, d.cache())?;
+        let cache = memory::cache(
+            raw.cache_bytes,
+            raw.cache_slots,
+            raw.max_entry_bytes,
+            d.cache(),
+        )?;
         let fetch = fetch::fetch(&raw, &d.fetch())?;
         let identity = raw
             .identity
@@ -205,8 +213,11 @@ impl Config {
         let rules = rules::parse_rules(raw.rules.clone().unwrap_or_default())?;
         let route_metadata =
             requests::route_metadata(raw.route_metadata.clone(), d.route_metadata.clone());
-        let per_worker =
-            memory::per_worker(raw.key_memo_entries, raw.local_cache_bytes, d.per_worker())?;
+        let per_worker = memory::per_worker(
+            raw.key_memo_entries,
+            raw.local_cache_bytes,
+            d.per_worker(cache.bytes),
+        )?;
         let invalidation = purge::invalidation(&raw, d.tag_slots, env)?;
         let apq_slots = memory::apq_slots(raw.apq_slots, d.apq_slots)?;
         let shadow = requests::shadow(raw.mode.as_deref())?;
@@ -222,6 +233,7 @@ impl Config {
             max_body_bytes: reading.max_body_bytes,
             max_query_depth: reading.limits.max_depth,
             max_query_fields: reading.limits.max_fields,
+            cache_bytes: cache.bytes,
             cache_slots: cache.slots,
             max_entry_bytes: cache.max_entry_bytes,
             debug_headers: raw.debug_headers.unwrap_or(d.debug_headers),
@@ -260,16 +272,17 @@ impl Config {
     /// The defaults of `memory::cache`.
     fn cache(&self) -> Cache {
         Cache {
+            bytes: self.cache_bytes,
             slots: self.cache_slots,
             max_entry_bytes: self.max_entry_bytes,
         }
     }
 
     /// The defaults of `memory::per_worker`.
-    fn per_worker(&self) -> PerWorker {
+    fn per_worker(&self, cache_bytes: u64) -> PerWorker {
         PerWorker {
             key_memo_entries: self.key_memo_entries,
-            local_cache_bytes: self.local_cache_bytes,
+            local_cache_bytes: memory::local_default(cache_bytes, self.local_cache_bytes),
         }
     }
 

@@ -19,6 +19,7 @@ pub(super) struct RawConfig {
     pub(super) max_body_bytes: Option<u64>,
     pub(super) max_query_depth: Option<u64>,
     pub(super) max_query_fields: Option<u64>,
+    pub(super) cache_bytes: Option<u64>,
     pub(super) cache_slots: Option<u64>,
     pub(super) max_entry_bytes: Option<u64>,
     pub(super) debug_headers: Option<bool>,

@@ -63,10 +63,16 @@ impl CacheKey {
     /// client can compute a key's digest, but not which other requests share its slot, so it
     /// cannot aim requests at a hot key's slot to evict it or break its coalescing.
     pub fn slot(&self, slots: u32, slot_key: &SlotKey) -> u32 {
+        (self.placement_hash(slot_key) % u64::from(slots.max(1))) as u32
+    }
+
+    /// A keyed hash of the digest: where the key goes can only be computed with the deployment's
+    /// secret, so a client cannot pick requests that all land in one place.
+    pub fn placement_hash(&self, slot_key: &SlotKey) -> u64 {
         #[allow(deprecated)] // SipHash-2-4 with keys: stable, and a PRF, which is what is needed.
         let mut h = std::hash::SipHasher::new_with_keys(slot_key.0, slot_key.1);
         h.write(&self.digest);
-        (h.finish() % u64::from(slots.max(1))) as u32
+        h.finish()
     }
 }
 
