@@ -56,13 +56,16 @@ pub(super) fn cache(
     })
 }
 
-/// Without `local_cache_bytes`, each worker's copies get this share of `cache_bytes` (at most
-/// the default), so that a small cache does not get larger copies than itself.
-const LOCAL_SHARE: u64 = 16;
+/// Without `local_cache_bytes`, each worker's copies get this share of `cache_bytes`, up to
+/// `LOCAL_CEILING`: a copy duplicates an entry the shared table holds too, so it is there for
+/// speed (the hottest entries without a shared-data read), and bytes spent on it are bytes the
+/// table cannot hold.
+const LOCAL_SHARE: u64 = 64;
+const LOCAL_CEILING: u64 = 4 << 20;
 
 /// The default `local_cache_bytes` for a cache of `cache_bytes`.
-pub(super) fn local_default(cache_bytes: u64, ceiling: usize) -> usize {
-    to_usize(cache_bytes / LOCAL_SHARE).min(ceiling)
+pub(super) fn local_default(cache_bytes: u64) -> usize {
+    to_usize((cache_bytes / LOCAL_SHARE).min(LOCAL_CEILING))
 }
 
 /// `key_memo_entries` and `local_cache_bytes`: each worker's own memory (0 turns either off).

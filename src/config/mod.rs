@@ -146,7 +146,7 @@ impl Default for Config {
             rules: Vec::new(),
             route_metadata: None,
             key_memo_entries: 1024,
-            local_cache_bytes: 4 << 20,
+            local_cache_bytes: 1 << 20,
             key_by_cluster: true,
             key_fields: KeyFields::default(),
             purge: None,
@@ -282,7 +282,7 @@ impl Config {
     fn per_worker(&self, cache_bytes: u64) -> PerWorker {
         PerWorker {
             key_memo_entries: self.key_memo_entries,
-            local_cache_bytes: memory::local_default(cache_bytes, self.local_cache_bytes),
+            local_cache_bytes: memory::local_default(cache_bytes),
         }
     }
 
