@@ -9,7 +9,12 @@ pub enum Counter {
     Stores,
     StoreSkipped,
     StoreFailures,
+    /// Live entries displaced for room (in their set, or for the byte budget).
     Evictions,
+    /// Entries past their last serving instant whose room was taken back.
+    EvictionsExpired,
+    /// Answers not stored: everything they would have displaced is asked for more often.
+    AdmissionsRejected,
     Coalesced,
     Leaders,
     WaitTimeouts,
@@ -41,7 +46,7 @@ pub enum Counter {
 
 impl Counter {
     /// Every counter, in the order of its index.
-    pub const ALL: [Counter; 35] = [
+    pub const ALL: [Counter; 37] = [
         Counter::Hits,
         Counter::Misses,
         Counter::Bypasses,
@@ -50,6 +55,8 @@ impl Counter {
         Counter::StoreSkipped,
         Counter::StoreFailures,
         Counter::Evictions,
+        Counter::EvictionsExpired,
+        Counter::AdmissionsRejected,
         Counter::Coalesced,
         Counter::Leaders,
         Counter::WaitTimeouts,
@@ -94,6 +101,8 @@ impl Counter {
             Counter::StoreSkipped => "graphql_cache.store_skipped",
             Counter::StoreFailures => "graphql_cache.store_failures",
             Counter::Evictions => "graphql_cache.evictions",
+            Counter::EvictionsExpired => "graphql_cache.evictions_expired",
+            Counter::AdmissionsRejected => "graphql_cache.admissions_rejected",
             Counter::Coalesced => "graphql_cache.coalesced",
             Counter::Leaders => "graphql_cache.leaders",
             Counter::WaitTimeouts => "graphql_cache.wait_timeouts",
