@@ -150,3 +150,29 @@ def belady(trace, capacity):
         cached[key] = nxt[i]
         heapq.heappush(heap, (-nxt[i], key))
     return hits / n
+
+
+def filter_model(trace, slots, workers, copies, seed=0):
+    """A model of the filter's store today, to check the measurement against: a direct-mapped
+    table of `slots` (a key's slot fixed by a keyed hash; a miss stores, replacing whatever held
+    the slot), and in front of it each worker's copies of entries it found in the table, at most
+    `copies` of them, evicted in insertion order (cache/hot.rs). Request i is on worker
+    i % workers. Keys must be ints; `seed` plays the deployment's slot secret."""
+    table = [None] * slots
+    hot = [OrderedDict() for _ in range(workers)]
+    hits = 0
+    for i, key in enumerate(trace):
+        mine = hot[i % workers]
+        if key in mine:
+            hits += 1
+            continue
+        slot = _mix(key ^ seed) % slots
+        if table[slot] == key:
+            hits += 1
+            if copies:
+                mine[key] = None
+                if len(mine) > copies:
+                    mine.popitem(last=False)
+        else:
+            table[slot] = key
+    return hits / len(trace)

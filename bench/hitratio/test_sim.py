@@ -36,3 +36,25 @@ class Simulators(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class FilterModel(unittest.TestCase):
+    def test_direct_mapped_is_at_most_lru_on_a_small_working_set(self):
+        rng = random.Random(2)
+        draw = traces.Zipf(300, 0.7, rng)
+        trace = [draw() for _ in range(20000)]
+        model = sim.filter_model(trace, 400, 1, 0)
+        self.assertLess(model, sim.lru(trace, 400))
+        self.assertGreater(model, 0.5)
+
+    def test_copies_add_capacity(self):
+        rng = random.Random(3)
+        draw = traces.Zipf(2000, 0.9, rng)
+        trace = [draw() for _ in range(30000)]
+        self.assertGreater(sim.filter_model(trace, 256, 1, 500), sim.filter_model(trace, 256, 1, 0) + 0.05)
+
+    def test_copies_are_only_of_entries_found_in_the_table(self):
+        # In a loop, two keys sharing a slot displace each other before either is asked for
+        # again, so neither is ever found there, nor copied.
+        trace = [i % 300 for i in range(30000)]
+        self.assertEqual(sim.filter_model(trace, 256, 1, 300), sim.filter_model(trace, 256, 1, 0))
