@@ -258,6 +258,8 @@ def replay(named_traces, config, workers, origin):
     envoy = Envoy(config, origin.port, workers)
     try:
         conns = connections(envoy, workers)
+        if workers > 1:
+            print(f"  connections open per worker (Envoy's listener gauges): {envoy.worker_connections()}", flush=True)
         results = {}
         for name, trace in named_traces:
             requests = {}
