@@ -131,7 +131,7 @@ def main():
         entry = replay.entry_bytes(body_len, stored, tags)
         caps = {label: capacity(cfg, w, entry) for label, cfg, w in CONFIGS}
         formula = (f"entries = cache_slots + workers x floor(local_cache_bytes / entry bytes), "
-                   f"entry bytes = {entry} (body {body_len} B + {len(stored)} stored headers + {len(tags)} tag "
+                   f"entry bytes = {entry} (body {body_len} B + stored headers {', '.join(n for n, _ in stored)} + {len(tags)} tag "
                    f"hashes + 105 B of fixed fields, as cache/entry.rs encodes it): "
                    + ", ".join(f"{label}: {SLOTS} + {w} x floor({cfg.get('local_cache_bytes', DEFAULT_LOCAL)}/{entry})"
                                f" = {caps[label]}" for label, cfg, w in CONFIGS))
@@ -189,7 +189,8 @@ def main():
         "sim.filter_model, today's store simulated (direct-mapped slots under a keyed hash, each "
         "worker's insertion-ordered copies of entries it found in the table), to check the "
         "measurement against; its slot hash is not the filter's secret one (nor is one Envoy's like "
-        "the next's), so expect differences of up to about 0.02.\n\n"
+        "the next's), so expect differences of up to about 0.03, "
+        "most on the loop, where which keys share a slot decides everything.\n\n"
         f"Run took {elapsed:.0f} s on this machine ({os.cpu_count()} cores).\n\n")
     text = header + md + "\n"
     RESULTS.mkdir(parents=True, exist_ok=True)

@@ -297,15 +297,27 @@ def probe_entry(config, origin):
         data = r.read()
         assert r.getheader("x-cache") == "MISS", r.getheaders()
         tags = r.getheader("x-cache-tags", "")
-        # What the filter keeps of the origin's headers (cache/headers.rs: end-to-end, not date,
-        # age, set-cookie, x-envoy-*, x-cache*); `server` is Envoy's own.
-        skip = {"date", "age", "set-cookie", "server", "connection", "keep-alive", "transfer-encoding"}
-        stored = [(n.lower(), v) for n, v in r.getheaders()
-                  if n.lower() not in skip and not n.lower().startswith(("x-envoy-", "x-cache"))]
+        stored = [(n.lower(), v) for n, v in r.getheaders() if stored_header(n.lower())]
         conn.close()
         return len(data), stored, [t for t in re.split(r"[,\s]+", tags) if t]
     finally:
         envoy.stop()
+
+
+def hop_by_hop():
+    """src/config/headers.rs's HOP_BY_HOP, read from the source so the two cannot drift."""
+    text = (ROOT / "src/config/headers.rs").read_text()
+    m = re.search(r"pub const HOP_BY_HOP: &\[&str\] = &\[(.*?)\];", text, re.S)
+    if not m:
+        raise RuntimeError("HOP_BY_HOP not found in src/config/headers.rs")
+    return set(re.findall(r'"([^"]+)"', m.group(1)))
+
+
+def stored_header(name):
+    """Whether an entry keeps a response header (cache/headers.rs `replayed`: end-to-end, not
+    date, age, set-cookie, x-envoy-*, x-cache*); `server` is added by Envoy after the filter."""
+    return (name not in hop_by_hop() and name not in ("date", "age", "set-cookie", "server")
+            and not name.startswith(("x-envoy-", "x-cache")))
 
 
 def entry_bytes(body_len, stored, tags):
