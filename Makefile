@@ -16,7 +16,7 @@ export GRAPHQL_CACHE_WASM := $(CURDIR)/$(WASM)
 export ORIGIN_BIN := $(CURDIR)/$(ORIGIN)
 export L2_BIN := $(CURDIR)/$(L2)
 
-.PHONY: help tools redis-check build wasm origin l2 test lint unit integration validate demo demo-check demo-cluster demo-cluster-check bench bench-micro bench-ab bench-hostcalls fuzz soak clean
+.PHONY: help tools redis-check build wasm origin l2 test lint unit integration validate demo demo-check demo-cluster demo-cluster-check bench bench-micro bench-ab bench-hostcalls bench-hitratio fuzz soak clean
 
 help:
 	@echo "make demo   - build, start the origin and Envoy with the filter, and walk through it with curl"
@@ -27,6 +27,7 @@ help:
 	@echo "make bench-micro - criterion benchmarks of the key path"
 	@echo "make bench-ab - where a hit's time goes (each bench/ab/ patch A/B'd against HEAD)"
 	@echo "make bench-hostcalls - what one proxy-wasm host call costs a request"
+	@echo "make bench-hitratio - hit ratio on synthetic traces through Envoy beside LRU, W-TinyLFU and Belady"
 	@echo "make soak   - a million distinct keys through Envoy, RSS sampled (bounded memory)"
 	@echo "make oci    - the filter as a reproducible OCI image (Istio, Envoy Gateway) under target/oci/"
 	@echo "make fuzz   - coverage-guided fuzzing of every parser and decoder (FUZZ_SECONDS each)"
@@ -165,6 +166,14 @@ bench-ab: tools build
 # What one host call costs a request: the floor making it ten extra times, beside the plain floor.
 bench-hostcalls: tools build floor
 	$(VENV)/bin/python bench/hostcalls.py
+
+# The filter's hit ratio on synthetic traces (zipf, working set, scan, loop, GraphQL-shaped) replayed
+# in order through a real Envoy with 1 and 2 workers, beside LRU, W-TinyLFU and Belady simulated at
+# the same memory: bench/results/hitratio.{md,json,png}. HITRATIO_REQUESTS per trace (20000).
+bench-hitratio: tools wasm origin
+	@$(VENV)/bin/python -c 'import matplotlib' 2>/dev/null || $(VENV)/bin/pip install --quiet --disable-pip-version-check matplotlib
+	cd bench/hitratio && $(VENV)/bin/python -m unittest -q test_sim
+	$(VENV)/bin/python bench/hitratio/main.py
 
 # Coverage-guided fuzzing (libFuzzer via cargo-fuzz; RUSTC_BOOTSTRAP lets the stable toolchain
 # build it): every target for FUZZ_SECONDS, growing fuzz/corpus/<target>/ (which `make unit`
