@@ -72,7 +72,7 @@ lint: $(TOOLS)/.rust-target
 	$(CARGO) fmt --all -- --check
 	cd fuzz && $(CARGO) fmt -- --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
-	$(CARGO) clippy --release --target wasm32-wasip1 -p graphql-cache -- -D warnings
+	$(CARGO) clippy --release --target wasm32-wasip1 -p graphql-cache -p l2-proto -- -D warnings
 
 # envoy/fleet.yaml reads its secrets from Envoy's environment: the demo's values.
 DEMO_SECRETS := GRAPHQL_CACHE_FLEET_KEY=dev-fleet-key-change-me-0123456789abcdef \

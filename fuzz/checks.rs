@@ -247,7 +247,7 @@ pub fn config(data: &[u8]) {
 /// purge log (a cursor that is safe to put back in a path; no more records than entries), and
 /// lookup answers (a hit is never empty).
 pub fn l2_envelopes(data: &[u8]) {
-    if let Some(record) = PurgeRecord::decode(data) {
+    if let Ok(record) = PurgeRecord::decode(data) {
         assert_eq!(
             record.encode().as_deref(),
             Some(data),

@@ -1,4 +1,6 @@
-//! The HTTP API (HTTP/1.1 and h2c prior knowledge on one port). See l2/README.md.
+//! The HTTP API (HTTP/1.1 and h2c prior knowledge on one port). See l2/README.md. Its routes,
+//! parameters, headers, limits and answers are the wire contract's (`l2_proto`), which the filter
+//! builds against too.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -11,8 +13,15 @@ use axum::http::{HeaderName, HeaderValue, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post, put};
 use axum::Router;
-use base64::Engine as _;
 use http_body_util::{BodyExt, LengthLimitError, Limited};
+use l2_proto::limits::{
+    valid_cursor, valid_generation, valid_key, valid_owner, KEY_HEX_LEN, MAX_GEN_BYTES,
+    MAX_OWNER_BYTES, MAX_PURGE_BYTES, MAX_TTL_MS, MIN_LEASE_MS, MIN_TTL_MS, PURGES_PER_ANSWER,
+};
+use l2_proto::lookup::LookupTag;
+use l2_proto::purges::{PurgeAdded, PurgeEntry, PurgesAnswer};
+use l2_proto::route::{self, param};
+use l2_proto::{content_type, header};
 
 use tokio::sync::{Mutex, Semaphore, SemaphorePermit};
 
@@ -22,12 +31,6 @@ use crate::follow::PurgeFeed;
 use crate::metrics::{InFlight, Metrics, Outcome, PollVerb, Shed};
 use crate::wake::Wakeups;
 
-pub const MAX_TTL_MS: u64 = 365 * 86_400_000;
-pub const MAX_OWNER_BYTES: usize = 256;
-pub const MAX_PURGE_BYTES: usize = 64 * 1024;
-pub const PURGES_PER_ANSWER: usize = 100;
-/// The longest generation id a reader may send back (the service makes 16 hex characters).
-const MAX_GEN_BYTES: usize = 64;
 /// A waiting lookup re-checks at least this often while the subscriber is subscribed...
 const LOOKUP_SAFETY_NAP: Duration = Duration::from_millis(250);
 /// ...and this often while it is not: lost wake-ups are rare, and polling every waiter fast while
@@ -37,8 +40,8 @@ const HEALTH_TIMEOUT: Duration = Duration::from_millis(100);
 /// Health checks from every Envoy share one PING per this period.
 const HEALTH_CACHE: Duration = Duration::from_secs(1);
 
-static X_L2: HeaderName = HeaderName::from_static("x-l2");
-static X_L2_TTL: HeaderName = HeaderName::from_static("x-l2-ttl-ms");
+static X_L2: HeaderName = HeaderName::from_static(header::X_L2);
+static X_L2_TTL: HeaderName = HeaderName::from_static(header::X_L2_TTL_MS);
 
 pub struct App {
     pub backend: Arc<Backend>,
@@ -59,13 +62,13 @@ pub struct App {
 
 pub fn router(app: Arc<App>) -> Router {
     Router::new()
-        .route("/v1/lookup", post(lookup))
-        .route("/v1/store", put(store))
-        .route("/v1/release", post(release))
-        .route("/v1/purge", post(purge))
-        .route("/v1/purges", get(purges))
-        .route("/health", get(health))
-        .route("/metrics", get(metrics))
+        .route(route::LOOKUP, post(lookup))
+        .route(route::STORE, put(store))
+        .route(route::RELEASE, post(release))
+        .route(route::PURGE, post(purge))
+        .route(route::PURGES, get(purges))
+        .route(route::HEALTH, get(health))
+        .route(route::METRICS, get(metrics))
         .layer(axum::middleware::from_fn_with_state(
             app.gate.clone(),
             crate::auth::layer,
@@ -82,10 +85,10 @@ fn text(status: StatusCode, msg: impl Into<String>) -> Response {
     r
 }
 
-fn tagged(tag: &'static str, body: Vec<u8>) -> Response {
+fn tagged(tag: LookupTag, body: Vec<u8>) -> Response {
     let mut r = (StatusCode::OK, body).into_response();
     r.headers_mut()
-        .insert(X_L2.clone(), HeaderValue::from_static(tag));
+        .insert(X_L2.clone(), HeaderValue::from_static(tag.as_str()));
     r
 }
 
@@ -128,22 +131,23 @@ impl Query {
     }
 
     fn key(&self) -> Result<&str, String> {
-        let k = self.required("key")?;
-        if k.len() == 64
-            && k.bytes()
-                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
-        {
+        let k = self.required(param::KEY)?;
+        if valid_key(k) {
             Ok(k)
         } else {
-            Err("bad parameter `key`: expected 64 lower-case hex characters".to_string())
+            Err(format!(
+                "bad parameter `{}`: expected {KEY_HEX_LEN} lower-case hex characters",
+                param::KEY
+            ))
         }
     }
 
     fn owner(&self) -> Result<&str, String> {
-        let o = self.required("owner")?;
-        if o.is_empty() || o.len() > MAX_OWNER_BYTES {
+        let o = self.required(param::OWNER)?;
+        if !valid_owner(o) {
             return Err(format!(
-                "bad parameter `owner`: expected 1..={MAX_OWNER_BYTES} bytes"
+                "bad parameter `{}`: expected 1..={MAX_OWNER_BYTES} bytes",
+                param::OWNER
             ));
         }
         Ok(o)
@@ -164,19 +168,8 @@ impl Query {
     }
 
     fn wait(&self, cap: Duration) -> Result<Duration, String> {
-        let ms = self.number("wait_ms", 0, u64::MAX, Some(0))?;
+        let ms = self.number(param::WAIT_MS, 0, u64::MAX, Some(0))?;
         Ok(Duration::from_millis(ms).min(cap))
-    }
-}
-
-fn valid_stream_id(id: &str) -> bool {
-    let digits = |s: &str| !s.is_empty() && s.len() <= 20 && s.bytes().all(|b| b.is_ascii_digit());
-    if id == "$" {
-        return true;
-    }
-    match id.split_once('-') {
-        Some((ms, seq)) => digits(ms) && digits(seq),
-        None => digits(id),
     }
 }
 
@@ -214,11 +207,9 @@ fn lease(app: &App, asked: u64) -> u64 {
 }
 
 fn hit(value: Vec<u8>, ttl_ms: i64) -> Response {
-    let mut r = tagged("hit", value);
-    r.headers_mut().insert(
-        CONTENT_TYPE,
-        HeaderValue::from_static("application/octet-stream"),
-    );
+    let mut r = tagged(LookupTag::Hit, value);
+    r.headers_mut()
+        .insert(CONTENT_TYPE, HeaderValue::from_static(content_type::BYTES));
     if ttl_ms >= 0 {
         r.headers_mut()
             .insert(X_L2_TTL.clone(), HeaderValue::from(ttl_ms));
@@ -236,7 +227,7 @@ async fn lookup(State(app): State<Arc<App>>, uri: Uri) -> Response {
     let parsed = Query::parse(&uri).and_then(|q| {
         Ok((
             q.key()?.to_string(),
-            q.number("lease_ms", 1, u64::MAX, None)?,
+            q.number(param::LEASE_MS, MIN_LEASE_MS, u64::MAX, None)?,
             q.owner()?.to_string(),
             q.wait(app.max_wait)?,
         ))
@@ -261,7 +252,7 @@ async fn lookup(State(app): State<Arc<App>>, uri: Uri) -> Response {
             }
             Ok(Lookup::Lead) => {
                 app.metrics.count(Outcome::LookupLead);
-                return tagged("lead", Vec::new());
+                return tagged(LookupTag::Lead, Vec::new());
             }
             Ok(Lookup::Busy { lease_ms: left }) => left,
         };
@@ -277,7 +268,7 @@ async fn lookup(State(app): State<Arc<App>>, uri: Uri) -> Response {
             .filter(|_| permit.is_some() && now < deadline)
         else {
             app.metrics.count(Outcome::LookupBusy);
-            return tagged("busy", Vec::new());
+            return tagged(LookupTag::Busy, Vec::new());
         };
         let nap = if app.wake.subscribed() {
             // Wake at the lease's expiry at the latest (+1 ms: be past it).
@@ -303,7 +294,7 @@ async fn store(State(app): State<Arc<App>>, req: Request) -> Response {
     let parsed = Query::parse(req.uri()).and_then(|q| {
         Ok((
             q.key()?.to_string(),
-            q.number("ttl_ms", 1, MAX_TTL_MS, None)?,
+            q.number(param::TTL_MS, MIN_TTL_MS, MAX_TTL_MS, None)?,
             q.owner()?.to_string(),
         ))
     });
@@ -383,10 +374,9 @@ async fn purge(State(app): State<Arc<App>>, req: Request) -> Response {
         }
     };
     match app.backend.purge(&body).await {
-        // Both come from our own script: a stream id and 16 hex characters, nothing to escape.
-        Ok((id, gen)) => {
+        Ok((id, generation)) => {
             app.metrics.count(Outcome::PurgeAdded);
-            json(format!("{{\"id\":\"{id}\",\"gen\":\"{gen}\"}}"))
+            json(PurgeAdded { id, generation }.encode())
         }
         Err(f) => failed(&app, Outcome::PurgeError, &f),
     }
@@ -395,7 +385,7 @@ async fn purge(State(app): State<Arc<App>>, req: Request) -> Response {
 fn json(body: String) -> Response {
     let mut r = (StatusCode::OK, body).into_response();
     r.headers_mut()
-        .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        .insert(CONTENT_TYPE, HeaderValue::from_static(content_type::JSON));
     r
 }
 
@@ -405,39 +395,34 @@ fn purges_page(app: &App, p: &Purges) -> Response {
     } else {
         Outcome::PurgesEntries
     });
-    let b64 = base64::engine::general_purpose::STANDARD;
-    let entries: Vec<String> = p
-        .entries
-        .iter()
-        .map(|e| {
-            format!(
-                "{{\"id\":\"{}\",\"data\":\"{}\"}}",
-                e.id,
-                b64.encode(&e.data)
-            )
-        })
-        .collect();
-    json(format!(
-        "{{\"gen\":\"{}\",\"last\":\"{}\",\"gap\":{},\"entries\":[{}]}}",
-        p.gen,
-        p.last,
-        p.gap,
-        entries.join(",")
-    ))
+    let answer = PurgesAnswer {
+        generation: Some(p.gen.clone()),
+        last: p.last.clone(),
+        gap: p.gap,
+        entries: p
+            .entries
+            .iter()
+            .map(|e| PurgeEntry::new(e.id.as_str(), &e.data))
+            .collect(),
+    };
+    json(answer.encode())
 }
 
 fn purges_query(app: &App, uri: &Uri) -> Result<(String, String, Duration), String> {
     let q = Query::parse(uri)?;
-    let after = q.0.get("after").map(String::as_str).unwrap_or("0");
-    if !valid_stream_id(after) {
+    let after = q.0.get(param::AFTER).map(String::as_str).unwrap_or("0");
+    if !valid_cursor(after) {
         return Err(format!(
-            "bad parameter `after`: expected a stream id (MS-SEQ), `0` or `$`, got `{after}`"
+            "bad parameter `{}`: expected a stream id (MS-SEQ), `0` or `$`, got `{after}`",
+            param::AFTER
         ));
     }
-    let gen = q.0.get("gen").map(String::as_str).unwrap_or("");
-    if gen.len() > MAX_GEN_BYTES || !gen.bytes().all(|b| b.is_ascii_alphanumeric()) {
+    // Empty: the reader knows no generation yet.
+    let gen = q.0.get(param::GEN).map(String::as_str).unwrap_or("");
+    if !gen.is_empty() && !valid_generation(gen) {
         return Err(format!(
-            "bad parameter `gen`: expected up to {MAX_GEN_BYTES} letters and digits"
+            "bad parameter `{}`: expected up to {MAX_GEN_BYTES} letters and digits",
+            param::GEN
         ));
     }
     Ok((after.to_string(), gen.to_string(), q.wait(app.max_wait)?))
@@ -545,15 +530,5 @@ mod tests {
         let q = Query::parse(&format!("/x?key={hex}&owner=n%201").parse().unwrap()).unwrap();
         assert_eq!(q.key().unwrap(), hex);
         assert_eq!(q.owner().unwrap(), "n 1");
-    }
-
-    #[test]
-    fn stream_ids() {
-        for ok in ["0", "$", "1700000000000-0", "12", "1-2"] {
-            assert!(valid_stream_id(ok), "{ok}");
-        }
-        for bad in ["", "-", "1-", "-1", "a-1", "1-2-3", "+", "(1"] {
-            assert!(!valid_stream_id(bad), "{bad}");
-        }
     }
 }

@@ -13,10 +13,10 @@ use axum::http::header::{AUTHORIZATION, CONTENT_TYPE};
 use axum::http::{HeaderValue, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
+use l2_proto::header::BEARER;
+use l2_proto::route;
 
 use crate::metrics::{AuthFailure, Metrics};
-
-pub const MIN_SECRET_BYTES: usize = 16;
 
 #[derive(Clone, Debug)]
 pub enum Auth {
@@ -67,8 +67,8 @@ pub fn check(auth: &Auth, header: Option<&[u8]>) -> Option<AuthFailure> {
         return Some(AuthFailure::Missing);
     };
     // The scheme is case-insensitive (RFC 9110 11.1); exactly one space before the token.
-    let token = match value.split_at_checked(7) {
-        Some((scheme, token)) if scheme.eq_ignore_ascii_case(b"bearer ") => token,
+    let token = match value.split_at_checked(BEARER.len()) {
+        Some((scheme, token)) if scheme.eq_ignore_ascii_case(BEARER.as_bytes()) => token,
         _ => return Some(AuthFailure::Malformed),
     };
     // Every secret is compared, so the time does not tell which one (or whether one) matched.
@@ -77,7 +77,7 @@ pub fn check(auth: &Auth, header: Option<&[u8]>) -> Option<AuthFailure> {
 }
 
 pub async fn layer(State(gate): State<Gate>, req: Request, next: Next) -> Response {
-    if req.uri().path() == "/health" {
+    if req.uri().path() == route::HEALTH {
         return next.run(req).await;
     }
     let header = req.headers().get(AUTHORIZATION).map(|v| v.as_bytes());

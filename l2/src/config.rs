@@ -6,9 +6,10 @@ use std::fmt;
 use std::net::SocketAddr;
 use std::time::Duration;
 
+use l2_proto::limits::{printable_secret, MAX_LEASE_MS, MIN_LEASE_MS, MIN_SECRET_BYTES};
 use redis::{ConnectionInfo, IntoConnectionInfo};
 
-use crate::auth::{Auth, Secret, MIN_SECRET_BYTES};
+use crate::auth::{Auth, Secret};
 
 pub const USAGE: &str = "\
 usage: graphql-cache-l2 (--redis URL | --redis-cluster URL,URL,...)
@@ -39,8 +40,6 @@ pub const SECRET_ENV: &str = "GRAPHQL_CACHE_L2_SECRET";
 const MAX_VALUE_BYTES_LIMIT: u64 = 512 * 1024 * 1024 - 1;
 const MAX_WAIT_MS_LIMIT: u64 = 3_600_000;
 const MAX_REDIS_TIMEOUT_MS: u64 = 60_000;
-/// A day: above this even the cap is a mistake.
-const MAX_LEASE_MS_LIMIT: u64 = 86_400_000;
 const MAX_LONG_POLLS_LIMIT: u64 = 1_000_000;
 /// A store body is counted in u32 permits of one byte each, so one body stays under 4 GiB.
 const MAX_INFLIGHT_BYTES_LIMIT: u64 = 1 << 40;
@@ -145,7 +144,7 @@ fn secret(bytes: &[u8], whence: &str) -> Result<Secret, String> {
             "{whence}: the secret is shorter than {MIN_SECRET_BYTES} bytes"
         ));
     }
-    if !bytes.iter().all(|b| (0x21..=0x7e).contains(b)) {
+    if !printable_secret(bytes) {
         return Err(format!(
             "{whence}: the secret must be printable ASCII without spaces"
         ));
@@ -352,7 +351,7 @@ pub fn parse<I: IntoIterator<Item = String>>(
             (1, MAX_REDIS_TIMEOUT_MS),
             200,
         )?),
-        max_lease_ms: num_or(&raw, "--max-lease-ms", (1, MAX_LEASE_MS_LIMIT), 30_000)?,
+        max_lease_ms: num_or(&raw, "--max-lease-ms", (MIN_LEASE_MS, MAX_LEASE_MS), 30_000)?,
         max_long_polls: usize_of(num_or(
             &raw,
             "--max-long-polls",

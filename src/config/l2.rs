@@ -6,6 +6,7 @@
 use super::bounds::bounded;
 use super::error::{field_error, ConfigError};
 use super::raw::RawL2;
+use l2_proto::limits::{printable_secret, MIN_SECRET_BYTES};
 use std::fmt;
 
 /// How the filter reaches the fleet's L2 service (Envoy clusters; the wasm ABI has no Redis).
@@ -139,11 +140,13 @@ fn parse_l2(raw: Option<RawL2>, env: &Env<'_>) -> Result<Option<L2>, ConfigError
     let l2_secret = secret("l2.secret", raw.secret, raw.secret_env, env)?;
     if l2_secret
         .as_deref()
-        .is_some_and(|s| s.len() < MIN_SECRET || !s.bytes().all(|b| b.is_ascii_graphic()))
+        .is_some_and(|s| s.len() < MIN_SECRET_BYTES || !printable_secret(s.as_bytes()))
     {
         return Err(field_error(
             "l2.secret",
-            "must be at least 16 printable characters, without white space",
+            format!(
+                "must be at least {MIN_SECRET_BYTES} printable characters, without white space"
+            ),
         ));
     }
     let fleet_key = secret("l2.fleet_key", raw.fleet_key, raw.fleet_key_env, env)?
@@ -182,9 +185,6 @@ fn parse_l2(raw: Option<RawL2>, env: &Env<'_>) -> Result<Option<L2>, ConfigError
 /// Envoy's environment as the VM sees it (the variables listed in
 /// `vm_config.environment_variables.host_env_keys`).
 pub type Env<'a> = dyn Fn(&str) -> Option<String> + 'a;
-
-/// The shortest L2 secret accepted.
-const MIN_SECRET: usize = 16;
 
 /// A secret written in the configuration (`field`: Envoy's `/config_dump` shows it) or named by
 /// an environment variable (`field_env`: only the name shows). Never echoed in an error.

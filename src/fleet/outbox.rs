@@ -62,7 +62,7 @@ impl Outbox {
             let len = take_u32(&mut rest)? as usize;
             let (record, tail) = (rest.get(..len).ok_or(())?, &rest[len..]);
             rest = tail;
-            let record = PurgeRecord::decode(record).ok_or(())?;
+            let record = PurgeRecord::decode(record).map_err(|_| ())?;
             pending.push(Pending { seq, record });
         }
         Ok(Outbox { next_seq, pending })

@@ -1,20 +1,15 @@
 //! The L2 service's verbs as callouts, and its answers read strictly: anything not exactly what
-//! the service sends is an [`L2Failure`], and the request goes on as if there were no L2.
+//! the service sends is an [`L2Failure`], and the request goes on as if there were no L2. The
+//! paths, headers and envelopes are the wire contract's (`l2_proto`); this is which cluster, with
+//! what credentials, and what the filter signs.
 
 use crate::config::L2;
 use crate::effects::host::{status, Callout};
 use crate::request::key::CacheKey;
+use l2_proto::{content_type, header, route};
 
-/// The answer of `POST /v1/lookup`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Looked {
-    /// The stored value (an encoded cache entry, as the storing node wrote it).
-    Hit(Vec<u8>),
-    /// No value, and this owner now holds the key's lease: fetch, then store or release.
-    Lead,
-    /// Another owner holds the lease (after waiting, if the lookup waited).
-    Busy,
-}
+/// The answer of `POST /v1/lookup` (a hit: an encoded cache entry, sealed by the storing node).
+pub use l2_proto::lookup::Looked;
 
 /// Why an L2 answer cannot be used.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -43,14 +38,11 @@ fn call(l2: &L2, cluster: &str, method: &str, path: String, body: Option<Vec<u8>
     if let Some(secret) = &l2.secret {
         headers.push((
             "authorization".to_string(),
-            format!("Bearer {}", secret.expose()),
+            format!("{}{}", header::BEARER, secret.expose()),
         ));
     }
     if body.is_some() {
-        headers.push((
-            "content-type".to_string(),
-            "application/octet-stream".to_string(),
-        ));
+        headers.push(("content-type".to_string(), content_type::BYTES.to_string()));
     }
     Callout {
         cluster: cluster.to_string(),
@@ -67,13 +59,8 @@ fn name(l2: &L2, key: &CacheKey) -> String {
 /// Looks `key` up, taking its lease for `lease_ms` if nobody holds it. With `wait_ms > 0` the
 /// service waits for the holder's store, so the call goes to the long-poll cluster.
 pub fn lookup(l2: &L2, key: &CacheKey, lease_ms: u64, owner: &str, wait_ms: u64) -> Callout {
-    let mut path = format!(
-        "/v1/lookup?key={}&lease_ms={}&owner={owner}",
-        name(l2, key),
-        lease_ms.clamp(1, 86_400_000)
-    );
+    let path = route::lookup(&name(l2, key), lease_ms, owner, wait_ms);
     let cluster = if wait_ms > 0 {
-        path.push_str(&format!("&wait_ms={wait_ms}"));
         &l2.wait_cluster
     } else {
         &l2.cluster
@@ -84,18 +71,14 @@ pub fn lookup(l2: &L2, key: &CacheKey, lease_ms: u64, owner: &str, wait_ms: u64)
 /// Stores `entry` (encoded) under `key` for `ttl_ms`, signed with the fleet key, releasing the
 /// lease if `owner` holds it.
 pub fn store(l2: &L2, key: &CacheKey, ttl_ms: u64, owner: &str, entry: &[u8]) -> Callout {
-    let path = format!(
-        "/v1/store?key={}&ttl_ms={}&owner={owner}",
-        name(l2, key),
-        ttl_ms.clamp(1, 31_536_000_000)
-    );
+    let path = route::store(&name(l2, key), ttl_ms, owner);
     let sealed = l2.fleet_key.seal_entry(key, entry);
     call(l2, &l2.cluster, "PUT", path, Some(sealed))
 }
 
 /// Gives the lease up (the fetch failed or its answer is not stored): a waiting node leads next.
 pub fn release(l2: &L2, key: &CacheKey, owner: &str) -> Callout {
-    let path = format!("/v1/release?key={}&owner={owner}", name(l2, key));
+    let path = route::release(&name(l2, key), owner);
     call(l2, &l2.cluster, "POST", path, None)
 }
 
@@ -106,7 +89,7 @@ pub fn publish_purge(l2: &L2, record: &[u8]) -> Callout {
         l2,
         &l2.cluster,
         "POST",
-        "/v1/purge".to_string(),
+        route::PURGE.to_string(),
         Some(sealed),
     )
 }
@@ -114,15 +97,11 @@ pub fn publish_purge(l2: &L2, record: &[u8]) -> Callout {
 /// Reads the purge log after `cursor` of log `generation` (known after the first read),
 /// waiting up to `wait_ms` for an entry.
 pub fn read_purges(l2: &L2, cursor: &str, generation: Option<&str>, wait_ms: u64) -> Callout {
-    let mut path = format!("/v1/purges?after={cursor}&wait_ms={wait_ms}");
-    if let Some(g) = generation {
-        path.push_str("&gen=");
-        path.push_str(g);
-    }
+    let path = route::purges(cursor, generation, wait_ms);
     call(l2, &l2.wait_cluster, "GET", path, None)
 }
 
-fn header<'h>(headers: &'h [(String, Vec<u8>)], name: &str) -> Option<&'h [u8]> {
+fn header_value<'h>(headers: &'h [(String, Vec<u8>)], name: &str) -> Option<&'h [u8]> {
     headers
         .iter()
         .find(|(n, _)| n.eq_ignore_ascii_case(name))
@@ -148,15 +127,7 @@ pub fn read_lookup(
         Some(s) => return Err(L2Failure::Status(s)),
         None => return Err(L2Failure::Malformed),
     }
-    match header(headers, "x-l2") {
-        Some(b"hit") => body()
-            .filter(|b| !b.is_empty())
-            .map(Looked::Hit)
-            .ok_or(L2Failure::Malformed),
-        Some(b"lead") => Ok(Looked::Lead),
-        Some(b"busy") => Ok(Looked::Busy),
-        _ => Err(L2Failure::Malformed),
-    }
+    Looked::read(header_value(headers, header::X_L2), body).map_err(|_| L2Failure::Malformed)
 }
 
 #[cfg(test)]

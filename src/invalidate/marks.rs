@@ -40,12 +40,9 @@ impl Marks {
     }
 }
 
-/// What a purge applies to: a tag (by its hash), or everything.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Target {
-    Tag(u64),
-    All,
-}
+/// What a purge applies to: a tag (by its hash), or everything. Defined by the wire contract,
+/// because a purge record carries it to the fleet's other Envoys.
+pub use l2_proto::purge::Target;
 
 /// A tag's hash, as entries store it (SHA-256, so a client cannot cheaply choose tags that land
 /// in the slot of a tag it wants to keep from being purged... or purged with it). The slot is the

@@ -16,6 +16,7 @@ use crate::fleet::wire;
 use crate::invalidate::marks::Target;
 use crate::worker::marks::mark;
 use crate::worker::state::{Plugin, Worker};
+use l2_proto::limits::{MAX_PURGES_ANSWER_BYTES, PURGES_PER_ANSWER};
 use std::cell::{Cell, RefCell};
 
 /// How long one read waits for a new record.
@@ -25,10 +26,6 @@ pub const FEED_WAIT_MS: u64 = 1000;
 const FEED_SLACK_MS: u64 = 1000;
 /// After a failed read, the next one waits this long.
 pub const RETRY_MS: u64 = 250;
-/// The service answers at most this many records a read: fewer means the end of the log.
-const PAGE_ENTRIES: usize = 100;
-/// A page of 100 records of 64 KiB each, in base64, with room to spare.
-const MAX_PAGE_BYTES: usize = 10 << 20;
 
 /// The follower's lease: longer than its longest read, so a live follower keeps it.
 fn lease_ms(timeout_ms: u64) -> u64 {
@@ -83,7 +80,7 @@ pub fn on_page(
         skew_us: l2.purge_skew_ms.saturating_mul(1000),
     };
     let page = match headers.and_then(status) {
-        Some(200) if body_size <= MAX_PAGE_BYTES => host
+        Some(200) if body_size <= MAX_PURGES_ANSWER_BYTES => host
             .callout_body(body_size)
             .and_then(|body| read_page(&body, &reader)),
         _ => None,
@@ -104,7 +101,8 @@ pub fn on_page(
     let still_mine = follower::record(host, me, |s| {
         s.cursor = page.cursor.clone();
         s.generation = page.generation.clone();
-        s.caught_up = page.entries < PAGE_ENTRIES;
+        // Fewer entries than a full page: the end of the log.
+        s.caught_up = page.entries < PURGES_PER_ANSWER;
         s.failing_since_ms = 0;
         s.failsafe_done = false;
         s.lease_until_ms = now_ms.saturating_add(lease);
