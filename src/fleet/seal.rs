@@ -113,6 +113,23 @@ fn unreachable_key() -> ! {
 mod tests {
     use super::*;
 
+    #[test]
+    fn a_sealed_record_of_the_most_targets_fits_what_the_l2_takes() {
+        use l2_proto::purge::{PurgeRecord, Target, ENVELOPE_BYTES, MAX_TARGETS};
+        assert!(MAGIC.len() + MAC_BYTES <= ENVELOPE_BYTES);
+        let record = PurgeRecord {
+            at_us: u64::MAX,
+            targets: vec![(Target::Tag(u64::MAX), true); MAX_TARGETS],
+        };
+        let key = FleetKey::new(&[7; 32]).unwrap();
+        let sealed = key.seal_record(&record.encode().unwrap());
+        assert!(
+            sealed.len() <= l2_proto::limits::MAX_PURGE_BYTES,
+            "{}",
+            sealed.len()
+        );
+    }
+
     fn key(b: u8) -> FleetKey {
         FleetKey::new(&[b; 32]).unwrap()
     }
