@@ -12,10 +12,13 @@
 //!   paused requests go, `tick` is the fallback timer, `configure` loads a configuration.
 //! - `l2`: the fleet L2, run from the root: `ask` (a leader asks L2 before the origin), `write`
 //!   (stores, releases, purge records) and `feed` (other Envoys' purges, applied here).
-//! - at the top, what every side uses: `state` (the worker's two kinds of state) and `marks` (the
-//!   purge marks as this worker sees them, asked before any stored entry is handed out).
+//! - at the top, what every side uses: `state` (the worker's two kinds of state), `ctx` (the
+//!   context functions run with: the plugin, the worker and the host, lent so that no borrow of
+//!   the worker is held across a host call) and `marks` (the purge marks as this worker sees
+//!   them, asked before any stored entry is handed out).
 //! - `tests` plays whole requests through fake hosts.
 
+pub mod ctx;
 pub mod l2;
 pub mod marks;
 pub mod request;
