@@ -7,15 +7,16 @@
 //!   `watchdog` (the body-hold guard), `shadow` (shadow mode) and `purge` (the purge API and
 //!   mutation purges; `marks::mark` applies every purge, the fleet's log's too).
 //! - `root`: the root context's work. `dispatch` sends what requests queued, `callouts` routes
-//!   what comes back, `shared_fetch` (the leader's fetch; `store` keeps the answer, `stale`
-//!   serves stale instead of an error), `followers` (other workers' wake-ups), `answer` lets
+//!   what comes back, `shared_fetch` (the leader's fetch; `stale` serves stale instead of an
+//!   error), `followers` (other workers' wake-ups), `answer` lets
 //!   paused requests go, `tick` is the fallback timer, `configure` loads a configuration.
 //! - `l2`: the fleet L2, run from the root: `ask` (a leader asks L2 before the origin), `write`
 //!   (stores, releases, purge records) and `feed` (other Envoys' purges, applied here).
 //! - at the top, what every side uses: `state` (the worker's two kinds of state), `ctx` (the
 //!   context functions run with: the plugin, the worker and the host, lent so that no borrow of
-//!   the worker is held across a host call) and `marks` (the purge marks as this worker sees
-//!   them, asked before any stored entry is handed out).
+//!   the worker is held across a host call), `marks` (the purge marks as this worker sees them,
+//!   asked before any stored entry is handed out) and `store` (storing an upstream answer, for
+//!   the shared fetch and a plain miss).
 //! - `tests` plays whole requests through fake hosts.
 
 pub mod ctx;
@@ -24,6 +25,7 @@ pub mod marks;
 pub mod request;
 pub mod root;
 pub mod state;
+pub mod store;
 
 #[cfg(test)]
 mod tests;

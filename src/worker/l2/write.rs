@@ -15,8 +15,8 @@ use crate::fleet::outbox::{self, Pushed};
 use crate::fleet::wire::{self, owner, L2Failure};
 use crate::invalidate::marks::Target;
 use crate::request::key::CacheKey;
-use crate::worker::root::store::Stored;
 use crate::worker::state::{Plugin, Worker};
+use crate::worker::store::Stored;
 use std::cell::RefCell;
 
 /// After the origin answered `fetch` (or failed): a stored entry goes to L2 as well; a lease

@@ -7,8 +7,8 @@ use crate::coalesce::release::Release;
 use crate::effects::counters::Counter;
 use crate::effects::host::Host;
 use crate::request::key::CacheKey;
-use crate::worker::root::store::Stored;
 use crate::worker::state::{Outcome, Plugin, Worker};
+use crate::worker::store::Stored;
 use std::cell::RefCell;
 
 pub const CACHE_HEADER: &str = "x-cache";

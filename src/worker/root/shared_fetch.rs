@@ -14,8 +14,8 @@ use crate::request::key::CacheKey;
 use crate::worker::l2::write::{after_origin, release_later};
 use crate::worker::root::answer::{answer, release, Label, Labels, Reply};
 use crate::worker::root::stale::{instead_of_error, is_failure};
-use crate::worker::root::store::{store_answer, Stored};
 use crate::worker::state::{Plugin, Worker};
+use crate::worker::store::{store_answer, Stored};
 use std::cell::RefCell;
 
 /// What came back for a callout.
