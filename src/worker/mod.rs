@@ -8,17 +8,22 @@
 //!   mutation purges; `marks::mark` applies every purge, the fleet's log's too).
 //! - `root`: the root context's work. `dispatch` sends what requests queued, `callouts` routes
 //!   what comes back, `shared_fetch` (the leader's fetch; `stale` serves stale instead of an
-//!   error), `followers` (other workers' wake-ups), `answer` lets
-//!   paused requests go, `tick` is the fallback timer, `configure` loads a configuration.
-//! - `l2`: the fleet L2, run from the root: `ask` (a leader asks L2 before the origin), `write`
-//!   (stores, releases, purge records) and `feed` (other Envoys' purges, applied here).
+//!   error), `followers` (other workers' wake-ups), `answer` lets paused requests go, `tick` is
+//!   the fallback timer, `configure` loads a configuration.
+//! - `l2`: the fleet L2, run from the root: `ask` (a leader asks L2 before the origin, and says
+//!   what the root does next), `write` (stores, releases, purge records) and `feed` (other
+//!   Envoys' purges, applied here).
 //! - at the top, what every side uses: `state` (the worker's two kinds of state), `ctx` (the
-//!   context functions run with: the plugin, the worker and the host, lent so that no borrow of
-//!   the worker is held across a host call), `marks` (the purge marks as this worker sees them,
-//!   asked before any stored entry is handed out) and `store` (storing an upstream answer, for
-//!   the shared fetch and a plain miss).
+//!   context every function runs with: the plugin, the worker and the host, lent so that no borrow
+//!   of the worker is held across a host call), `marks` (the purge marks as this worker sees them,
+//!   asked before any stored entry is handed out), `store` (storing an upstream answer, for the
+//!   shared fetch and a plain miss) and `callout` (a callout's answer, as the root reads it).
 //! - `tests` plays whole requests through fake hosts.
+//!
+//! Imports between the sides go one way: `request` and `root` may use `l2`, `request` may use
+//! `root` (to queue work for it), and `l2` uses only the top.
 
+pub mod callout;
 pub mod ctx;
 pub mod l2;
 pub mod marks;
