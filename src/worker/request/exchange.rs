@@ -29,10 +29,10 @@ use crate::worker::request::lookup::{find, serve, Asking, Found};
 use crate::worker::request::purge::{self, purge_api, AtHeaders};
 use crate::worker::request::read::{read_head, read_identity, read_route};
 use crate::worker::request::shadow::Shadowed;
-use crate::worker::request::watchdog::{BodyArrival, OPTION_OFF_LOG};
 use crate::worker::root::answer::{CACHE_HEADER, KEY_HEADER, REASON_HEADER};
 use crate::worker::root::shared_fetch::request_dispatch;
 use crate::worker::state::Outcome;
+use crate::worker::watchdog::{BodyArrival, OPTION_OFF_LOG};
 
 /// What the callback tells Envoy.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
