@@ -91,10 +91,12 @@ validate: $(ENVOY) build
 	  done; \
 	else echo "docker-compose not installed: envoy/docker-compose*.yml not validated (apt-get install docker-compose)"; fi
 
-# Native: the core's unit tests (the worker through the fake host included) and the key's
-# property tests; no Envoy needed.
+# Native: the core's unit tests (the worker through the fake host included), the key's
+# property tests, and the doc tests (worker::ctx's show that holding the worker across a host
+# call does not compile); no Envoy needed.
 unit:
 	$(CARGO) test --workspace --lib --bins
+	$(CARGO) test -p graphql-cache --doc
 	$(CARGO) test -p graphql-cache --test key_properties --test fuzz_corpus
 
 # Against a real Envoy and origin (key_properties already ran under `unit`); tests/fleet.rs

@@ -16,8 +16,8 @@
 //! GraphQL request and its key), `cache` (what is stored, where), `coalesce` (one fetch per key
 //! across workers), `fleet` (many Envoys sharing one cache through the L2 service), `worker` (the
 //! decisions of one Envoy worker, callback by callback: `worker::request` for a request's
-//! callbacks, `worker::root` for the root context's, `worker::l2` for the fleet L2), `effects`
-//! (the host as the core sees it).
+//! callbacks, `worker::root` for the root context's, `worker::l2` for the fleet L2, each run with
+//! a `worker::ctx::Ctx`), `effects` (the host as the core sees it).
 //! Everything but `host` builds and is tested natively; `host` is the thin proxy-wasm adapter and
 //! exists only in the wasm build.
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used, clippy::panic))]

@@ -3,7 +3,8 @@
 //!
 //! Rules the core keeps, because Envoy runs another callback of the same VM inside some of these
 //! calls: no `RefCell` borrow of worker state is held across [`Host::answer`] or
-//! [`Host::resume`]; every callout of a root callback is dispatched before its first answer
+//! [`Host::resume`] (`worker::ctx::Ctx` makes that a compile error: no host call while the
+//! worker is borrowed); every callout of a root callback is dispatched before its first answer
 //! (answering switches the effective context).
 
 use crate::effects::counters::Counter;

@@ -2,7 +2,8 @@
 
 use super::envoy::Envoy;
 use super::metrics::Metrics;
-use crate::worker::request::exchange::{Ctx, Exchange, Flow};
+use crate::worker::ctx::Ctx;
+use crate::worker::request::exchange::{Exchange, Flow};
 use crate::worker::state::{Plugin, Worker};
 use proxy_wasm::traits::{Context, HttpContext};
 use proxy_wasm::types::Action;
@@ -31,16 +32,12 @@ impl CacheFilter {
         }
     }
 
-    fn run(&mut self, step: impl FnOnce(&mut Exchange, &Ctx<Envoy>) -> Flow) -> Action {
+    fn run(&mut self, step: impl FnOnce(&mut Exchange, &mut Ctx<Envoy>) -> Flow) -> Action {
         let host = Envoy {
             metrics: &self.metrics,
         };
-        let cx = Ctx {
-            plugin: &self.plugin,
-            worker: &self.worker,
-            host: &host,
-        };
-        match step(&mut self.exchange, &cx) {
+        let mut cx = Ctx::new(&self.plugin, &self.worker, &host);
+        match step(&mut self.exchange, &mut cx) {
             Flow::Continue => Action::Continue,
             Flow::Pause => Action::Pause,
         }
@@ -49,7 +46,11 @@ impl CacheFilter {
 
 impl Drop for CacheFilter {
     fn drop(&mut self) {
-        self.exchange.on_done(&self.worker);
+        let host = Envoy {
+            metrics: &self.metrics,
+        };
+        self.exchange
+            .on_done(&mut Ctx::new(&self.plugin, &self.worker, &host));
     }
 }
 

@@ -4,6 +4,7 @@
 use super::envoy::{dequeue_all, Envoy};
 use super::filter::CacheFilter;
 use super::metrics::Metrics;
+use crate::worker::ctx::Ctx;
 use crate::worker::root::callouts::on_callout;
 use crate::worker::root::configure::configure;
 use crate::worker::root::followers::on_messages;
@@ -41,6 +42,12 @@ impl CacheRoot {
             metrics: &self.metrics,
         }
     }
+
+    /// Runs `f` with the worker's context, for one callback.
+    fn with_cx<'s>(&'s self, f: impl FnOnce(&mut Ctx<'_, Envoy<'s>>)) {
+        let host = self.host();
+        f(&mut Ctx::new(&self.plugin, &self.worker, &host));
+    }
 }
 
 impl Context for CacheRoot {
@@ -51,14 +58,7 @@ impl Context for CacheRoot {
         body_size: usize,
         _num_trailers: usize,
     ) {
-        on_callout(
-            &self.plugin,
-            &self.worker,
-            &self.host(),
-            token_id,
-            num_headers,
-            body_size,
-        );
+        self.with_cx(|cx| on_callout(cx, token_id, num_headers, body_size));
     }
 }
 
@@ -77,11 +77,11 @@ impl RootContext for CacheRoot {
 
     fn on_queue_ready(&mut self, queue_id: u32) {
         let messages = dequeue_all(queue_id);
-        on_messages(&self.plugin, &self.worker, &self.host(), &messages);
+        self.with_cx(|cx| on_messages(cx, &messages));
     }
 
     fn on_tick(&mut self) {
-        on_tick(&self.plugin, &self.worker, &self.host());
+        self.with_cx(on_tick);
     }
 
     fn create_http_context(&self, context_id: u32) -> Option<Box<dyn HttpContext>> {

@@ -8,33 +8,33 @@ use crate::cache::entry::Entry;
 use crate::effects::host::Host;
 use crate::effects::store::StoreError;
 use crate::invalidate::marks::{Target, Verdict};
-use crate::worker::state::{Plugin, Worker};
-use std::cell::RefCell;
+use crate::worker::ctx::Ctx;
+use crate::worker::state::Worker;
 
 /// The bit that marks an epoch read from the purge signal.
 const SIGNAL_EPOCH: u64 = 1 << 63;
 
 /// Rereads the purge marks if the epoch moved since this worker last read them.
-pub fn refresh_marks(plugin: &Plugin, worker: &RefCell<Worker>, host: &impl Host) {
+pub fn refresh_marks(cx: &mut Ctx<'_, impl Host>) {
     // The signal moves after the marks are written, so a new value always comes with them.
     // Signal values are kept apart from shared-data epochs (the top bit), so a host whose signal
     // fails for a moment can never make an old epoch look current.
+    let (plugin, host) = (cx.plugin(), cx.host());
     let epoch = host
         .purge_signal()
         .map(|s| s | SIGNAL_EPOCH)
         .unwrap_or_else(|| plugin.purges.epoch(host) & !SIGNAL_EPOCH);
-    if epoch == worker.borrow().purges.epoch {
+    if epoch == cx.worker(|w| w.purges.epoch) {
         return;
     }
-    let view = plugin.purges.view(host, epoch);
-    worker.borrow_mut().purges = view;
+    let view = plugin.purges.view(cx.host(), epoch);
+    cx.worker(|w| w.purges = view);
 }
 
-/// What the marks say of an entry.
-pub fn verdict(worker: &RefCell<Worker>, bytes: &[u8]) -> Verdict {
+/// What the marks (as `worker` last read them) say of an entry.
+pub fn verdict(worker: &Worker, bytes: &[u8]) -> Verdict {
     match Entry::decode(bytes) {
         Ok(e) => worker
-            .borrow()
             .purges
             .verdict(e.born_us, e.tag_hashes.iter().copied()),
         // Not decodable: `request::lookup::serve` refuses it anyway.
@@ -45,15 +45,10 @@ pub fn verdict(worker: &RefCell<Worker>, bytes: &[u8]) -> Verdict {
 /// The one way a purge reaches this Envoy, whoever made it (the API, a mutation, another Envoy
 /// through the purge log): each target marked at its instant, then every worker told (the purge
 /// signal) and this worker's marks read back, so its copies go at once.
-pub fn mark(
-    plugin: &Plugin,
-    worker: &RefCell<Worker>,
-    host: &impl Host,
-    timed: &[(Target, bool, u64)],
-) -> Result<(), StoreError> {
-    if !timed.is_empty() && plugin.purges.apply_at(host, timed)? {
-        host.raise_purge_signal();
-        refresh_marks(plugin, worker, host);
+pub fn mark(cx: &mut Ctx<'_, impl Host>, timed: &[(Target, bool, u64)]) -> Result<(), StoreError> {
+    if !timed.is_empty() && cx.plugin().purges.apply_at(cx.host(), timed)? {
+        cx.host().raise_purge_signal();
+        refresh_marks(cx);
     }
     Ok(())
 }

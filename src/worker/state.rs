@@ -18,7 +18,7 @@ use crate::request::bypass::Bypass;
 use crate::request::classify::Decided;
 use crate::request::key::{CacheKey, SlotKey};
 use crate::request::memo::Memo;
-use crate::worker::request::watchdog::BodyWatchdog;
+use crate::worker::watchdog::BodyWatchdog;
 
 /// Requests larger than this are classified every time rather than memoized, which bounds the
 /// memo at `key_memo_entries` x 8 KiB per worker.

@@ -2,6 +2,8 @@
 //! this Envoy's L1 and answers the flight (`HIT`, reason `l2`); a won lease sends the fetch to the
 //! origin (its answer then goes to L2 too); another Envoy's lease is waited for by long-poll
 //! (`COALESCED`, reason `l2`). Every failure sends the fetch to the origin as if there were no L2.
+//! What the answer leads to is said to the root ([`Next`]), which finishes the flight or sends
+//! the fetch: L2 sits below the root and never answers a request itself.
 
 use crate::cache::entry::Entry;
 use crate::cache::peer::{vetted, Bounds};
@@ -14,23 +16,19 @@ use crate::fleet::calls::Call;
 use crate::fleet::follower;
 use crate::fleet::wire::{self, owner, read_lookup, L2Failure, Looked};
 use crate::invalidate::marks::Verdict;
+use crate::worker::callout::Returned;
+use crate::worker::ctx::Ctx;
 use crate::worker::marks::{refresh_marks, verdict};
-use crate::worker::root::answer::{Label, Labels};
-use crate::worker::root::shared_fetch::{finish, refused, to_origin};
-use crate::worker::state::{Plugin, Worker};
-use std::cell::RefCell;
 
 /// Root: sends `fetch`'s lookup (or, with `wait`, its long-poll); gives the fetch back, no
 /// longer asking L2, if Envoy refused the call (circuit breaker open, every host ejected).
 pub fn ask(
-    plugin: &Plugin,
-    worker: &RefCell<Worker>,
-    host: &impl Host,
+    cx: &mut Ctx<'_, impl Host>,
     l2: &L2,
     mut fetch: SharedFetch,
     wait: bool,
 ) -> Result<(), Box<SharedFetch>> {
-    let me = owner(worker.borrow().id);
+    let me = owner(cx.worker(|w| w.id));
     let (wait_ms, timeout) = if wait {
         (l2.wait_ms, l2.wait_ms.saturating_add(l2.timeout_ms))
     } else {
@@ -38,8 +36,9 @@ pub fn ask(
     };
     // The lease outlives this node's own fetch, so a node that dies leading is waited for
     // at most this long.
-    let lease_ms = plugin.config.fetch_timeout_ms.saturating_add(l2.timeout_ms);
+    let lease_ms = cx.config().fetch_timeout_ms.saturating_add(l2.timeout_ms);
     let callout = wire::lookup(l2, &fetch.key, lease_ms, &me, wait_ms);
+    let host = cx.host();
     match host.dispatch(&callout, timeout) {
         Ok(token) => {
             let call = if wait {
@@ -47,7 +46,8 @@ pub fn ask(
             } else {
                 Call::Lookup(fetch)
             };
-            worker.borrow_mut().l2.sent(token, call, host.now_ms());
+            let now_ms = host.now_ms();
+            cx.worker(|w| w.l2.sent(token, call, now_ms));
             Ok(())
         }
         Err(_) => {
@@ -58,82 +58,71 @@ pub fn ask(
     }
 }
 
-/// What an L2 lookup came back with: its headers (`None`: reset) and body size.
-pub struct Answered {
-    pub headers: Option<Vec<(String, Vec<u8>)>>,
-    pub body_size: usize,
+/// What the root does with a flight once L2 answered its lookup.
+#[derive(Debug)]
+pub enum Next {
+    /// Asked again, by long-poll: nothing until that answers.
+    Waiting,
+    /// Another Envoy's answer, found in L2 (`waited`: after a long-poll): the flight is finished
+    /// with it.
+    Hit {
+        fetch: SharedFetch,
+        response: Response,
+        waited: bool,
+    },
+    /// To the origin; `fetch.l2` says what becomes of L2 then.
+    Origin(SharedFetch),
 }
 
-/// Root: a lookup (`waited`: a long-poll) for `fetch` came back.
+/// Root: a lookup (`waited`: a long-poll) for `fetch` came back; what the root does next.
 pub fn on_answer(
-    plugin: &Plugin,
-    worker: &RefCell<Worker>,
-    host: &impl Host,
+    cx: &mut Ctx<'_, impl Host>,
     mut fetch: SharedFetch,
     waited: bool,
-    answered: Answered,
-) {
-    let Some(l2) = &plugin.config.l2 else {
+    returned: Returned,
+) -> Next {
+    let config = cx.config();
+    let Some(l2) = &config.l2 else {
         fetch.l2 = L2Role::Off;
-        return origin(plugin, worker, host, fetch);
+        return Next::Origin(fetch);
     };
-    let looked = match &answered.headers {
+    let looked = match &returned.headers {
         None => Err(L2Failure::Unreachable),
         // Never copied into the VM: an entry this large would not be stored here either.
-        Some(_) if answered.body_size > plugin.config.max_entry_bytes => Err(L2Failure::TooLarge),
-        Some(h) => read_lookup(h, || host.callout_body(answered.body_size)),
+        Some(_) if returned.body_size > config.max_entry_bytes => Err(L2Failure::TooLarge),
+        Some(h) => read_lookup(h, || cx.host().callout_body(returned.body_size)),
     };
     match looked {
         Err(_) => {
-            host.count(Counter::L2Failures);
+            cx.host().count(Counter::L2Failures);
             fetch.l2 = L2Role::Off;
-            origin(plugin, worker, host, fetch);
         }
-        Ok(Looked::Hit(bytes)) => match usable(plugin, worker, host, &fetch, &bytes) {
+        Ok(Looked::Hit(bytes)) => match usable(cx, &fetch, &bytes) {
             Some(response) => {
-                host.count(Counter::L2Hits);
-                let label = if waited {
-                    Label::L2_COALESCED
-                } else {
-                    Label::L2_HIT
+                cx.host().count(Counter::L2Hits);
+                return Next::Hit {
+                    fetch,
+                    response,
+                    waited,
                 };
-                finish(
-                    plugin,
-                    worker,
-                    host,
-                    &fetch,
-                    Ok(response),
-                    &Labels::all(label),
-                );
             }
-            None => {
-                fetch.l2 = L2Role::Store;
-                origin(plugin, worker, host, fetch);
-            }
+            None => fetch.l2 = L2Role::Store,
         },
         Ok(Looked::Lead) => {
-            host.count(Counter::L2Leads);
+            cx.host().count(Counter::L2Leads);
             fetch.l2 = L2Role::Lead;
-            origin(plugin, worker, host, fetch);
         }
         Ok(Looked::Busy) if !waited && l2.wait_ms > 0 => {
-            host.count(Counter::L2Waits);
-            if let Err(fetch) = ask(plugin, worker, host, l2, fetch, true) {
-                origin(plugin, worker, host, *fetch);
-            }
+            cx.host().count(Counter::L2Waits);
+            return match ask(cx, l2, fetch, true) {
+                Ok(()) => Next::Waiting,
+                Err(fetch) => Next::Origin(*fetch),
+            };
         }
         // The other node did not store in time: fetch, and store for the rest of the fleet.
-        Ok(Looked::Busy) => {
-            fetch.l2 = L2Role::Store;
-            origin(plugin, worker, host, fetch);
-        }
+        Ok(Looked::Busy) => fetch.l2 = L2Role::Store,
     }
-}
-
-fn origin(plugin: &Plugin, worker: &RefCell<Worker>, host: &impl Host, fetch: SharedFetch) {
-    if let Err(fetch) = to_origin(plugin, worker, host, fetch) {
-        refused(plugin, worker, host, &fetch);
-    }
+    Next::Origin(fetch)
 }
 
 /// The answer an L2 value gives this flight, if it may: signed by the fleet for this key, what
@@ -141,23 +130,18 @@ fn origin(plugin: &Plugin, worker: &RefCell<Worker>, host: &impl Host, fetch: Sh
 /// not purged by the marks this Envoy knows (and only once it has read the fleet's purge log),
 /// still fresh. A stale but keepable entry is put in L1 for stale serving; the flight still
 /// fetches.
-fn usable(
-    plugin: &Plugin,
-    worker: &RefCell<Worker>,
-    host: &impl Host,
-    fetch: &SharedFetch,
-    sealed: &[u8],
-) -> Option<Response> {
+fn usable(cx: &mut Ctx<'_, impl Host>, fetch: &SharedFetch, sealed: &[u8]) -> Option<Response> {
+    let (config, host) = (cx.config(), cx.host());
     let now_ms = host.now_ms();
     if !follower::read(host).trusted(now_ms) {
         return None;
     }
-    let l2 = plugin.config.l2.as_ref()?;
+    let l2 = config.l2.as_ref()?;
     let bounds = Bounds {
         key: &fetch.key,
         lifetimes: &fetch.asked.lifetimes,
-        vary_headers: &plugin.config.vary_headers,
-        max_entry_bytes: plugin.config.max_entry_bytes,
+        vary_headers: &config.vary_headers,
+        max_entry_bytes: config.max_entry_bytes,
         now_ms,
         now_us: host.now_us(),
         skew_us: l2.purge_skew_ms.saturating_mul(1000),
@@ -171,12 +155,13 @@ fn usable(
         return None;
     };
     let entry = Entry::decode(&bytes).ok()?;
-    refresh_marks(plugin, worker, host);
-    let verdict = verdict(worker, &bytes);
+    refresh_marks(cx);
+    let verdict = cx.worker(|w| verdict(w, &bytes));
     if verdict == Verdict::Purged || entry.keep_until_ms() <= now_ms {
         return None;
     }
-    match plugin.table.insert(host, &fetch.key, &bytes, now_ms) {
+    let host = cx.host();
+    match cx.plugin().table.insert(host, &fetch.key, &bytes, now_ms) {
         Ok(stored) if stored.evicted => host.count(Counter::Evictions),
         Ok(_) => {}
         Err(_) => host.count(Counter::StoreFailures),

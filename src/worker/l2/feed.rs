@@ -7,17 +7,18 @@
 //! bound purge everything born before they began (fail-safe: misses, never stale-after-purge).
 
 use crate::effects::counters::Counter;
-use crate::effects::host::{status, Host};
+use crate::effects::host::Host;
 use crate::effects::store::StoreError;
 use crate::fleet::calls::Call;
 use crate::fleet::follower::{self, FeedState};
 use crate::fleet::purge_log::{read_page, Page, Reader};
 use crate::fleet::wire;
 use crate::invalidate::marks::Target;
+use crate::worker::callout::Returned;
+use crate::worker::ctx::Ctx;
 use crate::worker::marks::mark;
-use crate::worker::state::{Plugin, Worker};
 use l2_proto::limits::{MAX_PURGES_ANSWER_BYTES, PURGES_PER_ANSWER};
-use std::cell::{Cell, RefCell};
+use std::cell::Cell;
 
 /// How long one read waits for a new record.
 pub const FEED_WAIT_MS: u64 = 1000;
@@ -34,15 +35,11 @@ fn lease_ms(timeout_ms: u64) -> u64 {
 
 /// Root: starts a read of the log if this worker follows it (or may take it over) and no read
 /// is outstanding or a failure being waited out.
-pub fn poll(plugin: &Plugin, worker: &RefCell<Worker>, host: &impl Host, now_ms: u64) {
-    let Some(l2) = &plugin.config.l2 else { return };
-    let me = {
-        let w = worker.borrow();
-        if w.l2.feed.reading || now_ms < w.l2.feed.next_ms {
-            return;
-        }
-        w.id
-    };
+pub fn poll(cx: &mut Ctx<'_, impl Host>, now_ms: u64) {
+    let Some(l2) = &cx.config().l2 else { return };
+    let idle = cx.worker(|w| (!w.l2.feed.reading && now_ms >= w.l2.feed.next_ms).then_some(w.id));
+    let Some(me) = idle else { return };
+    let host = cx.host();
     let state = match follower::lead(host, me, now_ms, lease_ms(l2.timeout_ms)) {
         Ok(Some(state)) => state,
         Ok(None) | Err(_) => return,
@@ -54,51 +51,46 @@ pub fn poll(plugin: &Plugin, worker: &RefCell<Worker>, host: &impl Host, now_ms:
         .saturating_add(FEED_SLACK_MS)
         .saturating_add(l2.timeout_ms);
     match host.dispatch(&callout, timeout) {
-        Ok(token) => {
-            let mut w = worker.borrow_mut();
+        Ok(token) => cx.worker(|w| {
             w.l2.feed.reading = true;
             w.l2.sent(token, Call::Feed, now_ms);
-        }
-        Err(_) => failed(plugin, worker, host, now_ms),
+        }),
+        Err(_) => failed(cx, now_ms),
     }
 }
 
-/// Root: a read of the log came back (`headers` `None`: reset).
-pub fn on_page(
-    plugin: &Plugin,
-    worker: &RefCell<Worker>,
-    host: &impl Host,
-    headers: Option<&[(String, Vec<u8>)]>,
-    body_size: usize,
-) {
-    worker.borrow_mut().l2.feed.reading = false;
+/// Root: a read of the log came back.
+pub fn on_page(cx: &mut Ctx<'_, impl Host>, returned: &Returned) {
+    cx.worker(|w| w.l2.feed.reading = false);
+    let host = cx.host();
     let now_ms = host.now_ms();
-    let Some(l2) = &plugin.config.l2 else { return };
+    let Some(l2) = &cx.config().l2 else { return };
     let reader = Reader {
         key: &l2.fleet_key,
         now_us: host.now_us(),
         skew_us: l2.purge_skew_ms.saturating_mul(1000),
     };
-    let page = match headers.and_then(status) {
+    let body_size = returned.body_size;
+    let page = match returned.status() {
         Some(200) if body_size <= MAX_PURGES_ANSWER_BYTES => host
             .callout_body(body_size)
             .and_then(|body| read_page(&body, &reader)),
         _ => None,
     };
     let Some(mut page) = page else {
-        return failed(plugin, worker, host, now_ms);
+        return failed(cx, now_ms);
     };
     let known = follower::read(host).generation;
     if known.is_some() && page.generation != known {
         // The log was lost and begun again: whatever it held past the cursor is gone.
         page.gap = true;
     }
-    if apply(plugin, worker, host, &page, reader.now_us).is_err() {
-        return failed(plugin, worker, host, now_ms);
+    if apply(cx, &page, reader.now_us).is_err() {
+        return failed(cx, now_ms);
     }
-    let me = worker.borrow().id;
+    let me = cx.worker(|w| w.id);
     let lease = lease_ms(l2.timeout_ms);
-    let still_mine = follower::record(host, me, |s| {
+    let still_mine = follower::record(cx.host(), me, |s| {
         s.cursor = page.cursor.clone();
         s.generation = page.generation.clone();
         // Fewer entries than a full page: the end of the log.
@@ -109,48 +101,41 @@ pub fn on_page(
     });
     // The next read at once: nothing is answered in this callback, so dispatching is safe.
     if still_mine.unwrap_or(false) {
-        poll(plugin, worker, host, now_ms);
+        poll(cx, now_ms);
     }
 }
 
 /// Applies a page's records, each at its own instant. A gap purges everything born before now:
 /// what was missed may be dated anywhere before (records do not arrive in time order, so the
 /// oldest one still there bounds nothing).
-fn apply(
-    plugin: &Plugin,
-    worker: &RefCell<Worker>,
-    host: &impl Host,
-    page: &Page,
-    now_us: u64,
-) -> Result<(), StoreError> {
+fn apply(cx: &mut Ctx<'_, impl Host>, page: &Page, now_us: u64) -> Result<(), StoreError> {
     let mut timed: Vec<(Target, bool, u64)> = page
         .records
         .iter()
         .flat_map(|r| r.targets.iter().map(|&(t, soft)| (t, soft, r.at_us)))
         .collect();
     if page.gap {
-        host.count(Counter::L2PurgeGaps);
+        cx.host().count(Counter::L2PurgeGaps);
         timed.push((Target::All, false, now_us));
     }
-    mark(plugin, worker, host, &timed)?;
+    mark(cx, &timed)?;
     for _ in &page.records {
-        host.count(Counter::L2PurgesApplied);
+        cx.host().count(Counter::L2PurgesApplied);
     }
     Ok(())
 }
 
 /// A read failed: L2 hits are not trusted until the log is read to its end again, and once
 /// reads have failed for longer than the bound, everything born before they began is purged.
-fn failed(plugin: &Plugin, worker: &RefCell<Worker>, host: &impl Host, now_ms: u64) {
-    host.count(Counter::L2Failures);
-    let me = {
-        let mut w = worker.borrow_mut();
+fn failed(cx: &mut Ctx<'_, impl Host>, now_ms: u64) {
+    cx.host().count(Counter::L2Failures);
+    let me = cx.worker(|w| {
         w.l2.feed.next_ms = now_ms.saturating_add(RETRY_MS);
         w.id
-    };
-    let Some(l2) = &plugin.config.l2 else { return };
+    });
+    let Some(l2) = &cx.config().l2 else { return };
     let failsafe_from = Cell::new(None);
-    let _ = follower::record(host, me, |s| {
+    let _ = follower::record(cx.host(), me, |s| {
         failsafe_from.set(None);
         s.caught_up = false;
         if s.failing_since_ms == 0 {
@@ -162,9 +147,9 @@ fn failed(plugin: &Plugin, worker: &RefCell<Worker>, host: &impl Host, now_ms: u
         }
     });
     if let Some(since_ms) = failsafe_from.get() {
-        host.count(Counter::FeedFailSafe);
+        cx.host().count(Counter::FeedFailSafe);
         let all = [(Target::All, false, since_ms.saturating_mul(1000))];
-        let _ = mark(plugin, worker, host, &all);
+        let _ = mark(cx, &all);
     }
 }
 

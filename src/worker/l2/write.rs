@@ -15,31 +15,24 @@ use crate::fleet::outbox::{self, Pushed};
 use crate::fleet::wire::{self, owner, L2Failure};
 use crate::invalidate::marks::Target;
 use crate::request::key::CacheKey;
-use crate::worker::root::store::Stored;
-use crate::worker::state::{Plugin, Worker};
-use std::cell::RefCell;
+use crate::worker::ctx::Ctx;
+use crate::worker::store::Stored;
 
 /// After the origin answered `fetch` (or failed): a stored entry goes to L2 as well; a lease
 /// held for an answer that is not stored is released, so a waiting node leads at once. Takes
 /// the entry's bytes out of `stored`.
-pub fn after_origin(
-    plugin: &Plugin,
-    worker: &RefCell<Worker>,
-    host: &impl Host,
-    fetch: &SharedFetch,
-    stored: &mut Stored,
-) {
-    let Some(l2) = &plugin.config.l2 else { return };
+pub fn after_origin(cx: &mut Ctx<'_, impl Host>, fetch: &SharedFetch, stored: &mut Stored) {
+    let Some(l2) = &cx.config().l2 else { return };
     if !matches!(fetch.l2, L2Role::Lead | L2Role::Store) {
         return;
     }
-    let me = owner(worker.borrow().id);
-    let callout = match store_callout(l2, host, &fetch.key, &me, stored) {
+    let me = owner(cx.worker(|w| w.id));
+    let callout = match store_callout(l2, cx.host(), &fetch.key, &me, stored) {
         Some(store) => store,
         None if fetch.l2 == L2Role::Lead => wire::release(l2, &fetch.key, &me),
         None => return,
     };
-    send(plugin, worker, host, Call::Write, &callout);
+    send(cx, Call::Write, &callout);
 }
 
 /// The store of what `stored` put in L1 (taking its bytes), if worth storing in L2.
@@ -65,21 +58,15 @@ fn store_callout(
 
 /// A plain miss (it went upstream itself) stored in L1 goes to L2 too, sent by the root (a
 /// callout made by a request dies with it). `true` when one was queued.
-pub fn queue_store(
-    plugin: &Plugin,
-    worker: &RefCell<Worker>,
-    host: &impl Host,
-    key: &CacheKey,
-    stored: &mut Stored,
-) -> bool {
-    let Some(l2) = &plugin.config.l2 else {
+pub fn queue_store(cx: &mut Ctx<'_, impl Host>, key: &CacheKey, stored: &mut Stored) -> bool {
+    let Some(l2) = &cx.config().l2 else {
         return false;
     };
-    let me = owner(worker.borrow().id);
-    let Some(callout) = store_callout(l2, host, key, &me, stored) else {
+    let me = owner(cx.worker(|w| w.id));
+    let Some(callout) = store_callout(l2, cx.host(), key, &me, stored) else {
         return false;
     };
-    worker.borrow_mut().l2.queue(callout);
+    cx.worker(|w| w.l2.queue(callout));
     true
 }
 
@@ -96,24 +83,25 @@ pub fn l2_ttl_ms(expires_at_ms: u64, now_ms: u64, margin_ms: u64) -> u64 {
 
 /// A refused fetch's lease, released on the next tick: the callback that found it refused
 /// answers requests, and nothing may be dispatched after an answer.
-pub fn release_later(plugin: &Plugin, worker: &RefCell<Worker>, fetch: &SharedFetch) {
-    let Some(l2) = &plugin.config.l2 else { return };
+pub fn release_later(cx: &mut Ctx<'_, impl Host>, fetch: &SharedFetch) {
+    let Some(l2) = &cx.config().l2 else { return };
     if fetch.l2 == L2Role::Lead {
-        let mut w = worker.borrow_mut();
-        let callout = wire::release(l2, &fetch.key, &owner(w.id));
-        w.l2.queue(callout);
+        cx.worker(|w| {
+            let callout = wire::release(l2, &fetch.key, &owner(w.id));
+            w.l2.queue(callout);
+        });
     }
 }
 
 /// Owes the fleet's purge log a purge made at `at_us` (kept in shared data until the log has
 /// it: see `fleet::outbox`). `None` without L2.
 pub fn queue_purge(
-    plugin: &Plugin,
-    host: &impl Host,
+    cx: &Ctx<'_, impl Host>,
     at_us: u64,
     targets: &[(Target, bool)],
 ) -> Option<Result<Pushed, StoreError>> {
-    plugin.config.l2.as_ref()?;
+    cx.config().l2.as_ref()?;
+    let host = cx.host();
     let pushed = outbox::push(host, at_us, targets);
     if pushed.is_ok_and(|p| p.folded) {
         host.count(Counter::L2PurgesFolded);
@@ -123,22 +111,20 @@ pub fn queue_purge(
 
 /// Root: sends every queued store and release and, from the Envoy's feed follower, the oldest
 /// purge owed to the log.
-pub fn flush(plugin: &Plugin, worker: &RefCell<Worker>, host: &impl Host) {
-    let queued = std::mem::take(&mut worker.borrow_mut().l2.outbox);
+pub fn flush(cx: &mut Ctx<'_, impl Host>) {
+    let queued = cx.worker(|w| std::mem::take(&mut w.l2.outbox));
     for callout in queued {
-        send(plugin, worker, host, Call::Write, &callout);
+        send(cx, Call::Write, &callout);
     }
-    send_purge(plugin, worker, host);
+    send_purge(cx);
 }
 
 /// One purge at a time, oldest first, and only from the worker that follows the log: the
 /// others would send the same records again.
-fn send_purge(plugin: &Plugin, worker: &RefCell<Worker>, host: &impl Host) {
-    let Some(l2) = &plugin.config.l2 else { return };
-    let (me, busy) = {
-        let w = worker.borrow();
-        (w.id, w.l2.sending_purge)
-    };
+fn send_purge(cx: &mut Ctx<'_, impl Host>) {
+    let Some(l2) = &cx.config().l2 else { return };
+    let (me, busy) = cx.worker(|w| (w.id, w.l2.sending_purge));
+    let host = cx.host();
     if busy || follower::read(host).owner != me {
         return;
     }
@@ -149,51 +135,43 @@ fn send_purge(plugin: &Plugin, worker: &RefCell<Worker>, host: &impl Host) {
         return;
     };
     host.count(Counter::L2PurgesSent);
-    worker.borrow_mut().l2.sending_purge = true;
+    cx.worker(|w| w.l2.sending_purge = true);
     let callout = wire::publish_purge(l2, &record);
-    send(plugin, worker, host, Call::Purge(pending.seq), &callout);
+    send(cx, Call::Purge(pending.seq), &callout);
 }
 
-fn send(
-    plugin: &Plugin,
-    worker: &RefCell<Worker>,
-    host: &impl Host,
-    call: Call,
-    callout: &Callout,
-) {
-    let timeout = plugin.config.l2.as_ref().map_or(0, |l2| l2.timeout_ms);
+fn send(cx: &mut Ctx<'_, impl Host>, call: Call, callout: &Callout) {
+    let timeout = cx.config().l2.as_ref().map_or(0, |l2| l2.timeout_ms);
+    let host = cx.host();
     match host.dispatch(callout, timeout) {
-        Ok(token) => worker.borrow_mut().l2.sent(token, call, host.now_ms()),
-        Err(_) => failed(worker, host, &call),
+        Ok(token) => {
+            let now_ms = host.now_ms();
+            cx.worker(|w| w.l2.sent(token, call, now_ms));
+        }
+        Err(_) => failed(cx, &call),
     }
 }
 
 /// Root: a write came back (`None`: reset). A purge the log now holds is no longer owed, and
 /// the next one goes at once.
-pub fn on_written(
-    plugin: &Plugin,
-    worker: &RefCell<Worker>,
-    host: &impl Host,
-    call: Call,
-    headers: Option<&[(String, Vec<u8>)]>,
-) {
+pub fn on_written(cx: &mut Ctx<'_, impl Host>, call: Call, headers: Option<&[(String, Vec<u8>)]>) {
     let result = headers.map_or(Err(L2Failure::Unreachable), wire::written);
     if result.is_err() {
-        return failed(worker, host, &call);
+        return failed(cx, &call);
     }
     if let Call::Purge(seq) = call {
-        worker.borrow_mut().l2.sending_purge = false;
-        if outbox::acknowledge(host, seq).is_ok() {
-            send_purge(plugin, worker, host);
+        cx.worker(|w| w.l2.sending_purge = false);
+        if outbox::acknowledge(cx.host(), seq).is_ok() {
+            send_purge(cx);
         }
     }
 }
 
 /// A purge that failed stays owed: the next tick sends it again.
-fn failed(worker: &RefCell<Worker>, host: &impl Host, call: &Call) {
-    host.count(Counter::L2Failures);
+fn failed(cx: &mut Ctx<'_, impl Host>, call: &Call) {
+    cx.host().count(Counter::L2Failures);
     if let Call::Purge(_) = call {
-        worker.borrow_mut().l2.sending_purge = false;
+        cx.worker(|w| w.l2.sending_purge = false);
     }
 }
 

@@ -9,8 +9,8 @@ use crate::config::Lifetimes;
 use crate::effects::counters::Counter;
 use crate::effects::host::{status, RequestHost};
 use crate::request::key::CacheKey;
-use crate::worker::root::store::{store_answer, Stored};
 use crate::worker::state::Plugin;
+use crate::worker::store::{store_answer, Stored};
 
 #[derive(Debug)]
 pub struct Capture {

@@ -21,6 +21,7 @@ use crate::request::classify::{
 };
 use crate::request::http::split_path;
 use crate::request::key::CacheKey;
+use crate::worker::ctx::Ctx;
 use crate::worker::l2::write::queue_store;
 use crate::worker::request::capture::{Capture, Chunk};
 use crate::worker::request::join::{join, refresh, Joined, Miss, Refresh};
@@ -28,11 +29,10 @@ use crate::worker::request::lookup::{find, serve, Asking, Found};
 use crate::worker::request::purge::{self, purge_api, AtHeaders};
 use crate::worker::request::read::{read_head, read_identity, read_route};
 use crate::worker::request::shadow::Shadowed;
-use crate::worker::request::watchdog::{BodyArrival, OPTION_OFF_LOG};
 use crate::worker::root::answer::{CACHE_HEADER, KEY_HEADER, REASON_HEADER};
 use crate::worker::root::shared_fetch::request_dispatch;
-use crate::worker::state::{Outcome, Plugin, Worker};
-use std::cell::RefCell;
+use crate::worker::state::Outcome;
+use crate::worker::watchdog::{BodyArrival, OPTION_OFF_LOG};
 
 /// What the callback tells Envoy.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -87,13 +87,6 @@ pub struct Exchange {
     mutation_shape: Option<Box<ResponseShape>>,
 }
 
-/// The pieces of the worker every callback needs.
-pub struct Ctx<'a, H> {
-    pub plugin: &'a Plugin,
-    pub worker: &'a RefCell<Worker>,
-    pub host: &'a H,
-}
-
 /// What storing the answer to a request `decided` so, born at `born_us`, must know.
 fn asked(decided: &Decided, born_us: u64) -> Asked {
     Asked {
@@ -117,12 +110,16 @@ impl Exchange {
         }
     }
 
-    pub fn on_request_headers<H: RequestHost>(&mut self, cx: &Ctx<H>, end_of_stream: bool) -> Flow {
-        let config = &cx.plugin.config;
+    pub fn on_request_headers<H: RequestHost>(
+        &mut self,
+        cx: &mut Ctx<'_, H>,
+        end_of_stream: bool,
+    ) -> Flow {
+        let config = cx.config();
         // Paths the filter does not handle cost one header read, nothing more. When it handles
         // every path, all headers are read at once (one host call less for every request).
         if !config.paths.is_empty() {
-            let path = cx.host.request_header(":path").unwrap_or_default();
+            let path = cx.host().request_header(":path").unwrap_or_default();
             if let Some(api) = purge_api(config, &path) {
                 return self.purge_headers(cx, api, end_of_stream);
             }
@@ -130,7 +127,7 @@ impl Exchange {
                 return Flow::Continue;
             }
         }
-        let mut head = read_head(config, cx.host);
+        let mut head = read_head(config, cx.host());
         if config.paths.is_empty() {
             if let Some(api) = purge_api(config, &head.path) {
                 return self.purge_headers(cx, api, end_of_stream);
@@ -141,13 +138,12 @@ impl Exchange {
             if !end_of_stream {
                 return self.bypass(cx, Bypass::GetWithBody);
             }
-            read_route(config, cx.host, &mut head);
-            let decided = decide(cx, &head, b"", || {
+            read_route(config, cx.host(), &mut head);
+            let apq = &cx.plugin().apq;
+            let decided = decide(cx, &head, b"", |host| {
                 let full = std::str::from_utf8(&head.path).map_err(|_| Bypass::BadQueryString)?;
                 let (path, query) = split_path(full);
-                classify_get(config, &head, path, query, &|h| {
-                    cx.plugin.apq.lookup(cx.host, h)
-                })
+                classify_get(config, &head, path, query, &|h| apq.lookup(host, h))
             });
             return self.lookup_scoped(cx, decided, &head, None);
         }
@@ -158,17 +154,18 @@ impl Exchange {
                 self.lookup_scoped(cx, Ok(classified.into()), &head, None)
             }
             HeadersVerdict::NeedBody => {
-                if !cx.worker.borrow().watchdog.may_hold() {
+                if !cx.worker(|w| w.watchdog.may_hold()) {
                     return self.bypass(cx, Bypass::BodyNotDelivered);
                 }
                 // Held with `allow_on_headers_stop_iteration`: nothing goes upstream until the
                 // body has been read and the request is known to be a miss.
-                read_route(config, cx.host, &mut head);
+                read_route(config, cx.host(), &mut head);
                 self.state = State::AwaitingBody(Box::new(head));
                 // The clock is read only while the watchdog still watches (a host call).
-                if cx.worker.borrow().watchdog.watching() {
-                    let now_ms = cx.host.now_ms();
-                    cx.worker.borrow_mut().watchdog.hold(self.context, now_ms);
+                if cx.worker(|w| w.watchdog.watching()) {
+                    let now_ms = cx.host().now_ms();
+                    let context = self.context;
+                    cx.worker(|w| w.watchdog.hold(context, now_ms));
                 }
                 Flow::Pause
             }
@@ -177,29 +174,21 @@ impl Exchange {
 
     pub fn on_request_body<H: RequestHost>(
         &mut self,
-        cx: &Ctx<H>,
+        cx: &mut Ctx<'_, H>,
         body_size: usize,
         end_of_stream: bool,
     ) -> Flow {
         match self.state {
             State::AwaitingBody(_) | State::PurgeBody => {
                 // Let go by the watchdog: the request is upstream already, whatever comes now.
-                let (released, watching) = {
-                    let mut w = cx.worker.borrow_mut();
-                    (
-                        w.outcomes.remove(&self.context).is_some(),
-                        w.watchdog.watching(),
-                    )
-                };
+                let context = self.context;
+                let (released, watching) =
+                    cx.worker(|w| (w.outcomes.remove(&context).is_some(), w.watchdog.watching()));
                 if watching {
-                    let now_ms = cx.host.now_ms();
-                    let arrival = cx.worker.borrow_mut().watchdog.body_arrived(
-                        self.context,
-                        now_ms,
-                        released,
-                    );
+                    let now_ms = cx.host().now_ms();
+                    let arrival = cx.worker(|w| w.watchdog.body_arrived(context, now_ms, released));
                     if let BodyArrival::AlreadyReleased { concluded: true } = arrival {
-                        cx.host.log(LogLevel::Error, OPTION_OFF_LOG);
+                        cx.host().log(LogLevel::Error, OPTION_OFF_LOG);
                     }
                 }
                 if released {
@@ -213,7 +202,7 @@ impl Exchange {
         if matches!(self.state, State::PurgeBody) {
             return self.purge_body(cx, body_size, end_of_stream);
         }
-        if body_size > cx.plugin.config.max_body_bytes {
+        if body_size > cx.config().max_body_bytes {
             return self.bypass(cx, Bypass::BodyTooLarge);
         }
         if !end_of_stream {
@@ -222,15 +211,16 @@ impl Exchange {
         let State::AwaitingBody(head) = std::mem::replace(&mut self.state, State::Ignored) else {
             return Flow::Continue;
         };
-        let body = cx.host.request_body(body_size).unwrap_or_default();
-        let config = &cx.plugin.config;
-        let decided = decide(cx, &head, &body, || {
-            classify_post(config, &head, &body, &|h| cx.plugin.apq.lookup(cx.host, h))
+        let body = cx.host().request_body(body_size).unwrap_or_default();
+        let config = cx.config();
+        let apq = &cx.plugin().apq;
+        let decided = decide(cx, &head, &body, |host| {
+            classify_post(config, &head, &body, &|h| apq.lookup(host, h))
         });
         self.lookup_scoped(cx, decided, &head, Some(body))
     }
 
-    pub fn on_request_trailers<H: RequestHost>(&mut self, cx: &Ctx<H>) -> Flow {
+    pub fn on_request_trailers<H: RequestHost>(&mut self, cx: &mut Ctx<'_, H>) -> Flow {
         // A body that ends in trailers never showed end_of_stream: let it through uninspected.
         if matches!(self.state, State::AwaitingBody(_)) {
             return self.bypass(cx, Bypass::EmptyBody);
@@ -238,7 +228,7 @@ impl Exchange {
         if matches!(self.state, State::PurgeBody) {
             // Never upstream: a purge request is answered here, whatever its shape.
             self.state = State::Served;
-            purge::refuse(cx.host, &trailers_refused());
+            purge::refuse(cx.host(), &trailers_refused());
             return Flow::Pause;
         }
         Flow::Continue
@@ -246,15 +236,12 @@ impl Exchange {
 
     pub fn on_response_headers<H: RequestHost>(
         &mut self,
-        cx: &Ctx<H>,
+        cx: &mut Ctx<'_, H>,
         end_of_stream: bool,
     ) -> Flow {
         if let State::Waiting { key } = self.state {
-            let outcome = cx
-                .worker
-                .try_borrow_mut()
-                .ok()
-                .and_then(|mut w| w.outcomes.remove(&self.context));
+            let context = self.context;
+            let outcome = cx.try_worker(|w| w.outcomes.remove(&context)).flatten();
             let reason = match outcome {
                 Some(Outcome::Answered) => {
                     self.state = State::Served;
@@ -263,9 +250,7 @@ impl Exchange {
                 Some(Outcome::Released(reason)) => reason,
                 // A response while still waiting comes from Envoy itself (e.g. a timeout).
                 None => {
-                    if let Ok(mut w) = cx.worker.try_borrow_mut() {
-                        w.waiters.remove_waiter(self.context);
-                    }
+                    cx.try_worker(|w| w.waiters.remove_waiter(context));
                     Release::EnvoyReply
                 }
             };
@@ -281,11 +266,12 @@ impl Exchange {
             State::Bypassed(reason) => {
                 let reason = *reason;
                 // Shadow mode never changes an answer (but for debugging); mutations still purge.
-                let config = &cx.plugin.config;
+                let config = cx.config();
                 if !config.shadow || config.debug_headers {
-                    cx.host.set_response_header(CACHE_HEADER, "BYPASS");
+                    cx.host().set_response_header(CACHE_HEADER, "BYPASS");
                     if config.debug_headers {
-                        cx.host.set_response_header(REASON_HEADER, reason.as_str());
+                        cx.host()
+                            .set_response_header(REASON_HEADER, reason.as_str());
                     }
                 }
                 if reason == Bypass::Mutation && !end_of_stream {
@@ -300,7 +286,7 @@ impl Exchange {
 
     pub fn on_response_body<H: RequestHost>(
         &mut self,
-        cx: &Ctx<H>,
+        cx: &mut Ctx<'_, H>,
         body_size: usize,
         end_of_stream: bool,
     ) -> Flow {
@@ -318,55 +304,56 @@ impl Exchange {
         let Some(c) = capture else {
             return Flow::Continue;
         };
-        if c.chunk(cx.plugin, cx.host, body_size) == Chunk::TooLarge {
+        if c.chunk(cx.plugin(), cx.host(), body_size) == Chunk::TooLarge {
             *capture = None;
             return Flow::Continue;
         }
         if end_of_stream {
             if let (Some(c), Some(asked)) = (capture.take(), &self.asked) {
-                let mut stored = c.finish(cx.plugin, cx.host, key, asked);
-                if queue_store(cx.plugin, cx.worker, cx.host, key, &mut stored) {
-                    request_dispatch(cx.worker, cx.host);
+                let mut stored = c.finish(cx.plugin(), cx.host(), key, asked);
+                if queue_store(cx, key, &mut stored) {
+                    request_dispatch(cx);
                 }
             }
         }
         Flow::Continue
     }
 
-    pub fn on_response_trailers<H: RequestHost>(&mut self, cx: &Ctx<H>) -> Flow {
+    pub fn on_response_trailers<H: RequestHost>(&mut self, cx: &mut Ctx<'_, H>) -> Flow {
         if let State::Missed { capture, .. } = &mut self.state {
             if capture.take().is_some() {
-                cx.host.count(Counter::StoreSkipped);
+                cx.host().count(Counter::StoreSkipped);
             }
         }
         Flow::Continue
     }
 
     /// The request ended. A client that left while waiting must not be answered later.
-    pub fn on_done(&self, worker: &RefCell<Worker>) {
-        if let Ok(mut w) = worker.try_borrow_mut() {
-            w.held_purges.remove(&self.context);
-            if matches!(self.state, State::Waiting { .. }) {
-                w.waiters.remove_waiter(self.context);
+    pub fn on_done<H: ?Sized>(&self, cx: &mut Ctx<'_, H>) {
+        let (context, waiting) = (self.context, matches!(self.state, State::Waiting { .. }));
+        cx.try_worker(|w| {
+            w.held_purges.remove(&context);
+            if waiting {
+                w.waiters.remove_waiter(context);
             }
-            w.outcomes.remove(&self.context);
-            w.watchdog.forget(self.context);
-        }
+            w.outcomes.remove(&context);
+            w.watchdog.forget(context);
+        });
     }
 
-    fn bypass<H: RequestHost>(&mut self, cx: &Ctx<H>, reason: Bypass) -> Flow {
-        cx.host.count(Counter::Bypasses);
+    fn bypass<H: RequestHost>(&mut self, cx: &mut Ctx<'_, H>, reason: Bypass) -> Flow {
+        cx.host().count(Counter::Bypasses);
         if reason.is_rejected_input() {
-            cx.host.count(Counter::RejectedInputs);
+            cx.host().count(Counter::RejectedInputs);
         }
         // A mutation's answer is read for what it changed: uncompressed (the compressor in front
         // still encodes it for its client). Shadow mode changes no request.
-        let config = &cx.plugin.config;
+        let config = cx.config();
         if reason == Bypass::Mutation
             && config.mutation_invalidation != MutationInvalidation::Off
             && !config.shadow
         {
-            cx.host.set_request_header("accept-encoding", IDENTITY);
+            cx.host().set_request_header("accept-encoding", IDENTITY);
         }
         self.state = State::Bypassed(reason);
         Flow::Continue
@@ -375,15 +362,15 @@ impl Exchange {
     /// Looks up a classified request, after scoping private ones to the caller.
     fn lookup_scoped<H: RequestHost>(
         &mut self,
-        cx: &Ctx<H>,
+        cx: &mut Ctx<'_, H>,
         decided: Result<Decided, Bypass>,
         head: &RequestHead,
         body: Option<Vec<u8>>,
     ) -> Flow {
-        let config = &cx.plugin.config;
+        let config = cx.config();
         let scoped = decided.and_then(|d| match d.policy.scope {
             Scope::Public => Ok(d),
-            Scope::Private => scope_key(d, read_identity(config, cx.host, head).as_deref()),
+            Scope::Private => scope_key(d, read_identity(config, cx.host(), head).as_deref()),
         });
         match scoped {
             Ok(d) => self.lookup(cx, d, head, body),
@@ -399,18 +386,18 @@ impl Exchange {
     /// Serves the key from the cache, or handles the miss.
     fn lookup<H: RequestHost>(
         &mut self,
-        cx: &Ctx<H>,
+        cx: &mut Ctx<'_, H>,
         decided: Decided,
         head: &RequestHead,
         body: Option<Vec<u8>>,
     ) -> Flow {
         let key = decided.key;
         // One clock read: the entry's birth needs microseconds (see `invalidate::marks`).
-        let now_us = cx.host.now_us();
+        let now_us = cx.host().now_us();
         let now_ms = now_us / 1000;
         let asked = asked(&decided, now_us);
         self.asked = Some(asked.clone());
-        let config = &cx.plugin.config;
+        let config = cx.config();
         if config.shadow {
             return self.shadow_lookup(cx, key, now_ms);
         }
@@ -435,34 +422,33 @@ impl Exchange {
             head,
             now_ms,
         };
-        match find(cx.plugin, cx.worker, cx.host, &key, now_ms) {
-            Found::Fresh(entry) if serve(cx.plugin, cx.host, &asking, &entry, "HIT") => {
-                cx.host.count(Counter::Hits);
+        match find(cx, &key, now_ms) {
+            Found::Fresh(entry) if serve(cx.plugin(), cx.host(), &asking, &entry, "HIT") => {
+                cx.host().count(Counter::Hits);
                 self.state = State::Served;
                 return Flow::Pause;
             }
             // Stale only while a refresh runs (or has just been started): otherwise a miss.
             Found::Stale(entry)
                 if may_fetch_for_others
-                    && refresh(cx.plugin, cx.worker, cx.host, miss(body.clone()))
-                        != Refresh::Impossible
-                    && serve(cx.plugin, cx.host, &asking, &entry, "STALE") =>
+                    && refresh(cx, miss(body.clone())) != Refresh::Impossible
+                    && serve(cx.plugin(), cx.host(), &asking, &entry, "STALE") =>
             {
-                cx.host.count(Counter::StaleServed);
+                cx.host().count(Counter::StaleServed);
                 self.state = State::Served;
                 return Flow::Pause;
             }
             _ => {}
         }
-        cx.host.count(Counter::Misses);
+        cx.host().count(Counter::Misses);
         // The origin answers what may be stored uncompressed (see `coalesce::upstream`).
-        cx.host.set_request_header("accept-encoding", IDENTITY);
+        cx.host().set_request_header("accept-encoding", IDENTITY);
         // A conditional request goes alone: its answer may be a 304 meant for its validators.
-        let too_large = cx.worker.borrow().too_large.contains(&key);
+        let too_large = cx.worker(|w| w.too_large.contains(&key));
         if may_fetch_for_others
             && !head.conditional()
             && !too_large
-            && join(cx.plugin, cx.worker, cx.host, miss(body)) == Joined::Waiting
+            && join(cx, miss(body)) == Joined::Waiting
         {
             self.state = State::Waiting { key };
             return Flow::Pause;
@@ -475,18 +461,18 @@ impl Exchange {
         Flow::Continue
     }
 
-    fn label_miss<H: RequestHost>(&mut self, cx: &Ctx<H>, end_of_stream: bool) {
-        let debug = cx.plugin.config.debug_headers;
+    fn label_miss<H: RequestHost>(&mut self, cx: &mut Ctx<'_, H>, end_of_stream: bool) {
+        let debug = cx.config().debug_headers;
         let State::Missed { key, reason, .. } = &self.state else {
             return;
         };
         let (key, reason) = (*key, *reason);
-        cx.host.set_response_header(CACHE_HEADER, "MISS");
+        cx.host().set_response_header(CACHE_HEADER, "MISS");
         if debug {
-            cx.host.set_response_header(KEY_HEADER, &key.hex());
+            cx.host().set_response_header(KEY_HEADER, &key.hex());
         }
         let lifetimes = self.asked.as_ref().map(|a| a.lifetimes).unwrap_or_default();
-        let not_stored = match Capture::start(cx.plugin, cx.host, &lifetimes, end_of_stream) {
+        let not_stored = match Capture::start(cx.plugin(), cx.host(), &lifetimes, end_of_stream) {
             Ok(capture) => {
                 self.state = State::Missed {
                     key,
@@ -496,12 +482,12 @@ impl Exchange {
                 reason.map(Release::as_str)
             }
             Err(why) => {
-                cx.host.count(Counter::StoreSkipped);
+                cx.host().count(Counter::StoreSkipped);
                 Some(reason.map_or(why.as_str(), Release::as_str))
             }
         };
         if let (true, Some(r)) = (debug, not_stored) {
-            cx.host.set_response_header(REASON_HEADER, r);
+            cx.host().set_response_header(REASON_HEADER, r);
         }
     }
 }
@@ -510,46 +496,49 @@ impl Exchange {
     /// A request to the purge API: refused here, or held for its selectors.
     fn purge_headers<H: RequestHost>(
         &mut self,
-        cx: &Ctx<H>,
+        cx: &mut Ctx<'_, H>,
         api: &PurgeApi,
         end_of_stream: bool,
     ) -> Flow {
         self.state = State::Served;
-        if purge::at_headers(api, cx.host, end_of_stream) == AtHeaders::Answered {
+        if purge::at_headers(api, cx.host(), end_of_stream) == AtHeaders::Answered {
             return Flow::Pause;
         }
         self.state = State::PurgeBody;
-        let mut w = cx.worker.borrow_mut();
-        w.held_purges.insert(self.context);
-        if w.watchdog.watching() {
-            drop(w);
-            let now_ms = cx.host.now_ms();
-            cx.worker.borrow_mut().watchdog.hold(self.context, now_ms);
+        let context = self.context;
+        let watching = cx.worker(|w| {
+            w.held_purges.insert(context);
+            w.watchdog.watching()
+        });
+        if watching {
+            let now_ms = cx.host().now_ms();
+            cx.worker(|w| w.watchdog.hold(context, now_ms));
         }
         Flow::Pause
     }
 
-    fn purge_body<H: RequestHost>(&mut self, cx: &Ctx<H>, size: usize, end: bool) -> Flow {
-        if size > cx.plugin.config.max_body_bytes {
+    fn purge_body<H: RequestHost>(&mut self, cx: &mut Ctx<'_, H>, size: usize, end: bool) -> Flow {
+        if size > cx.config().max_body_bytes {
             self.state = State::Served;
-            purge::refuse(cx.host, &too_large());
+            purge::refuse(cx.host(), &too_large());
             return Flow::Pause;
         }
         if !end {
             return Flow::Pause;
         }
         self.state = State::Served;
-        cx.worker.borrow_mut().held_purges.remove(&self.context);
-        let body = cx.host.request_body(size).unwrap_or_default();
-        purge::with_body(cx.plugin, cx.worker, cx.host, &body);
+        let context = self.context;
+        cx.worker(|w| w.held_purges.remove(&context));
+        let body = cx.host().request_body(size).unwrap_or_default();
+        purge::with_body(cx, &body);
         Flow::Pause
     }
 
-    fn watch_mutation<H: RequestHost>(&mut self, cx: &Ctx<H>) {
-        if cx.plugin.config.mutation_invalidation == MutationInvalidation::Off {
+    fn watch_mutation<H: RequestHost>(&mut self, cx: &mut Ctx<'_, H>) {
+        if cx.config().mutation_invalidation == MutationInvalidation::Off {
             return;
         }
-        let headers = cx.host.response_headers();
+        let headers = cx.host().response_headers();
         let status = status(&headers).unwrap_or(0);
         let encoded = headers.iter().any(|(n, v)| {
             n == "content-encoding" && !v.trim_ascii().eq_ignore_ascii_case(b"identity")
@@ -558,7 +547,7 @@ impl Exchange {
             self.state = State::Mutation {
                 body: Some(Vec::new()),
                 status,
-                declared: header_tags(&cx.plugin.config.mutation_purges.tags_from, &headers),
+                declared: header_tags(&cx.config().mutation_purges.tags_from, &headers),
             };
         }
     }
@@ -567,19 +556,19 @@ impl Exchange {
     /// memoized with its shape, and the work is for mutations only.
     fn map_mutation<H: RequestHost>(
         &mut self,
-        cx: &Ctx<H>,
+        cx: &mut Ctx<'_, H>,
         head: &RequestHead,
         body: Option<&[u8]>,
     ) {
-        let config = &cx.plugin.config;
+        let config = cx.config();
         if config.mutation_invalidation == MutationInvalidation::Off {
             return;
         }
-        let resolve = |h: &str| cx.plugin.apq.lookup(cx.host, h);
+        let resolve = |h: &str| cx.plugin().apq.lookup(cx.host(), h);
         self.mutation_shape = mutation_shape_of(config, head, body, &resolve).map(Box::new);
     }
 
-    fn mutation_body<H: RequestHost>(&mut self, cx: &Ctx<H>, size: usize, end: bool) {
+    fn mutation_body<H: RequestHost>(&mut self, cx: &mut Ctx<'_, H>, size: usize, end: bool) {
         let State::Mutation {
             body,
             status,
@@ -590,22 +579,22 @@ impl Exchange {
         };
         let Some(buffer) = body else { return };
         // Bounded like a stored entry; a larger answer is not read (and purges nothing).
-        if buffer.len().saturating_add(size) > cx.plugin.config.max_entry_bytes {
+        if buffer.len().saturating_add(size) > cx.config().max_entry_bytes {
             *body = None;
             return;
         }
         if size > 0 {
-            if let Some(chunk) = cx.host.response_body(size) {
+            if let Some(chunk) = cx.host().response_body(size) {
                 buffer.extend_from_slice(&chunk);
             }
         }
         if !end {
             return;
         }
-        let config = &cx.plugin.config;
+        let config = cx.config();
         let shape = self.mutation_shape.as_deref();
         if let Some(plan) = purge::mutation_plan(config, *status, buffer, shape, declared) {
-            purge::after_mutation(cx.plugin, cx.worker, cx.host, &plan);
+            purge::after_mutation(cx, &plan);
         }
         *body = None;
     }
@@ -613,14 +602,19 @@ impl Exchange {
 
 impl Exchange {
     /// Shadow mode: count what the cache would have done, and let the request go upstream.
-    fn shadow_lookup<H: RequestHost>(&mut self, cx: &Ctx<H>, key: CacheKey, now_ms: u64) -> Flow {
-        let found = find(cx.plugin, cx.worker, cx.host, &key, now_ms);
+    fn shadow_lookup<H: RequestHost>(
+        &mut self,
+        cx: &mut Ctx<'_, H>,
+        key: CacheKey,
+        now_ms: u64,
+    ) -> Flow {
+        let found = find(cx, &key, now_ms);
         let fresh = match &found {
             Found::Fresh(bytes) => Entry::decode(bytes).ok(),
             _ => None,
         };
         let shadowed = Shadowed::new(fresh.as_ref().map(|e| e.body));
-        cx.host.count(if shadowed.would_hit() {
+        cx.host().count(if shadowed.would_hit() {
             Counter::ShadowHits
         } else {
             Counter::ShadowMisses
@@ -632,30 +626,30 @@ impl Exchange {
         Flow::Continue
     }
 
-    fn shadow_headers<H: RequestHost>(&mut self, cx: &Ctx<H>, end_of_stream: bool) {
+    fn shadow_headers<H: RequestHost>(&mut self, cx: &mut Ctx<'_, H>, end_of_stream: bool) {
         let lifetimes = self.asked.as_ref().map(|a| a.lifetimes).unwrap_or_default();
         let State::Shadow { shadowed, .. } = &mut self.state else {
             return;
         };
-        if cx.plugin.config.debug_headers {
+        if cx.config().debug_headers {
             let label = if shadowed.would_hit() {
                 "SHADOW-HIT"
             } else {
                 "SHADOW-MISS"
             };
-            cx.host.set_response_header(CACHE_HEADER, label);
+            cx.host().set_response_header(CACHE_HEADER, label);
         }
-        shadowed.capture = Capture::start(cx.plugin, cx.host, &lifetimes, end_of_stream).ok();
+        shadowed.capture = Capture::start(cx.plugin(), cx.host(), &lifetimes, end_of_stream).ok();
         if end_of_stream {
             self.shadow_body(cx, 0, true);
         }
     }
 
-    fn shadow_body<H: RequestHost>(&mut self, cx: &Ctx<H>, size: usize, end: bool) {
+    fn shadow_body<H: RequestHost>(&mut self, cx: &mut Ctx<'_, H>, size: usize, end: bool) {
         let State::Shadow { shadowed, .. } = &mut self.state else {
             return;
         };
-        shadowed.chunk(cx.plugin, cx.host, size);
+        shadowed.chunk(cx.plugin(), cx.host(), size);
         if !end {
             return;
         }
@@ -663,9 +657,9 @@ impl Exchange {
         else {
             return;
         };
-        if let (Some(capture), Some(asked)) = (shadowed.finish(cx.host), &self.asked) {
+        if let (Some(capture), Some(asked)) = (shadowed.finish(cx.host()), &self.asked) {
             // Shadow mode changes nothing others see: L1 only.
-            capture.finish(cx.plugin, cx.host, &key, asked);
+            capture.finish(cx.plugin(), cx.host(), &key, asked);
         }
     }
 }
@@ -686,25 +680,26 @@ fn trailers_refused() -> Refusal {
 
 /// Classifies through the per-worker memo: an identical recent request is not parsed again.
 fn decide<H: RequestHost>(
-    cx: &Ctx<H>,
+    cx: &mut Ctx<'_, H>,
     head: &RequestHead,
     body: &[u8],
-    classify: impl FnOnce() -> Result<Classified, Bypass>,
+    classify: impl FnOnce(&H) -> Result<Classified, Bypass>,
 ) -> Result<Decided, Bypass> {
     let input = memo_input(head, body);
-    if let Some(known) = cx.worker.borrow().memo.get(&input) {
+    if let Some(known) = cx.worker(|w| w.memo.get(&input)) {
         return known;
     }
-    let decided = classify().map(Decided::from);
+    let decided = classify(cx.host()).map(Decided::from);
     // An unknown persisted query may be taught any moment: asked again, not remembered.
     if decided != Err(Bypass::PersistedQueryUnknown) {
-        cx.worker.borrow_mut().memo.insert(input, decided.clone());
+        let remembered = decided.clone();
+        cx.worker(|w| w.memo.insert(input, remembered));
     }
     if let Ok(Decided {
         teaches: Some(t), ..
     }) = &decided
     {
-        cx.plugin.apq.learn(cx.host, &t.0, &t.1);
+        cx.plugin().apq.learn(cx.host(), &t.0, &t.1);
     }
     decided
 }

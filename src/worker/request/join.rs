@@ -12,10 +12,10 @@ use crate::effects::counters::Counter;
 use crate::effects::host::RequestHost;
 use crate::request::classify::RequestHead;
 use crate::request::key::CacheKey;
+use crate::worker::ctx::Ctx;
 use crate::worker::request::read::fetch_cluster;
 use crate::worker::root::shared_fetch::{abandon, request_dispatch};
-use crate::worker::state::{Plugin, Worker};
-use std::cell::RefCell;
+use crate::worker::state::Plugin;
 
 /// What a miss that may coalesce does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -39,49 +39,39 @@ pub struct Miss<'a> {
     pub now_ms: u64,
 }
 
-pub fn join(
-    plugin: &Plugin,
-    worker: &RefCell<Worker>,
-    host: &impl RequestHost,
-    miss: Miss<'_>,
-) -> Joined {
-    let local = worker.borrow_mut().waiters.join(
-        &miss.key,
-        miss.context,
-        miss.now_ms,
-        plugin.config.max_waiters,
-    );
+pub fn join(cx: &mut Ctx<'_, impl RequestHost>, miss: Miss<'_>) -> Joined {
+    let max_waiters = cx.config().max_waiters;
+    let local = cx.worker(|w| {
+        w.waiters
+            .join(&miss.key, miss.context, miss.now_ms, max_waiters)
+    });
     match local {
         LocalJoin::Joined => return Joined::Waiting,
         LocalJoin::Full => return Joined::Alone,
         LocalJoin::NoFlight => {}
     }
     let (key, context, now_ms) = (miss.key, miss.context, miss.now_ms);
-    let Some((fetch, claim)) = claim(plugin, worker, host, miss, JoinMode::MayLead) else {
+    let Some((fetch, claim)) = claim(cx, miss, JoinMode::MayLead) else {
         return Joined::Alone;
     };
-    let joined = plugin
+    let host = cx.host();
+    let joined = cx
+        .plugin()
         .flights
         .join(host, &claim, &Alive::read(host, now_ms));
     // The key's flight slot holds another key (`Alone`): no flight across workers, but with an
     // L2 this worker still leads the key for the fleet (its own requests for it wait on this
     // fetch), rather than send it upstream without asking L2. Completing the flight leaves the
     // other key's record alone (it is not ours).
-    let leads = joined == Join::Lead || (joined == Join::Alone && plugin.config.l2.is_some());
+    let leads = joined == Join::Lead || (joined == Join::Alone && cx.config().l2.is_some());
     if joined == Join::Follow {
-        worker
-            .borrow_mut()
-            .waiters
-            .start(key, false, context, now_ms);
+        cx.worker(|w| w.waiters.start(key, false, context, now_ms));
     } else if leads {
-        worker
-            .borrow_mut()
-            .waiters
-            .start(key, true, context, now_ms);
-        if !lead(plugin, worker, host, fetch) {
+        cx.worker(|w| w.waiters.start(key, true, context, now_ms));
+        if !lead(cx, fetch) {
             return Joined::Alone;
         }
-        host.count(Counter::Leaders);
+        cx.host().count(Counter::Leaders);
     } else {
         return Joined::Alone;
     }
@@ -101,33 +91,30 @@ pub enum Refresh {
 }
 
 /// Starts a background refresh of a stale entry, unless some worker already fetches the key.
-pub fn refresh(
-    plugin: &Plugin,
-    worker: &RefCell<Worker>,
-    host: &impl RequestHost,
-    miss: Miss<'_>,
-) -> Refresh {
+pub fn refresh(cx: &mut Ctx<'_, impl RequestHost>, miss: Miss<'_>) -> Refresh {
     let (key, now_ms) = (miss.key, miss.now_ms);
-    if worker.borrow().waiters.contains(&key) {
+    if cx.worker(|w| w.waiters.contains(&key)) {
         return Refresh::Running;
     }
-    let Some((fetch, claim)) = claim(plugin, worker, host, miss, JoinMode::LeadOnly) else {
+    let Some((fetch, claim)) = claim(cx, miss, JoinMode::LeadOnly) else {
         return Refresh::Impossible;
     };
     // In flight elsewhere, or its slot busy with another key: someone fetches, or the next
     // request tries again.
-    if plugin
+    let host = cx.host();
+    if cx
+        .plugin()
         .flights
         .join(host, &claim, &Alive::read(host, now_ms))
         != Join::Lead
     {
         return Refresh::Running;
     }
-    worker.borrow_mut().waiters.start_refresh(key, now_ms);
-    if !lead(plugin, worker, host, fetch) {
+    cx.worker(|w| w.waiters.start_refresh(key, now_ms));
+    if !lead(cx, fetch) {
         return Refresh::Impossible;
     }
-    host.count(Counter::Refreshes);
+    cx.host().count(Counter::Refreshes);
     Refresh::Started
 }
 
@@ -148,30 +135,23 @@ fn shared_fetch(plugin: &Plugin, host: &impl RequestHost, miss: Miss<'_>) -> Opt
     })
 }
 
-/// This worker's id and queue; without a queue nothing coalesces.
-fn identity(worker: &RefCell<Worker>) -> Option<(u64, u32)> {
-    let w = worker.borrow();
-    Some((w.id, w.queue?))
-}
-
 /// The fetch `miss` would share and this worker's claim on its flight; `None` when no fetch can
 /// be shared (a header the callout cannot carry, no wake-up queue).
 fn claim(
-    plugin: &Plugin,
-    worker: &RefCell<Worker>,
-    host: &impl RequestHost,
+    cx: &mut Ctx<'_, impl RequestHost>,
     miss: Miss<'_>,
     mode: JoinMode,
 ) -> Option<(SharedFetch, Claim)> {
     let (key, now_ms) = (miss.key, miss.now_ms);
-    let fetch = shared_fetch(plugin, host, miss)?;
-    let (me, queue) = identity(worker)?;
+    let fetch = shared_fetch(cx.plugin(), cx.host(), miss)?;
+    // Without a wake-up queue nothing coalesces.
+    let (me, queue) = cx.worker(|w| Some((w.id, w.queue?)))?;
     let claim = Claim {
         key,
         me,
         queue,
         now_ms,
-        lease_ms: plugin.lease_ms(),
+        lease_ms: cx.plugin().lease_ms(),
         mode,
     };
     Some((fetch, claim))
@@ -179,22 +159,16 @@ fn claim(
 
 /// Queues the claimed fetch for the root to dispatch; if the root cannot be asked, gives the
 /// flight up (its watchers go upstream).
-fn lead(
-    plugin: &Plugin,
-    worker: &RefCell<Worker>,
-    host: &impl RequestHost,
-    fetch: SharedFetch,
-) -> bool {
+fn lead(cx: &mut Ctx<'_, impl RequestHost>, fetch: SharedFetch) -> bool {
     let key = fetch.key;
-    worker.borrow_mut().pending.push(fetch);
-    if request_dispatch(worker, host) {
+    cx.worker(|w| w.pending.push(fetch));
+    if request_dispatch(cx) {
         return true;
     }
-    {
-        let mut w = worker.borrow_mut();
+    cx.worker(|w| {
         w.waiters.take(&key);
         w.pending.retain(|f| f.key != key);
-    }
-    abandon(plugin, worker, host, &key);
+    });
+    abandon(cx, &key);
     false
 }

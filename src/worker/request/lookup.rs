@@ -12,10 +12,10 @@ use crate::effects::host::RequestHost;
 use crate::invalidate::marks::Verdict;
 use crate::request::classify::RequestHead;
 use crate::request::key::CacheKey;
+use crate::worker::ctx::Ctx;
 use crate::worker::marks::{refresh_marks, verdict};
 use crate::worker::root::answer::{CACHE_HEADER, KEY_HEADER, TAGS_HEADER};
-use crate::worker::state::{Plugin, Worker};
-use std::cell::RefCell;
+use crate::worker::state::Plugin;
 use std::rc::Rc;
 
 /// What a lookup found.
@@ -30,38 +30,39 @@ pub enum Found {
 
 /// A fresh entry for `key`: this worker's copy, else shared data (then copied here); or a stale
 /// one that may be served while refreshing.
-pub fn find(
-    plugin: &Plugin,
-    worker: &RefCell<Worker>,
-    host: &impl RequestHost,
-    key: &CacheKey,
-    now_ms: u64,
-) -> Found {
-    let invalidation = plugin.config.invalidation_on();
+pub fn find(cx: &mut Ctx<'_, impl RequestHost>, key: &CacheKey, now_ms: u64) -> Found {
+    let invalidation = cx.config().invalidation_on();
     if invalidation {
-        refresh_marks(plugin, worker, host);
+        refresh_marks(cx);
     }
-    let epoch = worker.borrow().purges.epoch;
-    let copy = worker.borrow_mut().hot.get(key, now_ms);
+    let (epoch, copy) = cx.worker(|w| (w.purges.epoch, w.hot.get(key, now_ms)));
     if let Some((entry, checked)) = copy {
-        // Checked against the marks in force: served without decoding.
-        if !invalidation || checked == epoch || verdict(worker, &entry) == Verdict::Fresh {
-            worker.borrow_mut().hot.checked(key, epoch);
+        let fresh = cx.worker(|w| {
+            // Checked against the marks in force: served without decoding.
+            if !invalidation || checked == epoch || verdict(w, &entry) == Verdict::Fresh {
+                w.hot.checked(key, epoch);
+                return true;
+            }
+            // Purged here; shared data may hold a newer answer already.
+            w.hot.remove(key);
+            false
+        });
+        if fresh {
             return Found::Fresh(entry);
         }
-        // Purged here; shared data may hold a newer answer already.
-        worker.borrow_mut().hot.remove(key);
     }
-    let (bytes, expired) = match plugin.table.lookup(host, key, now_ms) {
+    let host = cx.host();
+    let (bytes, expired) = match cx.plugin().table.lookup(host, key, now_ms) {
         Lookup::Hit(bytes) => (bytes, false),
         Lookup::Stale(bytes) => (bytes, true),
         Lookup::Miss(_) => return Found::Nothing,
     };
     let marks = if invalidation {
-        verdict(worker, &bytes)
+        cx.worker(|w| verdict(w, &bytes))
     } else {
         Verdict::Fresh
     };
+    let host = cx.host();
     if marks == Verdict::Purged {
         host.count(Counter::PurgedMisses);
         return Found::Nothing;
@@ -81,10 +82,7 @@ pub fn find(
         .map(|p| p.expires_at_ms)
         .unwrap_or_default();
     let entry: Rc<[u8]> = bytes.into();
-    worker
-        .borrow_mut()
-        .hot
-        .insert(*key, Rc::clone(&entry), expires, epoch);
+    cx.worker(|w| w.hot.insert(*key, Rc::clone(&entry), expires, epoch));
     Found::Fresh(entry)
 }
 

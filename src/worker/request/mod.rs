@@ -8,4 +8,3 @@ pub mod lookup;
 pub mod purge;
 pub mod read;
 pub mod shadow;
-pub mod watchdog;

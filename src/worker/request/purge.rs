@@ -10,10 +10,10 @@ use crate::invalidate::mutation::{extension_tags, Coarse, PurgePlan};
 use crate::invalidate::purge_request::{authorized, parse_selectors, Refusal};
 use crate::invalidate::shape::{find_in_shaped_answer, ResponseShape};
 use crate::request::http::split_path;
+use crate::worker::ctx::Ctx;
 use crate::worker::l2::write::queue_purge;
+use crate::worker::marks::mark;
 use crate::worker::root::shared_fetch::request_dispatch;
-use crate::worker::state::{Plugin, Worker};
-use std::cell::RefCell;
 
 /// What the purge API does with a request's headers.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -65,10 +65,10 @@ pub fn at_headers(api: &PurgeApi, host: &impl RequestHost, end_of_stream: bool) 
 }
 
 /// The whole body of an authorized purge request: applies it all or nothing, and answers.
-pub fn with_body(plugin: &Plugin, worker: &RefCell<Worker>, host: &impl RequestHost, body: &[u8]) {
+pub fn with_body(cx: &mut Ctx<'_, impl RequestHost>, body: &[u8]) {
     let selectors = match parse_selectors(body) {
         Ok(s) => s,
-        Err(r) => return refuse(host, &r),
+        Err(r) => return refuse(cx.host(), &r),
     };
     let targets: Vec<(Target, bool)> = selectors
         .iter()
@@ -81,10 +81,10 @@ pub fn with_body(plugin: &Plugin, worker: &RefCell<Worker>, host: &impl RequestH
             targets.into_iter().map(move |t| (t, s.soft))
         })
         .collect();
-    let fleet = match apply(plugin, worker, host, &targets) {
+    let fleet = match apply(cx, &targets) {
         Ok(Fleet::Unqueued) => {
             return refuse(
-                host,
+                cx.host(),
                 &Refusal {
                     status: 503,
                     message: "purged on this Envoy, but not queued for the fleet; retry".into(),
@@ -94,7 +94,7 @@ pub fn with_body(plugin: &Plugin, worker: &RefCell<Worker>, host: &impl RequestH
         Ok(fleet) => fleet,
         Err(_) => {
             return refuse(
-                host,
+                cx.host(),
                 &Refusal {
                     status: 503,
                     message: "the purge could not be written to shared data; retry".into(),
@@ -102,6 +102,7 @@ pub fn with_body(plugin: &Plugin, worker: &RefCell<Worker>, host: &impl RequestH
             )
         }
     };
+    let host = cx.host();
     host.count(Counter::Purges);
     let body = match fleet {
         // Other Envoys have it once the fleet's purge log does, within a second after that.
@@ -149,22 +150,20 @@ fn json_headers() -> Vec<(&'static str, &'static str)> {
 /// Marks the targets purged now (the purge API's and mutations' purges), and owes them to the
 /// fleet's purge log.
 pub fn apply(
-    plugin: &Plugin,
-    worker: &RefCell<Worker>,
-    host: &impl Host,
+    cx: &mut Ctx<'_, impl Host>,
     targets: &[(Target, bool)],
 ) -> Result<Fleet, crate::effects::store::StoreError> {
-    let now_us = host.now_us();
+    let now_us = cx.host().now_us();
     let timed: Vec<(Target, bool, u64)> = targets
         .iter()
         .map(|&(target, soft)| (target, soft, now_us))
         .collect();
-    crate::worker::marks::mark(plugin, worker, host, &timed)?;
+    mark(cx, &timed)?;
     // The rest of the fleet applies it at the same instant, from the L2 purge log.
-    Ok(match queue_purge(plugin, host, now_us, targets) {
+    Ok(match queue_purge(cx, now_us, targets) {
         None => Fleet::Alone,
         Some(Ok(pushed)) => {
-            request_dispatch(worker, host);
+            request_dispatch(cx);
             Fleet::Pending(pushed.pending)
         }
         Some(Err(_)) => Fleet::Unqueued,
@@ -225,20 +224,15 @@ pub fn mutation_targets(plan: &PurgePlan, within_budget: bool) -> (Vec<(Target, 
 }
 
 /// Applies a mutation's purge, collapsed when this worker's budget is spent.
-pub fn after_mutation(
-    plugin: &Plugin,
-    worker: &RefCell<Worker>,
-    host: &impl Host,
-    plan: &PurgePlan,
-) {
-    let now_us = host.now_us();
-    let within_budget = worker.borrow_mut().mutation_budget.take(now_us);
+pub fn after_mutation(cx: &mut Ctx<'_, impl Host>, plan: &PurgePlan) {
+    let now_us = cx.host().now_us();
+    let within_budget = cx.worker(|w| w.mutation_budget.take(now_us));
     let (targets, collapsed) = mutation_targets(plan, within_budget);
     if collapsed {
-        host.count(Counter::MutationPurgesCollapsed);
+        cx.host().count(Counter::MutationPurgesCollapsed);
     }
-    if apply(plugin, worker, host, &targets).is_ok() {
-        host.count(Counter::MutationPurges);
+    if apply(cx, &targets).is_ok() {
+        cx.host().count(Counter::MutationPurges);
     }
 }
 

@@ -7,9 +7,9 @@ use crate::coalesce::release::Release;
 use crate::effects::counters::Counter;
 use crate::effects::host::Host;
 use crate::request::key::CacheKey;
-use crate::worker::root::store::Stored;
-use crate::worker::state::{Outcome, Plugin, Worker};
-use std::cell::RefCell;
+use crate::worker::ctx::Ctx;
+use crate::worker::state::Outcome;
+use crate::worker::store::Stored;
 
 pub const CACHE_HEADER: &str = "x-cache";
 pub const KEY_HEADER: &str = "x-cache-key";
@@ -99,19 +99,9 @@ impl<'a> Reply<'a> {
 }
 
 /// Answers the paused request `context`, waiting for `key`, with `reply`.
-pub fn answer(
-    plugin: &Plugin,
-    worker: &RefCell<Worker>,
-    host: &impl Host,
-    context: u32,
-    key: &CacheKey,
-    reply: Reply<'_>,
-) {
+pub fn answer(cx: &mut Ctx<'_, impl Host>, context: u32, key: &CacheKey, reply: Reply<'_>) {
     let Reply { response, label } = reply;
-    worker
-        .borrow_mut()
-        .outcomes
-        .insert(context, Outcome::Answered);
+    cx.worker(|w| w.outcomes.insert(context, Outcome::Answered));
     let hex;
     let mut headers: Vec<(&str, &str)> = Vec::with_capacity(response.headers.len() + 4);
     headers.extend(
@@ -121,7 +111,7 @@ pub fn answer(
             .map(|(n, v)| (n.as_str(), v.as_str())),
     );
     headers.push((CACHE_HEADER, label.cache));
-    if plugin.config.debug_headers {
+    if cx.config().debug_headers {
         hex = key.hex();
         headers.push((KEY_HEADER, &hex));
         if let Some(r) = label.reason {
@@ -131,6 +121,7 @@ pub fn answer(
             headers.push((TAGS_HEADER, label.tags));
         }
     }
+    let host = cx.host();
     if host.answer(context, response.status, headers, &response.body) {
         if label.cache == Label::COALESCED.cache {
             host.count(Counter::Coalesced);
@@ -140,17 +131,14 @@ pub fn answer(
         }
     } else {
         // The client went away while waiting.
-        worker.borrow_mut().outcomes.remove(&context);
+        cx.worker(|w| w.outcomes.remove(&context));
     }
 }
 
 /// Lets the paused request `context` go upstream on its own; `reason` shows in the debug header.
-pub fn release(worker: &RefCell<Worker>, host: &impl Host, context: u32, reason: Release) {
-    worker
-        .borrow_mut()
-        .outcomes
-        .insert(context, Outcome::Released(reason));
-    if !host.resume(context) {
-        worker.borrow_mut().outcomes.remove(&context);
+pub fn release(cx: &mut Ctx<'_, impl Host>, context: u32, reason: Release) {
+    cx.worker(|w| w.outcomes.insert(context, Outcome::Released(reason)));
+    if !cx.host().resume(context) {
+        cx.worker(|w| w.outcomes.remove(&context));
     }
 }

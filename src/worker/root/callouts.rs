@@ -1,46 +1,53 @@
 //! Root: a callout came back; who sent it decides who reads it (the origin fetch, an L2 lookup,
-//! an L2 write, the purge feed). Nothing is read after a reset: that would trap the VM.
+//! an L2 write, the purge feed). Its headers are read here, once, for all of them; nothing is
+//! read after a reset: that would trap the VM.
 
 use crate::effects::host::Host;
 use crate::fleet::calls::Call;
-use crate::worker::l2::ask::{on_answer, Answered};
+use crate::worker::callout::Returned;
+use crate::worker::ctx::Ctx;
+use crate::worker::l2::ask::{on_answer, Next};
 use crate::worker::l2::feed::on_page;
 use crate::worker::l2::write::on_written;
-use crate::worker::root::shared_fetch::on_fetch_callout;
-use crate::worker::state::{Plugin, Worker};
-use std::cell::RefCell;
+use crate::worker::root::answer::{Label, Labels};
+use crate::worker::root::shared_fetch::{finish, on_fetch_callout, to_origin_or_refused};
 
-pub fn on_callout(
-    plugin: &Plugin,
-    worker: &RefCell<Worker>,
-    host: &impl Host,
-    token: u32,
-    num_headers: usize,
-    body_size: usize,
-) {
-    let call = worker.borrow_mut().l2.take(token);
+pub fn on_callout(cx: &mut Ctx<'_, impl Host>, token: u32, num_headers: usize, body_size: usize) {
+    let call = cx.worker(|w| w.l2.take(token));
+    let returned = Returned::read(cx.host(), num_headers, body_size);
     let Some(call) = call else {
-        return on_fetch_callout(plugin, worker, host, token, num_headers, body_size);
+        return on_fetch_callout(cx, token, returned);
     };
-    let headers = (num_headers > 0).then(|| host.callout_headers());
     match call {
-        Call::Lookup(fetch) => on_answer(
-            plugin,
-            worker,
-            host,
+        Call::Lookup(fetch) => {
+            let next = on_answer(cx, fetch, false, returned);
+            after_lookup(cx, next);
+        }
+        Call::Wait(fetch) => {
+            let next = on_answer(cx, fetch, true, returned);
+            after_lookup(cx, next);
+        }
+        Call::Write | Call::Purge(_) => on_written(cx, call, returned.headers.as_deref()),
+        Call::Feed => on_page(cx, &returned),
+    }
+}
+
+/// What L2's answer to a flight's lookup leaves the root to do.
+fn after_lookup(cx: &mut Ctx<'_, impl Host>, next: Next) {
+    match next {
+        Next::Waiting => {}
+        Next::Hit {
             fetch,
-            false,
-            Answered { headers, body_size },
-        ),
-        Call::Wait(fetch) => on_answer(
-            plugin,
-            worker,
-            host,
-            fetch,
-            true,
-            Answered { headers, body_size },
-        ),
-        Call::Write | Call::Purge(_) => on_written(plugin, worker, host, call, headers.as_deref()),
-        Call::Feed => on_page(plugin, worker, host, headers.as_deref(), body_size),
+            response,
+            waited,
+        } => {
+            let label = if waited {
+                Label::L2_COALESCED
+            } else {
+                Label::L2_HIT
+            };
+            finish(cx, &fetch, Ok(response), &Labels::all(label));
+        }
+        Next::Origin(fetch) => to_origin_or_refused(cx, fetch),
     }
 }

@@ -4,6 +4,7 @@
 use crate::config::{Config, ConfigError};
 use crate::effects::host::{Host, LogLevel};
 use crate::request::key::SlotKey;
+use crate::worker::ctx::Ctx;
 use crate::worker::root::tick::heartbeat;
 use crate::worker::state::{Plugin, Worker};
 use std::cell::RefCell;
@@ -15,6 +16,8 @@ pub fn queue_name(id: u64) -> String {
     format!("graphql-cache/wake/{id:016x}")
 }
 
+/// The plugin a configuration makes, with what `worker` derived from the old one reset. Given the
+/// worker and the host apart, not a `Ctx`: the plugin a `Ctx` holds is made here.
 pub fn configure(
     bytes: &[u8],
     worker: &RefCell<Worker>,
@@ -23,16 +26,18 @@ pub fn configure(
     let config = Config::parse_with_env(bytes, &|name| host.env(name)).inspect_err(|e| {
         host.log(LogLevel::Error, &format!("graphql-cache: {e}"));
     })?;
-    worker.borrow_mut().reconfigure(&config);
     let plugin = Plugin::new(config, slot_key(host));
+    let mut cx = Ctx::new(&plugin, worker, host);
+    cx.worker(|w| w.reconfigure(&plugin.config));
     if plugin.config.coalesce {
-        ensure_queue(worker, host);
-        plugin.flights.precreate(host);
+        ensure_queue(&mut cx);
+        plugin.flights.precreate(cx.host());
         // Alive from the start: a flight led before the first tick is followed, not taken over.
-        heartbeat(&plugin, worker, host, host.now_ms());
+        let now_ms = cx.host().now_ms();
+        heartbeat(&mut cx, now_ms);
     }
     if plugin.config.invalidation_on() {
-        plugin.purges.precreate(host);
+        plugin.purges.precreate(cx.host());
     }
     Ok(plugin)
 }
@@ -61,17 +66,14 @@ pub fn slot_key(host: &impl Host) -> SlotKey {
     read().unwrap_or_default()
 }
 
-fn ensure_queue(worker: &RefCell<Worker>, host: &impl Host) {
-    let (queue, id) = {
-        let w = worker.borrow();
-        (w.queue, w.id)
-    };
+fn ensure_queue(cx: &mut Ctx<'_, impl Host>) {
+    let (queue, id) = cx.worker(|w| (w.queue, w.id));
     if queue.is_some() {
         return;
     }
-    match host.register_queue(&queue_name(id)) {
-        Some(token) => worker.borrow_mut().queue = Some(token),
-        None => host.log(LogLevel::Warn, NO_QUEUE_LOG),
+    match cx.host().register_queue(&queue_name(id)) {
+        Some(token) => cx.worker(|w| w.queue = Some(token)),
+        None => cx.host().log(LogLevel::Warn, NO_QUEUE_LOG),
     }
 }
 

@@ -4,29 +4,28 @@
 
 use crate::coalesce::upstream::L2Role;
 use crate::effects::host::Host;
+use crate::worker::ctx::Ctx;
 use crate::worker::l2::ask::ask;
 use crate::worker::l2::write::flush;
 use crate::worker::root::shared_fetch::{refused, to_origin};
-use crate::worker::state::{Plugin, Worker};
-use std::cell::RefCell;
 
-pub fn dispatch_pending(plugin: &Plugin, worker: &RefCell<Worker>, host: &impl Host) {
-    let pending = std::mem::take(&mut worker.borrow_mut().pending);
+pub fn dispatch_pending(cx: &mut Ctx<'_, impl Host>) {
+    let pending = cx.worker(|w| std::mem::take(&mut w.pending));
     let mut refusals = Vec::new();
     for fetch in pending {
-        let fetch = match (&plugin.config.l2, fetch.l2) {
-            (Some(l2), L2Role::Ask) => match ask(plugin, worker, host, l2, fetch, false) {
+        let fetch = match (&cx.config().l2, fetch.l2) {
+            (Some(l2), L2Role::Ask) => match ask(cx, l2, fetch, false) {
                 Ok(()) => continue,
                 Err(fetch) => *fetch,
             },
             _ => fetch,
         };
-        if let Err(fetch) = to_origin(plugin, worker, host, fetch) {
+        if let Err(fetch) = to_origin(cx, fetch) {
             refusals.push(fetch);
         }
     }
-    flush(plugin, worker, host);
+    flush(cx);
     for fetch in refusals {
-        refused(plugin, worker, host, &fetch);
+        refused(cx, &fetch);
     }
 }

@@ -9,23 +9,17 @@ use crate::coalesce::release::Release;
 use crate::coalesce::wakeup::Message;
 use crate::effects::host::Host;
 use crate::request::key::CacheKey;
+use crate::worker::ctx::Ctx;
 use crate::worker::root::answer::{answer, release, Label, Reply};
 use crate::worker::root::dispatch::dispatch_pending;
 use crate::worker::root::stale::{instead_of_error, is_failure};
-use crate::worker::state::{Plugin, Worker};
-use std::cell::RefCell;
 
 /// Root: the messages dequeued from this worker's wake-up queue. Fetches are dispatched before
 /// anyone is answered.
-pub fn on_messages(
-    plugin: &Plugin,
-    worker: &RefCell<Worker>,
-    host: &impl Host,
-    messages: &[Vec<u8>],
-) {
+pub fn on_messages(cx: &mut Ctx<'_, impl Host>, messages: &[Vec<u8>]) {
     let decoded: Vec<Message<'_>> = messages.iter().filter_map(|m| Message::decode(m)).collect();
     if decoded.contains(&Message::Dispatch) {
-        dispatch_pending(plugin, worker, host);
+        dispatch_pending(cx);
     }
     for message in decoded {
         let Message::Wake { key, answer } = message else {
@@ -34,92 +28,72 @@ pub fn on_messages(
         match answer {
             // The answer came with the wake-up: no shared-data read, and no race with the next
             // flight of the same key overwriting the record.
-            Some(bytes) => deliver(
-                plugin,
-                worker,
-                host,
-                &key,
-                Response::decode_from_flight(bytes, &key),
-            ),
+            Some(bytes) => deliver(cx, &key, Response::decode_from_flight(bytes, &key)),
             None => {
-                check(plugin, worker, host, &key);
+                check(cx, &key);
             }
         }
     }
 }
 
 /// Answers this worker's followers of `key` with `response`, or lets them go upstream.
-fn deliver(
-    plugin: &Plugin,
-    worker: &RefCell<Worker>,
-    host: &impl Host,
-    key: &CacheKey,
-    response: Option<Response>,
-) {
-    let flight = {
-        let mut w = worker.borrow_mut();
+fn deliver(cx: &mut Ctx<'_, impl Host>, key: &CacheKey, response: Option<Response>) {
+    let flight = cx.worker(|w| {
         if !w.waiters.is_following(key) {
-            return;
+            return None;
         }
-        w.waiters.take(key)
-    };
+        Some(w.waiters.take(key))
+    });
+    let Some(flight) = flight else { return };
     let waiters = flight.map(|f| f.waiters).unwrap_or_default();
     // The leader's fetch failed: this worker's followers may still have a stale answer.
     let stale = match &response {
-        Some(r) if is_failure(r) && !waiters.is_empty() => {
-            instead_of_error(plugin, worker, host, key)
-        }
+        Some(r) if is_failure(r) && !waiters.is_empty() => instead_of_error(cx, key),
         _ => None,
     };
     for waiter in waiters {
         let ctx = waiter.context_id;
         match (&stale, &response) {
-            (Some(s), _) => answer(plugin, worker, host, ctx, key, Reply::new(s, Label::STALE)),
-            (None, Some(r)) => answer(
-                plugin,
-                worker,
-                host,
-                ctx,
-                key,
-                Reply::new(r, Label::COALESCED),
-            ),
-            (None, None) => release(worker, host, ctx, Release::NotShareable),
+            (Some(s), _) => answer(cx, ctx, key, Reply::new(s, Label::STALE)),
+            (None, Some(r)) => answer(cx, ctx, key, Reply::new(r, Label::COALESCED)),
+            (None, None) => release(cx, ctx, Release::NotShareable),
         }
     }
 }
 
 /// A followed key may be done: reads its flight record. Returns whether its waiters were let go.
-pub fn check(plugin: &Plugin, worker: &RefCell<Worker>, host: &impl Host, key: &CacheKey) -> bool {
-    let (id, queue, following) = {
-        let w = worker.borrow();
+pub fn check(cx: &mut Ctx<'_, impl Host>, key: &CacheKey) -> bool {
+    let (id, queue, following) = cx.worker(|w| {
         (
             w.id,
             w.queue.unwrap_or_default(),
             w.waiters.is_following(key),
         )
-    };
+    });
     if !following {
         return false;
     }
+    let host = cx.host();
     let now_ms = host.now_ms();
-    match plugin
+    let peek = cx
+        .plugin()
         .flights
-        .peek(host, key, id, queue, now_ms, &Alive::read(host, now_ms))
-    {
+        .peek(host, key, id, queue, now_ms, &Alive::read(host, now_ms));
+    match peek {
         Peek::Waiting => false,
         Peek::Done(Some(bytes)) => {
             let response = Response::decode_from_flight(&bytes, key);
-            deliver(plugin, worker, host, key, response);
+            deliver(cx, key, response);
             true
         }
         Peek::Done(None) => {
-            deliver(plugin, worker, host, key, None);
+            deliver(cx, key, None);
             true
         }
         Peek::Gone => {
-            let flight = worker.borrow_mut().waiters.take(key);
+            let flight = cx.worker(|w| w.waiters.take(key));
             for waiter in flight.map(|f| f.waiters).unwrap_or_default() {
-                release(worker, host, waiter.context_id, Release::LeaderGone);
+                release(cx, waiter.context_id, Release::LeaderGone);
             }
             true
         }

@@ -8,5 +8,4 @@ pub mod dispatch;
 pub mod followers;
 pub mod shared_fetch;
 pub mod stale;
-pub mod store;
 pub mod tick;

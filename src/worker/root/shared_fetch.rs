@@ -11,12 +11,12 @@ use crate::coalesce::wakeup::Message;
 use crate::effects::counters::Counter;
 use crate::effects::host::{status, Host};
 use crate::request::key::CacheKey;
+use crate::worker::callout::Returned;
+use crate::worker::ctx::Ctx;
 use crate::worker::l2::write::{after_origin, release_later};
 use crate::worker::root::answer::{answer, release, Label, Labels, Reply};
 use crate::worker::root::stale::{instead_of_error, is_failure};
-use crate::worker::root::store::{store_answer, Stored};
-use crate::worker::state::{Plugin, Worker};
-use std::cell::RefCell;
+use crate::worker::store::{store_answer, Stored};
 
 /// What came back for a callout.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -34,27 +34,19 @@ pub enum FetchResult {
 
 /// Root: an origin fetch answered; reads it (never after a reset, never a body over the bound)
 /// and finishes its flight.
-pub fn on_fetch_callout(
-    plugin: &Plugin,
-    worker: &RefCell<Worker>,
-    host: &impl Host,
-    token: u32,
-    num_headers: usize,
-    body_size: usize,
-) {
-    let result = if num_headers == 0 {
-        FetchResult::Reset
-    } else if body_size > plugin.config.max_entry_bytes {
-        FetchResult::TooLarge {
-            status: status(&host.callout_headers()),
-        }
-    } else {
-        FetchResult::Answer {
-            headers: host.callout_headers(),
-            body: host.callout_body(body_size).unwrap_or_default(),
-        }
+pub fn on_fetch_callout(cx: &mut Ctx<'_, impl Host>, token: u32, returned: Returned) {
+    let body_size = returned.body_size;
+    let result = match returned.headers {
+        None => FetchResult::Reset,
+        Some(headers) if body_size > cx.config().max_entry_bytes => FetchResult::TooLarge {
+            status: status(&headers),
+        },
+        Some(headers) => FetchResult::Answer {
+            headers,
+            body: cx.host().callout_body(body_size).unwrap_or_default(),
+        },
     };
-    on_fetch_response(plugin, worker, host, token, result);
+    on_fetch_response(cx, token, result);
 }
 
 /// Envoy's words for the failures the filter reports itself, so clients see what Envoy says.
@@ -74,89 +66,78 @@ fn fetch_failed() -> Stored {
 
 /// Asks the root to dispatch what this worker's requests claimed (a callout made by a request
 /// dies with that request).
-pub fn request_dispatch(worker: &RefCell<Worker>, host: &impl Host) -> bool {
-    let queue = worker.borrow().queue;
-    queue.is_some_and(|q| host.enqueue(q, &Message::Dispatch.encode()))
+pub fn request_dispatch(cx: &mut Ctx<'_, impl Host>) -> bool {
+    let queue = cx.worker(|w| w.queue);
+    queue.is_some_and(|q| cx.host().enqueue(q, &Message::Dispatch.encode()))
 }
 
 /// Ends a flight that will never be fetched: its watchers go upstream on their own.
-pub fn abandon(plugin: &Plugin, worker: &RefCell<Worker>, host: &impl Host, key: &CacheKey) {
-    let id = worker.borrow().id;
-    let watchers = plugin.flights.complete(host, key, id, None, host.now_ms());
+pub fn abandon(cx: &mut Ctx<'_, impl Host>, key: &CacheKey) {
+    let id = cx.worker(|w| w.id);
+    let host = cx.host();
+    let watchers = cx
+        .plugin()
+        .flights
+        .complete(host, key, id, None, host.now_ms());
     wake(host, &watchers, key, None);
 }
 
 /// Root: sends `fetch` to the origin; gives it back if Envoy refused it.
 pub fn to_origin(
-    plugin: &Plugin,
-    worker: &RefCell<Worker>,
-    host: &impl Host,
+    cx: &mut Ctx<'_, impl Host>,
     mut fetch: SharedFetch,
 ) -> Result<(), Box<SharedFetch>> {
-    match host.dispatch(&fetch.request, plugin.config.fetch_timeout_ms) {
+    let host = cx.host();
+    match host.dispatch(&fetch.request, cx.config().fetch_timeout_ms) {
         Ok(token) => {
             fetch.dispatched_ms = host.now_ms();
-            worker.borrow_mut().fetches.insert(token, fetch);
+            cx.worker(|w| w.fetches.insert(token, fetch));
             Ok(())
         }
         Err(_) => Err(Box::new(fetch)),
     }
 }
 
+/// Root: sends `fetch` to the origin, or, if Envoy refused it, tells everyone waiting for it at
+/// once (so only where nothing else is to be sent in the callback).
+pub fn to_origin_or_refused(cx: &mut Ctx<'_, impl Host>, fetch: SharedFetch) {
+    if let Err(fetch) = to_origin(cx, fetch) {
+        refused(cx, &fetch);
+    }
+}
+
 /// Root: Envoy refused the origin fetch; everyone waiting for it is told so, as Envoy would.
 /// Call after every callout of the callback is sent (this answers requests).
-pub fn refused(plugin: &Plugin, worker: &RefCell<Worker>, host: &impl Host, fetch: &SharedFetch) {
-    host.count(Counter::FetchFailures);
-    release_later(plugin, worker, fetch);
+pub fn refused(cx: &mut Ctx<'_, impl Host>, fetch: &SharedFetch) {
+    cx.host().count(Counter::FetchFailures);
+    release_later(cx, fetch);
     let failure = Response::failure(503, REFUSED_MESSAGE);
-    finish(
-        plugin,
-        worker,
-        host,
-        fetch,
-        Ok(failure),
-        &Labels::fetched(&fetch_failed()),
-    );
+    finish(cx, fetch, Ok(failure), &Labels::fetched(&fetch_failed()));
 }
 
 /// Root: the callout `token` came back.
-pub fn on_fetch_response(
-    plugin: &Plugin,
-    worker: &RefCell<Worker>,
-    host: &impl Host,
-    token: u32,
-    result: FetchResult,
-) {
-    let Some(fetch) = worker.borrow_mut().fetches.remove(&token) else {
+pub fn on_fetch_response(cx: &mut Ctx<'_, impl Host>, token: u32, result: FetchResult) {
+    let Some(fetch) = cx.worker(|w| w.fetches.remove(&token)) else {
         return;
     };
     let (headers, body) = match result {
         FetchResult::Reset => {
-            host.count(Counter::FetchFailures);
-            let failure = reset_failure(plugin, host, &fetch);
+            cx.host().count(Counter::FetchFailures);
+            let failure = reset_failure(cx, &fetch);
             let mut stored = fetch_failed();
-            after_origin(plugin, worker, host, &fetch, &mut stored);
-            finish(
-                plugin,
-                worker,
-                host,
-                &fetch,
-                Ok(failure),
-                &Labels::fetched(&stored),
-            );
+            after_origin(cx, &fetch, &mut stored);
+            finish(cx, &fetch, Ok(failure), &Labels::fetched(&stored));
             return;
         }
         FetchResult::TooLarge { status } => {
-            host.count(Counter::StoreSkipped);
+            cx.host().count(Counter::StoreSkipped);
             // Remembered for answers the key gives normally; one large error page proves nothing.
             if status == Some(200) {
-                worker.borrow_mut().too_large.insert(fetch.key);
+                cx.worker(|w| w.too_large.insert(fetch.key));
             }
-            after_origin(plugin, worker, host, &fetch, &mut Stored::default());
+            after_origin(cx, &fetch, &mut Stored::default());
             finish(
-                plugin,
-                worker,
-                host,
+                cx,
                 &fetch,
                 Err(Release::TooLarge),
                 &Labels::fetched(&Stored::default()),
@@ -168,38 +149,28 @@ pub fn on_fetch_response(
     // An answer without a readable status is a bad gateway, as Envoy would call it.
     let status = status(&headers).unwrap_or(502);
     if status >= 500 {
-        host.count(Counter::FetchFailures);
+        cx.host().count(Counter::FetchFailures);
     }
     let answer_in = Answer {
         status,
         headers: &headers,
         body: &body,
     };
-    let mut stored = store_answer(plugin, host, &fetch.key, answer_in, &fetch.asked);
+    let mut stored = store_answer(cx.plugin(), cx.host(), &fetch.key, answer_in, &fetch.asked);
     // Sent before anyone is answered: answering switches the effective context.
-    after_origin(plugin, worker, host, &fetch, &mut stored);
+    after_origin(cx, &fetch, &mut stored);
     let response =
         Response::from_upstream(status, headers, body).map_err(|_| Release::NotRelayable);
-    finish(
-        plugin,
-        worker,
-        host,
-        &fetch,
-        response,
-        &Labels::fetched(&stored),
-    );
+    finish(cx, &fetch, response, &Labels::fetched(&stored));
 }
 
 /// The answer for a callout Envoy reset. Envoy ends a callout that timed out after the headers
 /// as a reset: tell it apart by the clock, and answer as Envoy's router does for a timeout.
 /// Envoy's timer runs on its monotonic clock and may fire a few ms before the wall clock says it
 /// is due.
-fn reset_failure(plugin: &Plugin, host: &impl Host, fetch: &SharedFetch) -> Response {
-    let elapsed = host.now_ms().saturating_sub(fetch.dispatched_ms);
-    let due = plugin
-        .config
-        .fetch_timeout_ms
-        .saturating_sub(TIMER_SLACK_MS);
+fn reset_failure(cx: &Ctx<'_, impl Host>, fetch: &SharedFetch) -> Response {
+    let elapsed = cx.host().now_ms().saturating_sub(fetch.dispatched_ms);
+    let due = cx.config().fetch_timeout_ms.saturating_sub(TIMER_SLACK_MS);
     if elapsed >= due {
         Response::failure(504, TIMEOUT_MESSAGE)
     } else {
@@ -211,69 +182,48 @@ fn reset_failure(plugin: &Plugin, host: &impl Host, fetch: &SharedFetch) -> Resp
 /// `response` is `Err(reason)` when the answer cannot be relayed; everyone then goes upstream.
 /// `labels` say where the answer came from (for the leader: what storing did, in debug headers).
 pub fn finish(
-    plugin: &Plugin,
-    worker: &RefCell<Worker>,
-    host: &impl Host,
+    cx: &mut Ctx<'_, impl Host>,
     fetch: &SharedFetch,
     response: Result<Response, Release>,
     labels: &Labels<'_>,
 ) {
-    let now_ms = host.now_ms();
-    let config = &plugin.config;
+    let now_ms = cx.host().now_ms();
+    let config = cx.config();
+    let key = &fetch.key;
     let for_followers =
         |r: &Response| followers_may_share(r, &config.vary_headers, fetch.key_names_caller);
     let shareable = response.as_ref().ok().filter(|r| for_followers(r));
     let for_watchers =
-        shareable.and_then(|r| r.encode_for_flight(&fetch.key, now_ms, config.max_entry_bytes));
-    let id = worker.borrow().id;
-    let watchers = plugin
+        shareable.and_then(|r| r.encode_for_flight(key, now_ms, config.max_entry_bytes));
+    let id = cx.worker(|w| w.id);
+    let watchers = cx
+        .plugin()
         .flights
-        .complete(host, &fetch.key, id, for_watchers.clone(), now_ms);
+        .complete(cx.host(), key, id, for_watchers.clone(), now_ms);
     if !watchers.is_empty() {
-        worker.borrow_mut().published.push((fetch.key, now_ms));
-        wake(host, &watchers, &fetch.key, for_watchers.as_deref());
+        cx.worker(|w| w.published.push((*key, now_ms)));
+        wake(cx.host(), &watchers, key, for_watchers.as_deref());
     }
-    let flight = worker.borrow_mut().waiters.take(&fetch.key);
+    let flight = cx.worker(|w| w.waiters.take(key));
     let Some(flight) = flight else { return };
     if flight.waiters.is_empty() {
         return;
     }
     let stale = match &response {
-        Ok(r) if is_failure(r) => instead_of_error(plugin, worker, host, &fetch.key),
+        Ok(r) if is_failure(r) => instead_of_error(cx, key),
         _ => None,
     };
     for waiter in flight.waiters {
         let ctx = waiter.context_id;
         if let Some(s) = &stale {
-            answer(
-                plugin,
-                worker,
-                host,
-                ctx,
-                &fetch.key,
-                Reply::new(s, Label::STALE),
-            );
+            answer(cx, ctx, key, Reply::new(s, Label::STALE));
             continue;
         }
         match &response {
-            Ok(r) if waiter.leader => answer(
-                plugin,
-                worker,
-                host,
-                ctx,
-                &fetch.key,
-                Reply::new(r, labels.leader),
-            ),
-            Ok(r) if for_followers(r) => answer(
-                plugin,
-                worker,
-                host,
-                ctx,
-                &fetch.key,
-                Reply::new(r, labels.followers),
-            ),
-            Ok(_) => release(worker, host, ctx, Release::NotShareable),
-            Err(reason) => release(worker, host, ctx, *reason),
+            Ok(r) if waiter.leader => answer(cx, ctx, key, Reply::new(r, labels.leader)),
+            Ok(r) if for_followers(r) => answer(cx, ctx, key, Reply::new(r, labels.followers)),
+            Ok(_) => release(cx, ctx, Release::NotShareable),
+            Err(reason) => release(cx, ctx, *reason),
         }
     }
 }

@@ -8,9 +8,8 @@ use crate::coalesce::relay::Response;
 use crate::effects::host::Host;
 use crate::invalidate::marks::Verdict;
 use crate::request::key::CacheKey;
+use crate::worker::ctx::Ctx;
 use crate::worker::marks::{refresh_marks, verdict};
-use crate::worker::state::{Plugin, Worker};
-use std::cell::RefCell;
 
 /// Whether an answer is a failure the origin's stale answer may replace.
 pub fn is_failure(response: &Response) -> bool {
@@ -19,20 +18,16 @@ pub fn is_failure(response: &Response) -> bool {
 
 /// The stored answer for `key` to give instead of a failure, if it is within its window and not
 /// purged.
-pub fn instead_of_error(
-    plugin: &Plugin,
-    worker: &RefCell<Worker>,
-    host: &impl Host,
-    key: &CacheKey,
-) -> Option<Response> {
+pub fn instead_of_error(cx: &mut Ctx<'_, impl Host>, key: &CacheKey) -> Option<Response> {
+    let host = cx.host();
     let now_ms = host.now_ms();
-    let bytes = match plugin.table.lookup(host, key, now_ms) {
+    let bytes = match cx.plugin().table.lookup(host, key, now_ms) {
         Lookup::Hit(bytes) | Lookup::Stale(bytes) => bytes,
         Lookup::Miss(_) => return None,
     };
-    if plugin.config.invalidation_on() {
-        refresh_marks(plugin, worker, host);
-        if verdict(worker, &bytes) == Verdict::Purged {
+    if cx.config().invalidation_on() {
+        refresh_marks(cx);
+        if cx.worker(|w| verdict(w, &bytes)) == Verdict::Purged {
             return None;
         }
     }

@@ -8,13 +8,12 @@ use crate::coalesce::waiters::LocalFlight;
 use crate::effects::counters::Counter;
 use crate::effects::host::Host;
 use crate::request::key::CacheKey;
+use crate::worker::ctx::Ctx;
 use crate::worker::l2::feed;
 use crate::worker::l2::write::flush;
 use crate::worker::root::answer::release;
 use crate::worker::root::followers::check;
 use crate::worker::root::shared_fetch::abandon;
-use crate::worker::state::{Plugin, Worker};
-use std::cell::RefCell;
 use std::time::Duration;
 
 /// The timer's period.
@@ -24,42 +23,40 @@ pub const DONE_GRACE_MS: u64 = 1000;
 /// A follower that heard nothing for this long checks its flight itself (lost wake-up).
 pub const LOST_WAKEUP_MS: u64 = 500;
 
-pub fn on_tick(plugin: &Plugin, worker: &RefCell<Worker>, host: &impl Host) {
-    let now_ms = host.now_ms();
+pub fn on_tick(cx: &mut Ctx<'_, impl Host>) {
+    let now_ms = cx.host().now_ms();
     // Callouts first: everything below may answer requests.
-    feed::poll(plugin, worker, host, now_ms);
-    flush(plugin, worker, host);
-    heartbeat(plugin, worker, host, now_ms);
-    release_hung_bodies(worker, host, now_ms);
-    release_expired(plugin, worker, host, now_ms);
-    check_unwoken(plugin, worker, host, now_ms);
-    clear_published(plugin, worker, host, now_ms);
+    feed::poll(cx, now_ms);
+    flush(cx);
+    heartbeat(cx, now_ms);
+    release_hung_bodies(cx, now_ms);
+    release_expired(cx, now_ms);
+    check_unwoken(cx, now_ms);
+    clear_published(cx, now_ms);
 }
 
 /// Tells other workers this one is alive, so they follow its flights (see `coalesce::liveness`).
-pub fn heartbeat(plugin: &Plugin, worker: &RefCell<Worker>, host: &impl Host, now_ms: u64) {
-    if !plugin.config.coalesce {
+pub fn heartbeat(cx: &mut Ctx<'_, impl Host>, now_ms: u64) {
+    if !cx.config().coalesce {
         return;
     }
-    let (id, last) = {
-        let w = worker.borrow();
-        (w.id, w.last_beat_ms)
-    };
+    let (id, last) = cx.worker(|w| (w.id, w.last_beat_ms));
     if last != 0 && now_ms.saturating_sub(last) < HEARTBEAT_MS {
         return;
     }
-    if liveness::beat(host, id, now_ms).is_ok() {
-        worker.borrow_mut().last_beat_ms = now_ms;
+    if liveness::beat(cx.host(), id, now_ms).is_ok() {
+        cx.worker(|w| w.last_beat_ms = now_ms);
     }
 }
 
-fn release_hung_bodies(worker: &RefCell<Worker>, host: &impl Host, now_ms: u64) {
-    let hung = worker.borrow_mut().watchdog.take_hung(now_ms);
+fn release_hung_bodies(cx: &mut Ctx<'_, impl Host>, now_ms: u64) {
+    let hung = cx.worker(|w| w.watchdog.take_hung(now_ms));
     for context in hung {
         // A purge request never goes upstream: it is refused instead.
-        if worker.borrow_mut().held_purges.remove(&context) {
+        if cx.worker(|w| w.held_purges.remove(&context)) {
             let body =
                 br#"{"error":"the purge body never arrived: set allow_on_headers_stop_iteration"}"#;
+            let host = cx.host();
             host.count(Counter::PurgeRejected);
             host.answer(
                 context,
@@ -68,16 +65,16 @@ fn release_hung_bodies(worker: &RefCell<Worker>, host: &impl Host, now_ms: u64) 
                 body,
             );
         } else {
-            release(worker, host, context, Release::BodyNotDelivered);
+            release(cx, context, Release::BodyNotDelivered);
         }
     }
 }
 
-fn release_expired(plugin: &Plugin, worker: &RefCell<Worker>, host: &impl Host, now_ms: u64) {
-    let lease = plugin.lease_ms();
-    let (expired, abandoned, lost_fetches) = {
-        let mut w = worker.borrow_mut();
-        let expired = w.waiters.expire(now_ms, plugin.config.max_wait_ms);
+fn release_expired(cx: &mut Ctx<'_, impl Host>, now_ms: u64) {
+    let lease = cx.plugin().lease_ms();
+    let max_wait_ms = cx.config().max_wait_ms;
+    let (expired, abandoned, lost_fetches) = cx.worker(|w| {
+        let expired = w.waiters.expire(now_ms, max_wait_ms);
         let abandoned: Vec<(CacheKey, LocalFlight)> = w.waiters.take_abandoned(now_ms, lease);
         // A callout that never answered (it should time out at fetch_timeout_ms): forget it.
         let before = w.fetches.len();
@@ -86,25 +83,24 @@ fn release_expired(plugin: &Plugin, worker: &RefCell<Worker>, host: &impl Host, 
         // Their flights are abandoned above like any other lost fetch's.
         w.l2.forget_older_than(now_ms.saturating_sub(lease.saturating_mul(2)));
         (expired, abandoned, before - w.fetches.len())
-    };
+    });
     for _ in 0..lost_fetches {
-        host.count(Counter::FetchFailures);
+        cx.host().count(Counter::FetchFailures);
     }
     for waiter in expired {
-        host.count(Counter::WaitTimeouts);
-        release(worker, host, waiter.context_id, Release::WaitTimeout);
+        cx.host().count(Counter::WaitTimeouts);
+        release(cx, waiter.context_id, Release::WaitTimeout);
     }
     for (key, flight) in abandoned {
-        abandon(plugin, worker, host, &key);
+        abandon(cx, &key);
         for waiter in flight.waiters {
-            release(worker, host, waiter.context_id, Release::FetchLost);
+            release(cx, waiter.context_id, Release::FetchLost);
         }
     }
 }
 
-fn check_unwoken(plugin: &Plugin, worker: &RefCell<Worker>, host: &impl Host, now_ms: u64) {
-    let unwoken: Vec<CacheKey> = {
-        let w = worker.borrow();
+fn check_unwoken(cx: &mut Ctx<'_, impl Host>, now_ms: u64) {
+    let unwoken: Vec<CacheKey> = cx.worker(|w| {
         w.waiters
             .followed_keys()
             .into_iter()
@@ -114,26 +110,27 @@ fn check_unwoken(plugin: &Plugin, worker: &RefCell<Worker>, host: &impl Host, no
                     .is_some_and(|since| now_ms.saturating_sub(since) >= LOST_WAKEUP_MS)
             })
             .collect()
-    };
+    });
     for key in unwoken {
         // Resolved by the timer rather than a wake-up: a lost or late wake-up, worth counting.
-        if check(plugin, worker, host, &key) {
-            host.count(Counter::LateWakeups);
+        if check(cx, &key) {
+            cx.host().count(Counter::LateWakeups);
         }
     }
 }
 
-fn clear_published(plugin: &Plugin, worker: &RefCell<Worker>, host: &impl Host, now_ms: u64) {
-    let (id, due) = {
-        let mut w = worker.borrow_mut();
+fn clear_published(cx: &mut Ctx<'_, impl Host>, now_ms: u64) {
+    let (id, due) = cx.worker(|w| {
         let (due, keep): (Vec<_>, Vec<_>) = w
             .published
             .drain(..)
             .partition(|(_, finished)| now_ms.saturating_sub(*finished) >= DONE_GRACE_MS);
         w.published = keep;
         (w.id, due)
-    };
+    });
     for (key, finished) in due {
-        plugin.flights.clear_done(host, &key, id, finished);
+        cx.plugin()
+            .flights
+            .clear_done(cx.host(), &key, id, finished);
     }
 }

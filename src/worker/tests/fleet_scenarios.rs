@@ -33,12 +33,12 @@ impl Node {
         let n = all.len();
         *self.host.callout.borrow_mut() = (all, body.to_vec());
         self.host.begin_callback();
-        on_callout(&self.plugin, &self.worker, &self.host, token, n, body.len());
+        on_callout(&mut self.cx(), token, n, body.len());
     }
 
     fn l2_resets(&self, token: u32) {
         self.host.begin_callback();
-        on_callout(&self.plugin, &self.worker, &self.host, token, 0, 0);
+        on_callout(&mut self.cx(), token, 0, 0);
     }
 
     /// The timer's read of the purge log, answered with `page`.
@@ -551,9 +551,9 @@ fn a_plain_miss_stored_in_l1_goes_to_l2_too() {
         (":status".into(), b"200".to_vec()),
         ("content-type".into(), b"application/json".to_vec()),
     ];
-    plain.on_response_headers(&x.cx(), false);
+    plain.on_response_headers(&mut x.cx(), false);
     *x.host.response_chunk.borrow_mut() = ANSWER.as_bytes().to_vec();
-    plain.on_response_body(&x.cx(), ANSWER.len(), true);
+    plain.on_response_body(&mut x.cx(), ANSWER.len(), true);
     assert_eq!(x.host.counted(Counter::Stores), 1);
     x.deliver_queue();
     let (_, put) = x.last_call();

@@ -8,7 +8,8 @@ use crate::effects::counters::Counter;
 use crate::effects::fake::{FakeHost, Reply};
 use crate::effects::host::LogLevel;
 use crate::effects::store::SharedStore;
-use crate::worker::request::exchange::{Ctx, Exchange, Flow};
+use crate::worker::ctx::Ctx;
+use crate::worker::request::exchange::{Exchange, Flow};
 use crate::worker::root::configure::configure;
 use crate::worker::root::followers::on_messages;
 use crate::worker::root::shared_fetch::{on_fetch_response, FetchResult};
@@ -44,11 +45,7 @@ impl Node {
     }
 
     pub(super) fn cx(&self) -> Ctx<'_, FakeHost> {
-        Ctx {
-            plugin: &self.plugin,
-            worker: &self.worker,
-            host: &self.host,
-        }
+        Ctx::new(&self.plugin, &self.worker, &self.host)
     }
 
     /// A POST of `body` as request `context`, through its header and body callbacks.
@@ -72,8 +69,8 @@ impl Node {
             .collect();
         *self.host.request_body.borrow_mut() = body.as_bytes().to_vec();
         let mut x = Exchange::new(context);
-        assert_eq!(x.on_request_headers(&self.cx(), false), Flow::Pause);
-        let flow = x.on_request_body(&self.cx(), body.len(), true);
+        assert_eq!(x.on_request_headers(&mut self.cx(), false), Flow::Pause);
+        let flow = x.on_request_body(&mut self.cx(), body.len(), true);
         (x, flow)
     }
 
@@ -82,7 +79,7 @@ impl Node {
         let queue = self.worker.borrow().queue.unwrap();
         let messages = self.host.queues.drain(queue);
         self.host.begin_callback();
-        on_messages(&self.plugin, &self.worker, &self.host, &messages);
+        on_messages(&mut self.cx(), &messages);
     }
 
     pub(super) fn drop_queue(&self) {
@@ -92,12 +89,12 @@ impl Node {
 
     pub(super) fn callout_answers(&self, token: u32, result: FetchResult) {
         self.host.begin_callback();
-        on_fetch_response(&self.plugin, &self.worker, &self.host, token, result);
+        on_fetch_response(&mut self.cx(), token, result);
     }
 
     pub(super) fn tick(&self) {
         self.host.begin_callback();
-        on_tick(&self.plugin, &self.worker, &self.host);
+        on_tick(&mut self.cx());
     }
 
     pub(super) fn tokens(&self) -> Vec<u32> {
@@ -214,8 +211,14 @@ fn answered_waiters_keep_their_local_reply_and_released_ones_are_labelled() {
     a.callout_answers(token, answer(200, &no_store, ANSWER));
     // Envoy now runs each answered request's response callbacks.
     a.host.headers_set.borrow_mut().clear();
-    assert_eq!(leader.on_response_headers(&a.cx(), false), Flow::Continue);
-    assert_eq!(follower.on_response_headers(&a.cx(), false), Flow::Continue);
+    assert_eq!(
+        leader.on_response_headers(&mut a.cx(), false),
+        Flow::Continue
+    );
+    assert_eq!(
+        follower.on_response_headers(&mut a.cx(), false),
+        Flow::Continue
+    );
     assert!(
         a.host.headers_set.borrow().is_empty(),
         "a local reply is not labelled twice"
@@ -423,7 +426,7 @@ fn a_client_that_left_is_not_answered_and_the_fetch_still_completes() {
     let token = a.tokens()[0];
     // Request 2 ends (its client left) before the answer; request 3's client is gone too, but
     // Envoy has not told the filter yet.
-    left.on_done(&a.worker);
+    left.on_done(&mut a.cx());
     a.host.gone.borrow_mut().insert(3);
     a.callout_answers(token, ok(ANSWER));
     assert!(a.host.reply_to(2).is_none());
@@ -446,7 +449,7 @@ fn the_leader_s_client_leaving_does_not_cancel_the_shared_fetch() {
     let (a, _b) = envoy("{}");
     let (leader, _) = a.post(1, QUERY, &[]);
     a.post(2, QUERY, &[]);
-    leader.on_done(&a.worker);
+    leader.on_done(&mut a.cx());
     a.deliver_queue();
     let token = a.tokens()[0];
     a.callout_answers(token, ok(ANSWER));
@@ -512,7 +515,7 @@ fn held_bodies_that_never_come_are_let_go_and_posts_stop_being_held() {
         ];
         *a.host.request_body.borrow_mut() = QUERY.as_bytes().to_vec();
         let mut x = Exchange::new(ctx);
-        assert_eq!(x.on_request_headers(&a.cx(), false), Flow::Pause);
+        assert_eq!(x.on_request_headers(&mut a.cx(), false), Flow::Pause);
         held.push(x);
     }
     a.host.advance(1000);
@@ -522,7 +525,7 @@ fn held_bodies_that_never_come_are_let_go_and_posts_stop_being_held() {
     for (i, x) in held.iter_mut().enumerate() {
         a.host.context.set(i as u32 + 1);
         assert_eq!(
-            x.on_request_body(&a.cx(), QUERY.len(), true),
+            x.on_request_body(&mut a.cx(), QUERY.len(), true),
             Flow::Continue
         );
     }
@@ -537,7 +540,7 @@ fn held_bodies_that_never_come_are_let_go_and_posts_stop_being_held() {
     assert_eq!(errors.len(), 1, "said once, loudly");
     a.host.context.set(4);
     let mut x = Exchange::new(4);
-    assert_eq!(x.on_request_headers(&a.cx(), false), Flow::Continue);
+    assert_eq!(x.on_request_headers(&mut a.cx(), false), Flow::Continue);
     assert_eq!(a.host.counted(Counter::Bypasses), 4);
 }
 
@@ -552,7 +555,7 @@ fn slow_uploads_at_startup_do_not_turn_post_caching_off() {
             ("content-type".into(), b"application/json".to_vec()),
         ];
         let mut x = Exchange::new(ctx);
-        x.on_request_headers(&a.cx(), false);
+        x.on_request_headers(&mut a.cx(), false);
         std::mem::forget(x);
     }
     a.host.advance(1000);
@@ -574,11 +577,11 @@ fn a_late_body_of_a_released_request_passes_through() {
     ];
     *a.host.request_body.borrow_mut() = QUERY.as_bytes().to_vec();
     let mut x = Exchange::new(1);
-    x.on_request_headers(&a.cx(), false);
+    x.on_request_headers(&mut a.cx(), false);
     a.host.advance(1000);
     a.tick();
     assert_eq!(
-        x.on_request_body(&a.cx(), QUERY.len(), true),
+        x.on_request_body(&mut a.cx(), QUERY.len(), true),
         Flow::Continue
     );
     assert_eq!(a.host.counted(Counter::Bypasses), 1);
@@ -597,12 +600,12 @@ fn a_plain_miss_is_captured_as_it_streams_and_bounded() {
         (":status".into(), b"200".to_vec()),
         ("content-type".into(), b"application/json".to_vec()),
     ];
-    x.on_response_headers(&a.cx(), false);
+    x.on_response_headers(&mut a.cx(), false);
     assert_eq!(a.host.header_set("x-cache").as_deref(), Some("MISS"));
     let (first, rest) = ANSWER.split_at(10);
     for (chunk, end) in [(first, false), (rest, true)] {
         *a.host.response_chunk.borrow_mut() = chunk.as_bytes().to_vec();
-        x.on_response_body(&a.cx(), chunk.len(), end);
+        x.on_response_body(&mut a.cx(), chunk.len(), end);
     }
     assert_eq!(a.host.counted(Counter::Stores), 1);
     let (_, flow) = a.post(2, QUERY, &[]);
@@ -610,10 +613,10 @@ fn a_plain_miss_is_captured_as_it_streams_and_bounded() {
     assert_eq!(a.reply(2).body, ANSWER.as_bytes());
     // Over max_entry_bytes, the copy is dropped at once and nothing is stored.
     let (mut y, _) = a.post(3, r#"{"query":"{ posts { id } }"}"#, &[]);
-    y.on_response_headers(&a.cx(), false);
+    y.on_response_headers(&mut a.cx(), false);
     let big = "x".repeat(1500);
     *a.host.response_chunk.borrow_mut() = big.clone().into_bytes();
-    y.on_response_body(&a.cx(), big.len(), true);
+    y.on_response_body(&mut a.cx(), big.len(), true);
     assert_eq!(a.host.counted(Counter::Stores), 1);
     assert_eq!(a.host.counted(Counter::StoreSkipped), 1);
 }
@@ -624,7 +627,7 @@ fn a_reply_from_envoy_while_waiting_is_labelled_and_the_waiter_forgotten() {
     a.post(1, QUERY, &[]);
     let (mut follower, _) = a.post(2, QUERY, &[]);
     // Envoy answers request 2 itself (a stream timeout, say) while it waits.
-    follower.on_response_headers(&a.cx(), false);
+    follower.on_response_headers(&mut a.cx(), false);
     assert_eq!(
         a.host.header_set("x-cache-reason").as_deref(),
         Some("envoy-reply")
@@ -682,10 +685,13 @@ impl Node {
         .collect();
         *self.host.request_body.borrow_mut() = body.as_bytes().to_vec();
         let mut x = Exchange::new(context);
-        if x.on_request_headers(&self.cx(), false) == Flow::Pause
+        if x.on_request_headers(&mut self.cx(), false) == Flow::Pause
             && self.host.reply_to(context).is_none()
         {
-            assert_eq!(x.on_request_body(&self.cx(), body.len(), true), Flow::Pause);
+            assert_eq!(
+                x.on_request_body(&mut self.cx(), body.len(), true),
+                Flow::Pause
+            );
         }
         self.reply(context)
     }
@@ -870,10 +876,10 @@ fn a_mutation_purges_the_entities_it_returns() {
         (":status".into(), b"200".to_vec()),
         ("content-type".into(), b"application/json".to_vec()),
     ];
-    x.on_response_headers(&b.cx(), false);
+    x.on_response_headers(&mut b.cx(), false);
     let answer = r#"{"data":{"updateUser":{"__typename":"User","id":"1","name":"A"}}}"#;
     *b.host.response_chunk.borrow_mut() = answer.as_bytes().to_vec();
-    x.on_response_body(&b.cx(), answer.len(), true);
+    x.on_response_body(&mut b.cx(), answer.len(), true);
     assert_eq!(b.host.counted(Counter::MutationPurges), 1);
     a.host.advance(1);
     assert!(!a.hits(4, USER), "the changed entity is purged");
@@ -888,9 +894,9 @@ fn mutate(node: &Node, context: u32, mutation: &str, answer: &str) {
         (":status".into(), b"200".to_vec()),
         ("content-type".into(), b"application/json".to_vec()),
     ];
-    x.on_response_headers(&node.cx(), false);
+    x.on_response_headers(&mut node.cx(), false);
     *node.host.response_chunk.borrow_mut() = answer.as_bytes().to_vec();
-    x.on_response_body(&node.cx(), answer.len(), true);
+    x.on_response_body(&mut node.cx(), answer.len(), true);
 }
 
 #[test]
@@ -934,7 +940,7 @@ fn a_held_purge_whose_body_never_comes_is_refused_not_sent_upstream() {
         ("authorization".into(), b"Bearer 0123456789abcdef".to_vec()),
     ];
     let mut x = Exchange::new(1);
-    assert_eq!(x.on_request_headers(&a.cx(), false), Flow::Pause);
+    assert_eq!(x.on_request_headers(&mut a.cx(), false), Flow::Pause);
     a.host.advance(1000);
     a.tick();
     assert!(a.host.resumed.borrow().is_empty());
@@ -1020,7 +1026,7 @@ fn an_answer_over_max_entry_bytes_never_enters_the_vm_and_everyone_goes_upstream
     *a.host.callout.borrow_mut() = (vec![(":status".into(), b"200".to_vec())], Vec::new());
     let key = a.worker.borrow().fetches[&token].key;
     a.host.begin_callback();
-    crate::worker::root::callouts::on_callout(&a.plugin, &a.worker, &a.host, token, 3, 1_000_000);
+    crate::worker::root::callouts::on_callout(&mut a.cx(), token, 3, 1_000_000);
     assert!(
         a.worker.borrow().too_large.contains(&key),
         "a 200 that large: remembered"
@@ -1093,9 +1099,9 @@ fn no_stale_answer_without_a_refresh_to_replace_it() {
         (":status".into(), b"200".to_vec()),
         ("content-type".into(), b"application/json".to_vec()),
     ];
-    x.on_response_headers(&a.cx(), false);
+    x.on_response_headers(&mut a.cx(), false);
     *a.host.response_chunk.borrow_mut() = ANSWER.as_bytes().to_vec();
-    x.on_response_body(&a.cx(), ANSWER.len(), true);
+    x.on_response_body(&mut a.cx(), ANSWER.len(), true);
     a.host.advance(1001);
     let (_, flow) = a.post(2, QUERY, &[]);
     assert_eq!(flow, Flow::Continue, "a miss, not STALE");
@@ -1136,7 +1142,7 @@ fn a_released_request_s_body_after_the_watch_ended_still_passes_through() {
         ];
         *a.host.request_body.borrow_mut() = QUERY.as_bytes().to_vec();
         let mut x = Exchange::new(ctx);
-        x.on_request_headers(&a.cx(), false);
+        x.on_request_headers(&mut a.cx(), false);
         x
     };
     let mut slow = held(1);
@@ -1148,7 +1154,7 @@ fn a_released_request_s_body_after_the_watch_ended_still_passes_through() {
     // The released request's body comes at last: it is upstream already, never looked up.
     a.host.context.set(1);
     assert_eq!(
-        slow.on_request_body(&a.cx(), QUERY.len(), true),
+        slow.on_request_body(&mut a.cx(), QUERY.len(), true),
         Flow::Continue
     );
     assert!(a.host.reply_to(1).is_none());

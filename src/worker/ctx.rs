@@ -1,0 +1,120 @@
+//! What every decision of a worker runs with: the [`Plugin`] (fixed at configuration), the
+//! [`Worker`] (mutable, in a `RefCell` shared by the root and HTTP contexts) and the host.
+//!
+//! The rule it keeps: no borrow of the worker is held across a host call. Envoy runs a paused
+//! request's own callbacks inside [`Host::answer`] and [`Host::resume`] (and a request's response
+//! callbacks inside its local reply), and those callbacks borrow the worker: a borrow held across
+//! the call would panic. [`Ctx`] makes such code impossible to write rather than asking each
+//! function to avoid it: the worker is reached only inside the closure given to [`Ctx::worker`],
+//! which takes the context by `&mut`, while the host is lent by `&self`. So the closure can reach
+//! neither the context nor a host reference taken from it, and the borrow checker refuses code
+//! that calls the host while it holds the worker:
+//!
+//! ```compile_fail,E0502
+//! use graphql_cache::effects::host::Host;
+//! use graphql_cache::worker::ctx::Ctx;
+//!
+//! fn resume_while_holding_the_worker(cx: &mut Ctx<'_, impl Host>, context: u32) {
+//!     let host = cx.host();
+//!     cx.worker(|w| {
+//!         w.outcomes.remove(&context);
+//!         host.resume(context);
+//!     });
+//! }
+//! ```
+//!
+//! ```compile_fail,E0502
+//! use graphql_cache::effects::host::Host;
+//! use graphql_cache::worker::ctx::Ctx;
+//!
+//! fn resume_while_holding_the_worker(cx: &mut Ctx<'_, impl Host>, context: u32) {
+//!     cx.worker(|w| {
+//!         w.outcomes.remove(&context);
+//!         cx.host().resume(context);
+//!     });
+//! }
+//! ```
+//!
+//! Nor can the worker be reached around the closure:
+//!
+//! ```compile_fail,E0616
+//! use graphql_cache::effects::host::Host;
+//! use graphql_cache::worker::ctx::Ctx;
+//!
+//! fn resume_while_holding_the_worker(cx: &mut Ctx<'_, impl Host>, context: u32) {
+//!     let mut worker = cx.worker.borrow_mut();
+//!     worker.outcomes.remove(&context);
+//!     cx.host().resume(context);
+//! }
+//! ```
+//!
+//! What is read from the host is read before, and what the worker says is taken out of the
+//! closure before the host is called:
+//!
+//! ```
+//! use graphql_cache::effects::host::Host;
+//! use graphql_cache::worker::ctx::Ctx;
+//!
+//! fn resume(cx: &mut Ctx<'_, impl Host>, context: u32) {
+//!     let now_ms = cx.host().now_ms();
+//!     let id = cx.worker(|w| {
+//!         w.last_beat_ms = now_ms;
+//!         w.id
+//!     });
+//!     if id != 0 {
+//!         cx.host().resume(context);
+//!     }
+//! }
+//! ```
+//!
+//! [`Host::answer`]: crate::effects::host::Host::answer
+//! [`Host::resume`]: crate::effects::host::Host::resume
+
+use crate::config::Config;
+use crate::worker::state::{Plugin, Worker};
+use std::cell::RefCell;
+
+/// A worker's plugin, state and host, for one callback (see the module's documentation for the
+/// rule it keeps).
+pub struct Ctx<'a, H: ?Sized> {
+    plugin: &'a Plugin,
+    worker: &'a RefCell<Worker>,
+    host: &'a H,
+}
+
+impl<'a, H: ?Sized> Ctx<'a, H> {
+    pub fn new(plugin: &'a Plugin, worker: &'a RefCell<Worker>, host: &'a H) -> Self {
+        Ctx {
+            plugin,
+            worker,
+            host,
+        }
+    }
+
+    /// Fixed while the callback runs: may be held across anything.
+    pub fn plugin(&self) -> &'a Plugin {
+        self.plugin
+    }
+
+    pub fn config(&self) -> &'a Config {
+        &self.plugin.config
+    }
+
+    /// The host, lent for as long as the context is not lent to [`Ctx::worker`].
+    pub fn host(&self) -> &H {
+        self.host
+    }
+
+    /// Runs `f` on the worker's state: the only way to it. The context is taken for the time of
+    /// the call, so `f` cannot call the host.
+    pub fn worker<R>(&mut self, f: impl FnOnce(&mut Worker) -> R) -> R {
+        f(&mut self.worker.borrow_mut())
+    }
+
+    /// [`Ctx::worker`], or `None` if the worker is borrowed already. For callbacks that Envoy may
+    /// run from another context's host call (a request's response callbacks and its end).
+    pub fn try_worker<R>(&mut self, f: impl FnOnce(&mut Worker) -> R) -> Option<R> {
+        let mut worker = self.worker.try_borrow_mut().ok()?;
+        Some(f(&mut worker))
+    }
+}
