@@ -3,12 +3,14 @@
 //! libFuzzer reports as a crash. Every function takes arbitrary bytes from outside.
 #![allow(clippy::panic)]
 
+use graphql_cache::cache::conditional::not_modified;
 use graphql_cache::cache::entry::Entry;
 use graphql_cache::cache::headers::replayed;
 use graphql_cache::cache::peer::{vetted, Bounds};
 use graphql_cache::cache::storable::{body_storable, storable_entry, Answer, Stamp};
 use graphql_cache::coalesce::flights::FlightRecord;
 use graphql_cache::coalesce::liveness;
+use graphql_cache::coalesce::relay::Response;
 use graphql_cache::coalesce::wakeup::Message;
 use graphql_cache::config::Config;
 use graphql_cache::config::KeyFields;
@@ -32,9 +34,12 @@ use graphql_cache::invalidate::tags::{entry_tags, find_in_answer, OperationTags,
 use graphql_cache::request::apq;
 use graphql_cache::request::canonical::{canonicalize, mutation_shape, Limits};
 use graphql_cache::request::classify::{
-    classify_body, classify_get, no_persisted_queries, RequestHead,
+    classify_body, classify_get, classify_headers, no_persisted_queries, HeadersVerdict,
+    RequestHead,
 };
-use graphql_cache::request::http::{parse_get_query, parse_post_body};
+use graphql_cache::request::http::{
+    is_json_content_type, parse_get_query, parse_post_body, split_path,
+};
 use graphql_cache::request::key::CacheKey;
 use graphql_cache::request::route_metadata::pairs;
 use std::cell::RefCell;
@@ -63,6 +68,7 @@ pub const TARGETS: &[(&str, Check)] = &[
     ("feed_state", feed_state),
     ("sealed", sealed),
     ("origin_answer", origin_answer),
+    ("request_head", request_head),
 ];
 
 fn head(method: &str, path: &str) -> RequestHead {
@@ -139,6 +145,19 @@ pub fn entry(data: &[u8]) {
         );
         let peeked = Entry::peek(data).unwrap_or_else(|e| panic!("decodes but peek fails: {e:?}"));
         assert_eq!(peeked.expires_at_ms, e.expires_at_ms);
+        // The same bytes in a flight record: relayed as the entry's answer, for its key only.
+        let key = CacheKey { digest: e.digest };
+        let relayed = Response::decode_from_flight(data, &key)
+            .unwrap_or_else(|| panic!("an entry is no flight answer"));
+        assert_eq!((relayed.status, &relayed.body[..]), (e.status, e.body));
+        assert!(relayed
+            .headers
+            .iter()
+            .map(|(n, v)| (n.as_str(), v.as_str()))
+            .eq(e.headers.iter().copied()));
+        let mut other = key;
+        other.digest[0] ^= 1;
+        assert_eq!(Response::decode_from_flight(data, &other), None);
     }
 }
 
@@ -707,6 +726,119 @@ pub fn origin_answer(data: &[u8]) {
         match plan.collapse() {
             Coarse::Tags(tags) => assert!(!tags.is_empty() && tags.len() <= MAX_PURGE_TAGS),
             Coarse::All => {}
+        }
+    }
+}
+
+/// A request's head as the filter decides on it before any body, in a line format: method, path,
+/// `content-type`, `content-encoding`, `content-length`, `if-none-match`, `if-modified-since`
+/// (a missing or empty line is a missing header). Deciding is deterministic and agrees with what the head
+/// says; a conditional GET is answered `304` exactly as RFC 9110 13.1 compares validators.
+pub fn request_head(data: &[u8]) {
+    let mut fields = data.split(|&b| b == b'\n');
+    let mut next = || fields.next().filter(|f| !f.is_empty()).map(<[u8]>::to_vec);
+    let method = next().unwrap_or_default();
+    let path = next().unwrap_or_default();
+    let mut head = RequestHead {
+        method,
+        path,
+        authority: b"fuzz.example".to_vec(),
+        content_type: next(),
+        content_encoding: next(),
+        content_length: next(),
+        if_none_match: next(),
+        if_modified_since: next(),
+        vary: vec![None, None],
+        ..RequestHead::default()
+    };
+    let config = Config {
+        paths: vec!["/graphql".to_string()],
+        max_body_bytes: 1000,
+        ..Config::default()
+    };
+    for end_of_stream in [false, true] {
+        let verdict = classify_headers(&config, &head, end_of_stream);
+        let again = classify_headers(&config, &head, end_of_stream);
+        assert_eq!(verdict, again, "one head, two verdicts");
+        let path = std::str::from_utf8(&head.path)
+            .ok()
+            .map(|p| split_path(p).0);
+        match verdict {
+            HeadersVerdict::NotHandled => {
+                assert!(path.is_some_and(|p| p != "/graphql"))
+            }
+            HeadersVerdict::NeedBody => {
+                assert_eq!(head.method, b"POST");
+                assert!(!end_of_stream && path == Some("/graphql"));
+                assert!(head
+                    .content_type
+                    .as_deref()
+                    .is_some_and(is_json_content_type));
+                let length = head
+                    .content_length
+                    .as_deref()
+                    .and_then(|l| std::str::from_utf8(l).ok()?.trim().parse::<u64>().ok());
+                assert!(
+                    length.is_none_or(|l| l <= 1000),
+                    "a body past the limit read"
+                );
+            }
+            HeadersVerdict::Ready(_) => {
+                assert_eq!(head.method, b"GET");
+                assert_eq!(path, Some("/graphql"));
+            }
+            HeadersVerdict::Bypass(_) => {}
+        }
+    }
+    let entry = Entry {
+        digest: [3; 32],
+        stored_at_ms: 0,
+        expires_at_ms: 0,
+        stale_ms: 0,
+        error_ms: 0,
+        upstream_age_s: 0,
+        born_us: 0,
+        status: 200,
+        headers: vec![
+            ("etag", "W/\"v1\""),
+            ("last-modified", "Mon, 01 Dec 2025 09:40:00 GMT"),
+        ],
+        tag_hashes: vec![],
+        tags: "",
+        body: b"{}",
+    };
+    let fresh = not_modified(&head, &entry);
+    if head.method != b"GET" {
+        assert!(
+            !fresh,
+            "304 to a {:?}",
+            String::from_utf8_lossy(&head.method)
+        );
+        head.method = b"GET".to_vec();
+    }
+    let fresh = not_modified(&head, &entry);
+    match &head.if_none_match {
+        Some(candidates) => {
+            let tokens: Vec<&[u8]> = candidates
+                .split(|&b| b == b',')
+                .map(<[u8]>::trim_ascii)
+                .collect();
+            let matches = tokens
+                .iter()
+                .any(|t| *t == b"*" || t.strip_prefix(b"W/").unwrap_or(t) == b"\"v1\"");
+            assert_eq!(fresh, matches, "if-none-match compared wrongly");
+            // `if-modified-since` counts only without `if-none-match`.
+            let mut without = head.clone();
+            without.if_modified_since = None;
+            assert_eq!(not_modified(&without, &entry), fresh);
+        }
+        None => {
+            if head.if_modified_since.as_deref() == Some(&b"Mon, 01 Dec 2025 09:40:00 GMT"[..]) {
+                assert!(fresh, "not modified since its own date");
+            }
+            if head.if_modified_since.is_none() {
+                assert!(!fresh);
+            }
         }
     }
 }
