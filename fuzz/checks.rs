@@ -5,12 +5,12 @@
 
 use graphql_cache::cache::conditional::not_modified;
 use graphql_cache::cache::entry::Entry;
-use graphql_cache::cache::headers::replayed;
+use graphql_cache::cache::headers::{is_end_to_end, replayed};
 use graphql_cache::cache::peer::{vetted, Bounds};
 use graphql_cache::cache::storable::{body_storable, storable_entry, Answer, Stamp};
 use graphql_cache::coalesce::flights::FlightRecord;
 use graphql_cache::coalesce::liveness;
-use graphql_cache::coalesce::relay::Response;
+use graphql_cache::coalesce::relay::{NotShareable, Response};
 use graphql_cache::coalesce::wakeup::Message;
 use graphql_cache::config::Config;
 use graphql_cache::config::KeyFields;
@@ -28,7 +28,7 @@ use graphql_cache::invalidate::marks::{PurgeView, Target};
 use graphql_cache::invalidate::mutation::{
     extension_tags, header_tags, Coarse, PurgePlan, MAX_PURGE_TAGS,
 };
-use graphql_cache::invalidate::purge_request::parse_selectors;
+use graphql_cache::invalidate::purge_request::{authorized, parse_selectors};
 use graphql_cache::invalidate::shape::find_in_shaped_answer;
 use graphql_cache::invalidate::tags::{entry_tags, find_in_answer, OperationTags, MAX_TAGS};
 use graphql_cache::request::apq;
@@ -659,8 +659,10 @@ pub fn origin_answer(data: &[u8]) {
         headers: &headers,
         body,
     };
-    if let Ok(bytes) = storable_entry(&key, &answer, &config, &allowed, &stamp) {
-        let e = Entry::decode(&bytes).unwrap_or_else(|e| panic!("stored, undecodable: {e:?}"));
+    let stored = storable_entry(&key, &answer, &config, &allowed, &stamp);
+    if let Ok(bytes) = &stored {
+        let bytes = &bytes[..];
+        let e = Entry::decode(bytes).unwrap_or_else(|e| panic!("stored, undecodable: {e:?}"));
         assert_eq!(e.encode(), bytes);
         assert!(bytes.len() <= config.max_entry_bytes);
         assert_eq!((e.digest, e.status, e.body), (key.digest, 200, body));
@@ -670,10 +672,9 @@ pub fn origin_answer(data: &[u8]) {
             .filter(|(n, _)| replayed(n))
             .map(|(n, v)| (n.as_str(), v.as_slice()))
             .collect();
-        let stored: Vec<(&str, &[u8])> =
-            e.headers.iter().map(|(n, v)| (*n, v.as_bytes())).collect();
+        let kept: Vec<(&str, &[u8])> = e.headers.iter().map(|(n, v)| (*n, v.as_bytes())).collect();
         assert_eq!(
-            stored, replayed_headers,
+            kept, replayed_headers,
             "stored other headers than the answer's"
         );
         assert!(e.expires_at_ms > now_ms && e.expires_at_ms <= now_ms + 60_000);
@@ -688,9 +689,48 @@ pub fn origin_answer(data: &[u8]) {
             now_us: now_ms * 1000,
             skew_us: 0,
         };
-        if let Err(refused) = vetted(&bytes, &bounds) {
+        if let Err(refused) = vetted(bytes, &bounds) {
             panic!("an entry this Envoy stores is refused from the L2: {refused:?}");
         }
+    }
+    // The same answer relayed to the requests waiting on its fetch: only its end-to-end headers,
+    // only when they are text; to other requests only when meant for anyone; through a flight
+    // record exactly as it was.
+    match Response::from_upstream(status, headers.clone(), body.to_vec()) {
+        Ok(relayed) => {
+            let end_to_end: Vec<(&str, &[u8])> = headers
+                .iter()
+                .filter(|(n, _)| is_end_to_end(n))
+                .map(|(n, v)| (n.as_str(), v.as_slice()))
+                .collect();
+            assert!(relayed
+                .headers
+                .iter()
+                .map(|(n, v)| (n.as_str(), v.as_bytes()))
+                .eq(end_to_end));
+            // What is stored for everyone is shared with everyone waiting.
+            assert!(
+                stored.is_err() || relayed.shareable(&config.vary_headers).is_ok(),
+                "stored, yet not shared with the requests waiting on it"
+            );
+            if relayed.shareable(&config.vary_headers).is_ok() {
+                assert!(!relayed.headers.iter().any(|(n, v)| n == "set-cookie"
+                    || (n == "cache-control"
+                        && v.split(',')
+                            .any(|d| d.trim().eq_ignore_ascii_case("private")))));
+            }
+            if let Some(record) = relayed.encode_for_flight(&key, now_ms, 1 << 20) {
+                assert_eq!(
+                    Response::decode_from_flight(&record, &key),
+                    Some(relayed),
+                    "a flight record relays another answer"
+                );
+            }
+        }
+        Err(NotShareable::NonTextHeader) => assert!(headers
+            .iter()
+            .any(|(n, v)| is_end_to_end(n) && std::str::from_utf8(v).is_err())),
+        Err(e) => panic!("refused to relay as {e:?}"),
     }
     // The same answer to a mutation: what it declares, and what that purges.
     let sources = MutationPurges::default().tags_from;
@@ -731,8 +771,8 @@ pub fn origin_answer(data: &[u8]) {
 }
 
 /// A request's head as the filter decides on it before any body, in a line format: method, path,
-/// `content-type`, `content-encoding`, `content-length`, `if-none-match`, `if-modified-since`
-/// (a missing or empty line is a missing header). Deciding is deterministic and agrees with what the head
+/// `content-type`, `content-encoding`, `content-length`, `if-none-match`, `if-modified-since`,
+/// `authorization` (a missing or empty line is a missing header). Deciding is deterministic and agrees with what the head
 /// says; a conditional GET is answered `304` exactly as RFC 9110 13.1 compares validators.
 pub fn request_head(data: &[u8]) {
     let mut fields = data.split(|&b| b == b'\n');
@@ -751,6 +791,13 @@ pub fn request_head(data: &[u8]) {
         vary: vec![None, None],
         ..RequestHead::default()
     };
+    // The purge API's bearer token: exactly `Bearer <token>`.
+    let authorization = next();
+    let token = "fuzz-purge-token-0123456789";
+    assert_eq!(
+        authorized(authorization.as_deref(), token),
+        authorization.as_deref() == Some(format!("Bearer {token}").as_bytes())
+    );
     let config = Config {
         paths: vec!["/graphql".to_string()],
         max_body_bytes: 1000,
