@@ -326,7 +326,8 @@ pub fn l2_envelopes(data: &[u8]) {
         skew_us: 1_000_000,
     };
     if let Ok(bytes) = vetted(data, &bounds) {
-        let entry = Entry::decode(&bytes).expect("vetted entries decode");
+        let entry =
+            Entry::decode(&bytes).unwrap_or_else(|e| panic!("vetted entries decode: {e:?}"));
         assert!(entry.born_us <= bounds.now_us);
         assert!(entry.expires_at_ms <= bounds.now_ms + 60_000);
     }
