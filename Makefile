@@ -31,6 +31,7 @@ help:
 	@echo "make soak   - a million distinct keys through Envoy, RSS sampled (bounded memory)"
 	@echo "make oci    - the filter as a reproducible OCI image (Istio, Envoy Gateway) under target/oci/"
 	@echo "make fuzz   - coverage-guided fuzzing of every parser and decoder (FUZZ_SECONDS each)"
+	@echo "make fuzz-seeds - minimize what make fuzz found into the committed fuzz/seeds/"
 
 # --- tools ------------------------------------------------------------------------------------
 $(TOOLS)/.rust-target:
@@ -178,14 +179,22 @@ bench-hitratio: tools wasm origin
 	$(VENV)/bin/python bench/hitratio/main.py
 
 # Coverage-guided fuzzing (libFuzzer via cargo-fuzz; RUSTC_BOOTSTRAP lets the stable toolchain
-# build it): every target for FUZZ_SECONDS, growing fuzz/corpus/<target>/ (which `make unit`
-# replays). FUZZ_TARGETS=a,b runs some; FUZZ_JOBS runs that many targets at once.
+# build it): every target for FUZZ_SECONDS, from the committed seeds (fuzz/seeds/<target>/),
+# growing the local, git-ignored fuzz/corpus/<target>/ (`make unit` replays both).
+# FUZZ_TARGETS=a,b runs some; FUZZ_JOBS runs that many targets at once. `make fuzz-seeds` then
+# minimizes seeds and corpus back into fuzz/seeds/ (every coverage edge kept), to commit.
 FUZZ_SECONDS ?= 60
 FUZZ_JOBS ?= 2
-fuzz:
+.PHONY: fuzz-build fuzz-seeds
+fuzz-build:
 	@command -v cargo-fuzz >/dev/null || $(CARGO) install cargo-fuzz --locked
 	cd fuzz && RUSTC_BOOTSTRAP=1 $(CARGO) fuzz build -O
+
+fuzz: fuzz-build
 	FUZZ_SECONDS=$(FUZZ_SECONDS) FUZZ_JOBS=$(FUZZ_JOBS) fuzz/run.sh $(subst $(comma), ,$(FUZZ_TARGETS))
+
+fuzz-seeds: fuzz-build
+	fuzz/run.sh --minimize $(subst $(comma), ,$(FUZZ_TARGETS))
 
 comma := ,
 

@@ -3,31 +3,47 @@
 //! libFuzzer reports as a crash. Every function takes arbitrary bytes from outside.
 #![allow(clippy::panic)]
 
+use graphql_cache::cache::conditional::not_modified;
 use graphql_cache::cache::entry::Entry;
+use graphql_cache::cache::headers::{is_end_to_end, replayed};
 use graphql_cache::cache::peer::{vetted, Bounds};
+use graphql_cache::cache::storable::{body_storable, storable_entry, Answer, Stamp};
 use graphql_cache::coalesce::flights::FlightRecord;
 use graphql_cache::coalesce::liveness;
+use graphql_cache::coalesce::relay::{NotShareable, Response};
 use graphql_cache::coalesce::wakeup::Message;
 use graphql_cache::config::Config;
 use graphql_cache::config::KeyFields;
 use graphql_cache::config::Lifetimes;
+use graphql_cache::config::{MutationInvalidation, MutationPurges};
+use graphql_cache::effects::store::{SharedStore, StoreError};
+use graphql_cache::fleet::follower::{self, FeedState, FEED_KEY};
+use graphql_cache::fleet::outbox::{self, Outbox, MAX_PENDING, MAX_PENDING_BYTES, OUTBOX_KEY};
 use graphql_cache::fleet::purge_log::{
     read_page, valid_cursor, valid_generation, PurgeRecord, Reader,
 };
 use graphql_cache::fleet::seal::FleetKey;
 use graphql_cache::fleet::wire::{read_lookup, Looked};
-use graphql_cache::invalidate::marks::PurgeView;
-use graphql_cache::invalidate::purge_request::parse_selectors;
+use graphql_cache::invalidate::marks::{PurgeView, Target};
+use graphql_cache::invalidate::mutation::{
+    extension_tags, header_tags, Coarse, PurgePlan, MAX_PURGE_TAGS,
+};
+use graphql_cache::invalidate::purge_request::{authorized, parse_selectors};
 use graphql_cache::invalidate::shape::find_in_shaped_answer;
-use graphql_cache::invalidate::tags::{entry_tags, find_in_answer, MAX_TAGS};
+use graphql_cache::invalidate::tags::{entry_tags, find_in_answer, OperationTags, MAX_TAGS};
 use graphql_cache::request::apq;
 use graphql_cache::request::canonical::{canonicalize, mutation_shape, Limits};
 use graphql_cache::request::classify::{
-    classify_body, classify_get, no_persisted_queries, RequestHead,
+    classify_body, classify_get, classify_headers, no_persisted_queries, HeadersVerdict,
+    RequestHead,
 };
-use graphql_cache::request::http::{parse_get_query, parse_post_body};
+use graphql_cache::request::http::{
+    is_json_content_type, parse_get_query, parse_post_body, split_path,
+};
 use graphql_cache::request::key::CacheKey;
 use graphql_cache::request::route_metadata::pairs;
+use std::cell::RefCell;
+use std::collections::HashMap;
 
 /// One property check over arbitrary bytes.
 pub type Check = fn(&[u8]);
@@ -48,6 +64,11 @@ pub const TARGETS: &[(&str, Check)] = &[
     ("config", config),
     ("l2_envelopes", l2_envelopes),
     ("host_pairs", host_pairs),
+    ("outbox", outbox_record),
+    ("feed_state", feed_state),
+    ("sealed", sealed),
+    ("origin_answer", origin_answer),
+    ("request_head", request_head),
 ];
 
 fn head(method: &str, path: &str) -> RequestHead {
@@ -124,6 +145,19 @@ pub fn entry(data: &[u8]) {
         );
         let peeked = Entry::peek(data).unwrap_or_else(|e| panic!("decodes but peek fails: {e:?}"));
         assert_eq!(peeked.expires_at_ms, e.expires_at_ms);
+        // The same bytes in a flight record: relayed as the entry's answer, for its key only.
+        let key = CacheKey { digest: e.digest };
+        let relayed = Response::decode_from_flight(data, &key)
+            .unwrap_or_else(|| panic!("an entry is no flight answer"));
+        assert_eq!((relayed.status, &relayed.body[..]), (e.status, e.body));
+        assert!(relayed
+            .headers
+            .iter()
+            .map(|(n, v)| (n.as_str(), v.as_str()))
+            .eq(e.headers.iter().copied()));
+        let mut other = key;
+        other.digest[0] ^= 1;
+        assert_eq!(Response::decode_from_flight(data, &other), None);
     }
 }
 
@@ -292,7 +326,8 @@ pub fn l2_envelopes(data: &[u8]) {
         skew_us: 1_000_000,
     };
     if let Ok(bytes) = vetted(data, &bounds) {
-        let entry = Entry::decode(&bytes).expect("vetted entries decode");
+        let entry =
+            Entry::decode(&bytes).unwrap_or_else(|e| panic!("vetted entries decode: {e:?}"));
         assert!(entry.born_us <= bounds.now_us);
         assert!(entry.expires_at_ms <= bounds.now_ms + 60_000);
     }
@@ -328,4 +363,530 @@ pub fn host_pairs(data: &[u8]) {
         encoded.push(0);
     }
     assert_eq!(encoded, data, "decode accepts only what encode writes");
+}
+
+/// Envoy's shared data with one value in it, for the functions that read and update it there:
+/// CAS as Envoy checks it (only on keys that exist), an emptied value still present.
+struct Store(RefCell<HashMap<String, (Vec<u8>, u32)>>);
+
+impl Store {
+    fn holding(key: &str, value: &[u8]) -> Store {
+        Store(RefCell::new(HashMap::from([(
+            key.to_string(),
+            (value.to_vec(), 1),
+        )])))
+    }
+}
+
+impl SharedStore for Store {
+    fn get_cas(&self, key: &str) -> (Option<Vec<u8>>, Option<u32>) {
+        match self.0.borrow().get(key) {
+            None => (None, None),
+            Some((v, cas)) => (Some(v.clone()).filter(|v| !v.is_empty()), Some(*cas)),
+        }
+    }
+
+    fn set_cas(&self, key: &str, value: &[u8], cas: Option<u32>) -> Result<(), StoreError> {
+        let mut map = self.0.borrow_mut();
+        let next = match map.get(key) {
+            Some((_, current)) if cas.is_some_and(|c| c != *current) => {
+                return Err(StoreError::CasMismatch)
+            }
+            Some((_, current)) => current + 1,
+            None => 1,
+        };
+        map.insert(key.to_string(), (value.to_vec(), next));
+        Ok(())
+    }
+}
+
+/// The purge outbox as shared data holds it: decoded, it encodes back to the same bytes, and
+/// holds no more records than the bytes can; a purge pushed onto it is never lost (the outbox
+/// after the push holds everything before it and the new record, or one purge of everything no
+/// later than all of them) and the outbox stays bounded.
+pub fn outbox_record(data: &[u8]) {
+    let before = Outbox::decode(Some(data)).ok();
+    if let Some(o) = &before {
+        if !data.is_empty() {
+            assert_eq!(o.encode(), data, "decode accepts only what encode writes");
+        }
+        assert!(
+            o.pending.len() <= data.len() / 23,
+            "allocated past the input"
+        );
+    }
+    let store = Store::holding(OUTBOX_KEY, data);
+    assert_eq!(
+        outbox::pending(&store),
+        before.as_ref().map_or(0, |o| o.pending.len())
+    );
+    let at_us = 1_764_582_000_000_000;
+    let targets = [(Target::Tag(7), true), (Target::Tag(8), false)];
+    let pushed = outbox::push(&store, at_us, &targets)
+        .unwrap_or_else(|e| panic!("an uncontended push fails: {e:?}"));
+    let stored = store.get(OUTBOX_KEY).unwrap_or_default();
+    assert!(
+        stored.len() <= 13 + MAX_PENDING_BYTES,
+        "the outbox outgrew its bound"
+    );
+    let after = Outbox::decode(Some(&stored))
+        .unwrap_or_else(|()| panic!("push wrote an outbox it cannot read"));
+    assert_eq!(pushed.pending, after.pending.len());
+    assert!(after.pending.len() <= MAX_PENDING);
+    let new = PurgeRecord {
+        at_us,
+        targets: targets.to_vec(),
+    };
+    if pushed.folded {
+        let earliest = before
+            .iter()
+            .flat_map(|o| &o.pending)
+            .map(|p| p.record.at_us)
+            .fold(at_us, u64::min);
+        let all = PurgeRecord {
+            at_us: earliest,
+            targets: vec![(Target::All, false)],
+        };
+        assert_eq!(
+            after.pending.iter().map(|p| &p.record).collect::<Vec<_>>(),
+            vec![&all],
+            "folded into anything but one purge of everything at the earliest instant"
+        );
+    } else {
+        let Some(before) = before else {
+            panic!("an unreadable outbox was not folded");
+        };
+        assert_eq!(after.pending[..before.pending.len()], before.pending[..]);
+        assert_eq!(after.pending.len(), before.pending.len() + 1);
+        let last = &after.pending[before.pending.len()];
+        assert_eq!((last.seq, &last.record), (before.next_seq, &new));
+    }
+    // The oldest is sent first; once the log has it, it alone is no longer owed.
+    let oldest = outbox::oldest(&store);
+    assert_eq!(oldest.as_ref(), after.pending.first());
+    if let Some(first) = oldest {
+        outbox::acknowledge(&store, first.seq)
+            .unwrap_or_else(|e| panic!("an uncontended acknowledge fails: {e:?}"));
+        let left: Vec<_> = after
+            .pending
+            .iter()
+            .filter(|p| p.seq != first.seq)
+            .collect();
+        let now = Outbox::decode(store.get(OUTBOX_KEY).as_deref())
+            .unwrap_or_else(|()| panic!("acknowledge wrote an outbox it cannot read"));
+        assert_eq!(now.pending.iter().collect::<Vec<_>>(), left);
+    }
+}
+
+/// The purge-log follower's state as shared data holds it: what decodes encodes to a canonical
+/// form no longer than the input that decodes to the same state; every worker reads it (junk as
+/// a fresh start), and a worker takes the lease only when it is its own or has run out, keeping
+/// the cursor, the generation and the flags.
+pub fn feed_state(data: &[u8]) {
+    let decoded = FeedState::try_decode(data);
+    if let Some(state) = &decoded {
+        let again = state.encode();
+        assert!(again.len() <= data.len(), "encodes longer than it decoded");
+        assert_eq!(FeedState::try_decode(&again).as_ref(), Some(state));
+    }
+    let store = Store::holding(FEED_KEY, data);
+    let seen = follower::read(&store);
+    assert_eq!(seen, decoded.unwrap_or_default());
+    let (me, now_ms, lease_ms) = (9, 1_764_582_000_000, 3_000);
+    match follower::lead(&store, me, now_ms, lease_ms) {
+        Ok(Some(led)) => {
+            assert!(
+                seen.owner == me || seen.lease_until_ms <= now_ms,
+                "lease stolen"
+            );
+            let expected = FeedState {
+                owner: me,
+                lease_until_ms: now_ms + lease_ms,
+                ..seen
+            };
+            assert_eq!(led, expected);
+            assert_eq!(follower::read(&store), expected);
+        }
+        Ok(None) => {
+            assert!(seen.owner != me && seen.lease_until_ms > now_ms);
+            assert_eq!(follower::read(&store), seen, "changed without the lease");
+        }
+        Err(e) => panic!("an uncontended lead fails: {e:?}"),
+    }
+}
+
+/// The fleet key's seal, as values come back from the L2: what opens is exactly what the key
+/// seals; a value sealed here opens here only (this fleet's key, this cache key, this kind of
+/// value, unaltered); and what opens is read as the L2's readers read it.
+pub fn sealed(data: &[u8]) {
+    let (Some(key), Some(other)) = (FleetKey::new(&[7; 32]), FleetKey::new(&[8; 32])) else {
+        return;
+    };
+    // The key the `origin_answer` and seed entries are stored under.
+    let cache_key = CacheKey { digest: [3; 32] };
+    if let Some(value) = key.open_entry(&cache_key, data) {
+        assert_eq!(
+            key.seal_entry(&cache_key, value),
+            data,
+            "opened unsealed bytes"
+        );
+    }
+    if let Some(value) = key.open_record(data) {
+        assert_eq!(key.seal_record(value), data, "opened unsealed bytes");
+    }
+    let entry = key.seal_entry(&cache_key, data);
+    assert_eq!(key.open_entry(&cache_key, &entry), Some(data));
+    assert_eq!(
+        other.open_entry(&cache_key, &entry),
+        None,
+        "another fleet's"
+    );
+    let mut moved = cache_key;
+    moved.digest[0] ^= 1;
+    assert_eq!(
+        key.open_entry(&moved, &entry),
+        None,
+        "replayed for another key"
+    );
+    assert_eq!(
+        key.open_record(&entry),
+        None,
+        "an entry passed off as a record"
+    );
+    let flip = data.first().map_or(0, |&b| usize::from(b)) % entry.len();
+    let mut flipped = entry.clone();
+    flipped[flip] ^= 1;
+    assert_eq!(key.open_entry(&cache_key, &flipped), None, "altered");
+    assert_eq!(key.open_entry(&cache_key, &entry[..entry.len() - 1]), None);
+    let record = key.seal_record(data);
+    assert_eq!(key.open_record(&record), Some(data));
+    assert_eq!(other.open_record(&record), None, "another fleet's");
+    assert_eq!(
+        key.open_entry(&cache_key, &record),
+        None,
+        "a record passed off as an entry"
+    );
+    // Past the seal (the value in `data` when it opens, else `data` as sealed here): a record
+    // dated no later than the reader's clock allows, an entry this Envoy could have stored.
+    let reader = Reader {
+        key: &key,
+        now_us: 1_764_582_000_000_000,
+        skew_us: 1_000_000,
+    };
+    let value = key.open_record(data).unwrap_or(data);
+    let read = reader.record(key.open_record(data).map_or(&record[..], |_| data));
+    let mut decoded = PurgeRecord::decode(value);
+    if let Some(r) = &mut decoded {
+        r.at_us = r.at_us.min(reader.now_us + reader.skew_us);
+    }
+    assert_eq!(read, decoded);
+    let lifetimes = Lifetimes {
+        ttl_seconds: 60,
+        stale_while_revalidate_seconds: 10,
+        stale_if_error_seconds: 5,
+    };
+    let bounds = Bounds {
+        key: &cache_key,
+        lifetimes: &lifetimes,
+        vary_headers: &[],
+        max_entry_bytes: 1 << 20,
+        now_ms: 1_764_582_000_000,
+        now_us: reader.now_us,
+        skew_us: reader.skew_us,
+    };
+    let value = key.open_entry(&cache_key, data).unwrap_or(data);
+    if let Ok(bytes) = vetted(value, &bounds) {
+        let e = Entry::decode(&bytes).unwrap_or_else(|e| panic!("vetted, undecodable: {e:?}"));
+        assert_eq!(e.digest, cache_key.digest);
+        assert!(e.born_us <= bounds.now_us && e.stored_at_ms <= bounds.now_ms);
+        assert!(e.expires_at_ms <= bounds.now_ms + 60_000);
+        assert!(e.stale_ms <= 10_000 && e.error_ms <= 5_000);
+        assert_eq!(
+            vetted(&bytes, &bounds).as_deref(),
+            Ok(&bytes[..]),
+            "vetting twice changes the entry"
+        );
+    }
+}
+
+/// An origin's answer as the filter reads it, in a line format: the status on the first line,
+/// then `name:value` lines (names lower case, as Envoy hands them over), then a NUL and the body.
+/// A query's answer is stored only as an entry that decodes to exactly that answer's replayed
+/// headers and body, lives no longer than the configuration allows and passes another Envoy's
+/// vetting from the L2; a mutation's answer declares bounded tags and purges a bounded plan.
+pub fn origin_answer(data: &[u8]) {
+    let (head, body) = match data.iter().position(|&b| b == 0) {
+        Some(i) => (&data[..i], &data[i + 1..]),
+        None => (data, &b"{\"data\":{}}"[..]),
+    };
+    let mut lines = head.split(|&b| b == b'\n');
+    let status = lines
+        .next()
+        .and_then(|l| std::str::from_utf8(l).ok())
+        .and_then(|l| l.trim().parse::<u16>().ok())
+        .unwrap_or(200);
+    let headers: Vec<(String, Vec<u8>)> = lines
+        .filter_map(|line| {
+            let colon = line.iter().position(|&b| b == b':')?;
+            let name = std::str::from_utf8(&line[..colon]).ok()?;
+            let value = line[colon + 1..].trim_ascii_start();
+            Some((name.to_ascii_lowercase(), value.to_vec()))
+        })
+        .collect();
+    let mut config = Config {
+        debug_headers: true,
+        vary_headers: vec!["x-tenant".to_string()],
+        ..Config::default()
+    };
+    config.max_entry_bytes = 1 << 20;
+    let allowed = Lifetimes {
+        ttl_seconds: 60,
+        stale_while_revalidate_seconds: 10,
+        stale_if_error_seconds: 5,
+    };
+    let key = CacheKey { digest: [3; 32] };
+    let operation = OperationTags {
+        name: Some("Op".to_string()),
+        root_fields: vec!["f".to_string()],
+    };
+    let (now_ms, born_us) = (1_764_582_000_000, 1_764_581_999_000_000);
+    let stamp = Stamp {
+        born_us,
+        now_ms,
+        operation: &operation,
+    };
+    let answer = Answer {
+        status,
+        headers: &headers,
+        body,
+    };
+    let stored = storable_entry(&key, &answer, &config, &allowed, &stamp);
+    if let Ok(bytes) = &stored {
+        let bytes = &bytes[..];
+        let e = Entry::decode(bytes).unwrap_or_else(|e| panic!("stored, undecodable: {e:?}"));
+        assert_eq!(e.encode(), bytes);
+        assert!(bytes.len() <= config.max_entry_bytes);
+        assert_eq!((e.digest, e.status, e.body), (key.digest, 200, body));
+        assert!(body_storable(body).is_ok());
+        let replayed_headers: Vec<(&str, &[u8])> = headers
+            .iter()
+            .filter(|(n, _)| replayed(n))
+            .map(|(n, v)| (n.as_str(), v.as_slice()))
+            .collect();
+        let kept: Vec<(&str, &[u8])> = e.headers.iter().map(|(n, v)| (*n, v.as_bytes())).collect();
+        assert_eq!(
+            kept, replayed_headers,
+            "stored other headers than the answer's"
+        );
+        assert!(e.expires_at_ms > now_ms && e.expires_at_ms <= now_ms + 60_000);
+        assert_eq!((e.stored_at_ms, e.born_us), (now_ms, born_us));
+        assert!(e.tag_hashes.len() <= MAX_TAGS);
+        let bounds = Bounds {
+            key: &key,
+            lifetimes: &allowed,
+            vary_headers: &config.vary_headers,
+            max_entry_bytes: config.max_entry_bytes,
+            now_ms,
+            now_us: now_ms * 1000,
+            skew_us: 0,
+        };
+        if let Err(refused) = vetted(bytes, &bounds) {
+            panic!("an entry this Envoy stores is refused from the L2: {refused:?}");
+        }
+    }
+    // The same answer relayed to the requests waiting on its fetch: only its end-to-end headers,
+    // only when they are text; to other requests only when meant for anyone; through a flight
+    // record exactly as it was.
+    match Response::from_upstream(status, headers.clone(), body.to_vec()) {
+        Ok(relayed) => {
+            let end_to_end: Vec<(&str, &[u8])> = headers
+                .iter()
+                .filter(|(n, _)| is_end_to_end(n))
+                .map(|(n, v)| (n.as_str(), v.as_slice()))
+                .collect();
+            assert!(relayed
+                .headers
+                .iter()
+                .map(|(n, v)| (n.as_str(), v.as_bytes()))
+                .eq(end_to_end));
+            // What is stored for everyone is shared with everyone waiting.
+            assert!(
+                stored.is_err() || relayed.shareable(&config.vary_headers).is_ok(),
+                "stored, yet not shared with the requests waiting on it"
+            );
+            if relayed.shareable(&config.vary_headers).is_ok() {
+                assert!(!relayed.headers.iter().any(|(n, v)| n == "set-cookie"
+                    || (n == "cache-control"
+                        && v.split(',')
+                            .any(|d| d.trim().eq_ignore_ascii_case("private")))));
+            }
+            if let Some(record) = relayed.encode_for_flight(&key, now_ms, 1 << 20) {
+                assert_eq!(
+                    Response::decode_from_flight(&record, &key),
+                    Some(relayed),
+                    "a flight record relays another answer"
+                );
+            }
+        }
+        Err(NotShareable::NonTextHeader) => assert!(headers
+            .iter()
+            .any(|(n, v)| is_end_to_end(n) && std::str::from_utf8(v).is_err())),
+        Err(e) => panic!("refused to relay as {e:?}"),
+    }
+    // The same answer to a mutation: what it declares, and what that purges.
+    let sources = MutationPurges::default().tags_from;
+    let mut declared = header_tags(&sources, &headers);
+    assert!(declared.len() <= 256 && declared.iter().all(|t| !t.is_empty()));
+    assert!(declared
+        .iter()
+        .all(|t| !t.contains(|c: char| c == ',' || c.is_ascii_whitespace())));
+    if let Ok(json) = serde_json::from_slice::<serde_json::Value>(body) {
+        let from_extensions = extension_tags(&sources, &json);
+        assert!(from_extensions.len() <= 256);
+        declared.extend(from_extensions);
+    }
+    for mode in [MutationInvalidation::Entity, MutationInvalidation::Type] {
+        let Some(plan) = PurgePlan::declared(&declared, mode == MutationInvalidation::Type) else {
+            continue;
+        };
+        assert!(!plan.tags.is_empty());
+        assert!(
+            plan.tags.windows(2).all(|w| w[0] < w[1]),
+            "tags sorted, each once"
+        );
+        assert!(
+            plan.types.windows(2).all(|w| w[0] < w[1]),
+            "types sorted, each once"
+        );
+        let known = ["entity:", "entities:", "type:", "operation:", "field:"];
+        assert!(plan
+            .tags
+            .iter()
+            .all(|t| t == "overflow" || known.iter().any(|p| t.starts_with(p))));
+        assert!(plan.tags.len() <= 3 * declared.len());
+        match plan.collapse() {
+            Coarse::Tags(tags) => assert!(!tags.is_empty() && tags.len() <= MAX_PURGE_TAGS),
+            Coarse::All => {}
+        }
+    }
+}
+
+/// A request's head as the filter decides on it before any body, in a line format: method, path,
+/// `content-type`, `content-encoding`, `content-length`, `if-none-match`, `if-modified-since`,
+/// `authorization` (a missing or empty line is a missing header). Deciding is deterministic and agrees with what the head
+/// says; a conditional GET is answered `304` exactly as RFC 9110 13.1 compares validators.
+pub fn request_head(data: &[u8]) {
+    let mut fields = data.split(|&b| b == b'\n');
+    let mut next = || fields.next().filter(|f| !f.is_empty()).map(<[u8]>::to_vec);
+    let method = next().unwrap_or_default();
+    let path = next().unwrap_or_default();
+    let mut head = RequestHead {
+        method,
+        path,
+        authority: b"fuzz.example".to_vec(),
+        content_type: next(),
+        content_encoding: next(),
+        content_length: next(),
+        if_none_match: next(),
+        if_modified_since: next(),
+        vary: vec![None, None],
+        ..RequestHead::default()
+    };
+    // The purge API's bearer token: exactly `Bearer <token>`.
+    let authorization = next();
+    let token = "fuzz-purge-token-0123456789";
+    assert_eq!(
+        authorized(authorization.as_deref(), token),
+        authorization.as_deref() == Some(format!("Bearer {token}").as_bytes())
+    );
+    let config = Config {
+        paths: vec!["/graphql".to_string()],
+        max_body_bytes: 1000,
+        ..Config::default()
+    };
+    for end_of_stream in [false, true] {
+        let verdict = classify_headers(&config, &head, end_of_stream);
+        let again = classify_headers(&config, &head, end_of_stream);
+        assert_eq!(verdict, again, "one head, two verdicts");
+        let path = std::str::from_utf8(&head.path)
+            .ok()
+            .map(|p| split_path(p).0);
+        match verdict {
+            HeadersVerdict::NotHandled => {
+                assert!(path.is_some_and(|p| p != "/graphql"))
+            }
+            HeadersVerdict::NeedBody => {
+                assert_eq!(head.method, b"POST");
+                assert!(!end_of_stream && path == Some("/graphql"));
+                assert!(head
+                    .content_type
+                    .as_deref()
+                    .is_some_and(is_json_content_type));
+                let length = head
+                    .content_length
+                    .as_deref()
+                    .and_then(|l| std::str::from_utf8(l).ok()?.trim().parse::<u64>().ok());
+                assert!(
+                    length.is_none_or(|l| l <= 1000),
+                    "a body past the limit read"
+                );
+            }
+            HeadersVerdict::Ready(_) => {
+                assert_eq!(head.method, b"GET");
+                assert_eq!(path, Some("/graphql"));
+            }
+            HeadersVerdict::Bypass(_) => {}
+        }
+    }
+    let entry = Entry {
+        digest: [3; 32],
+        stored_at_ms: 0,
+        expires_at_ms: 0,
+        stale_ms: 0,
+        error_ms: 0,
+        upstream_age_s: 0,
+        born_us: 0,
+        status: 200,
+        headers: vec![
+            ("etag", "W/\"v1\""),
+            ("last-modified", "Mon, 01 Dec 2025 09:40:00 GMT"),
+        ],
+        tag_hashes: vec![],
+        tags: "",
+        body: b"{}",
+    };
+    let fresh = not_modified(&head, &entry);
+    if head.method != b"GET" {
+        assert!(
+            !fresh,
+            "304 to a {:?}",
+            String::from_utf8_lossy(&head.method)
+        );
+        head.method = b"GET".to_vec();
+    }
+    let fresh = not_modified(&head, &entry);
+    match &head.if_none_match {
+        Some(candidates) => {
+            let tokens: Vec<&[u8]> = candidates
+                .split(|&b| b == b',')
+                .map(<[u8]>::trim_ascii)
+                .collect();
+            let matches = tokens
+                .iter()
+                .any(|t| *t == b"*" || t.strip_prefix(b"W/").unwrap_or(t) == b"\"v1\"");
+            assert_eq!(fresh, matches, "if-none-match compared wrongly");
+            // `if-modified-since` counts only without `if-none-match`.
+            let mut without = head.clone();
+            without.if_modified_since = None;
+            assert_eq!(not_modified(&without, &entry), fresh);
+        }
+        None => {
+            if head.if_modified_since.as_deref() == Some(&b"Mon, 01 Dec 2025 09:40:00 GMT"[..]) {
+                assert!(fresh, "not modified since its own date");
+            }
+            if head.if_modified_since.is_none() {
+                assert!(!fresh);
+            }
+        }
+    }
 }

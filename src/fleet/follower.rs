@@ -51,7 +51,7 @@ impl FeedState {
         self.caught_up && self.lease_until_ms > now_ms
     }
 
-    fn encode(&self) -> Vec<u8> {
+    pub fn encode(&self) -> Vec<u8> {
         let mut out = Vec::with_capacity(64);
         out.extend_from_slice(MAGIC);
         out.push(VERSION);
@@ -75,7 +75,8 @@ impl FeedState {
         bytes.and_then(Self::try_decode).unwrap_or_default()
     }
 
-    fn try_decode(bytes: &[u8]) -> Option<FeedState> {
+    /// The state in `bytes`, `None` when unreadable (public for the fuzz target).
+    pub fn try_decode(bytes: &[u8]) -> Option<FeedState> {
         let rest = bytes.strip_prefix(MAGIC)?;
         let (&version, rest) = rest.split_first()?;
         if version != VERSION || rest.len() < 25 {

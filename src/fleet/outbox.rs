@@ -23,14 +23,15 @@ pub struct Pending {
     pub record: PurgeRecord,
 }
 
+/// The outbox as shared data holds it (public for the fuzz target).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-struct Outbox {
-    next_seq: u64,
-    pending: Vec<Pending>,
+pub struct Outbox {
+    pub next_seq: u64,
+    pub pending: Vec<Pending>,
 }
 
 impl Outbox {
-    fn encode(&self) -> Vec<u8> {
+    pub fn encode(&self) -> Vec<u8> {
         let mut out = Vec::new();
         out.extend_from_slice(MAGIC);
         out.push(VERSION);
@@ -46,7 +47,8 @@ impl Outbox {
 
     /// An empty or unreadable value is an empty outbox; an unreadable one says so (`Err`), so
     /// that what it held is purged as everything rather than forgotten.
-    fn decode(bytes: Option<&[u8]>) -> Result<Outbox, ()> {
+    #[allow(clippy::result_unit_err)]
+    pub fn decode(bytes: Option<&[u8]>) -> Result<Outbox, ()> {
         let Some(bytes) = bytes.filter(|b| !b.is_empty()) else {
             return Ok(Outbox::default());
         };
