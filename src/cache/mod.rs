@@ -1,7 +1,9 @@
 //! The cache: what may be stored (`storable`, `headers`, `not_stored`) and for how long
-//! (`freshness`), the stored record (`entry`), the bounded slot table in shared data (`table`),
-//! each worker's copies of hot entries (`hot`), what an entry from another Envoy must be to be
-//! used (`peer`), and whether a client's validators say its copy is current (`conditional`).
+//! (`freshness`), the stored record (`entry`), the table in shared data (`table`: set-associative,
+//! bounded in bytes, admitting by frequency; its sets' records in `set_index`, the frequencies in
+//! `sketch`), each worker's copies of hot entries (`hot`), what an entry from another Envoy must
+//! be to be used (`peer`), and whether a client's validators say its copy is current
+//! (`conditional`).
 
 pub mod conditional;
 pub mod entry;
@@ -11,7 +13,6 @@ pub mod hot;
 pub mod not_stored;
 pub mod peer;
 pub mod set_index;
-pub mod set_table;
 pub mod sketch;
 pub mod storable;
 pub mod table;

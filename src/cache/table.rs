@@ -1,11 +1,22 @@
-//! The bounded cache table in Envoy's shared data.
+//! The cache in Envoy's shared data: set-associative, bounded in bytes, with frequency-aware
+//! admission.
 //!
-//! Envoy never frees a shared-data key, so the set of keys must be fixed: `cache_slots` slots,
-//! addressed by the key's hash. Each slot holds the full digest of the key it belongs to, so a
-//! collision is a miss (and an overwrite on store), never a wrong answer.
+//! Envoy never frees a shared-data key, so the key space is fixed: `sets x ways` entry keys plus
+//! one index record per set and one byte counter. A key's set comes from a keyed hash of its
+//! digest (a client cannot aim many keys at one set); within the set it may take any way, so two
+//! hot keys only compete when the whole set is hot. Where the set is full, and where the byte
+//! budget is spent, the entry asked for least lately gives way, and only to a new entry asked for
+//! more often (TinyLFU: a scan or a tail of one-time queries cannot flush the hot set).
+//!
+//! Every entry carries its key's full digest, so a race (a way rewritten between reading the
+//! index and reading the way) or a damaged record is a miss, never another key's answer. The byte
+//! counter is kept under compare-and-swap; a race between two stores to one way may leave it off
+//! by one entry's size, which the next eviction of that way settles.
 
 use crate::cache::entry::{DecodeError, Entry};
-use crate::effects::store::{SharedStore, StoreError};
+use crate::cache::set_index::{Placement, SetIndex, Way};
+use crate::cache::sketch::FrequencySketch;
+use crate::effects::store::{update, SharedStore, StoreError};
 use crate::request::key::{CacheKey, SlotKey};
 
 #[derive(Debug, PartialEq, Eq)]
@@ -27,64 +38,393 @@ pub enum MissKind {
     Foreign,
 }
 
+/// Short: there is one key per way, and Envoy never frees a key (nor its name).
+const PREFIX: &str = "gc2/";
+const BYTES_KEY: &str = "graphql-cache/v2/bytes";
+/// Ways per set: a key may sit in any of them.
+pub const WAYS: u32 = 16;
+/// Sets besides a new entry's own looked at when the byte budget must make room.
+const ROOM_SAMPLES: u64 = 2;
+/// At most this many entries are evicted to make room for one (bounded work per store).
+const ROOM_EVICTIONS: usize = 8;
+
+/// How the table is laid out: fixed at configuration.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Layout {
+    pub sets: u32,
+    pub ways: u32,
+    /// Bytes of stored entries the table holds at most.
+    pub budget_bytes: u64,
+}
+
+impl Layout {
+    /// `entries` ways in all (rounded up to whole sets), holding at most `budget_bytes`.
+    pub fn new(entries: u32, budget_bytes: u64) -> Layout {
+        let ways = WAYS.min(entries.max(1));
+        Layout {
+            sets: entries.max(1).div_ceil(ways),
+            ways,
+            budget_bytes,
+        }
+    }
+
+    pub fn entries(&self) -> u64 {
+        u64::from(self.sets) * u64::from(self.ways)
+    }
+}
+
+/// What storing did besides storing.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Stored {
-    /// A fresh entry of another key was displaced.
-    pub evicted: bool,
+    /// Not stored: everything it would have displaced is asked for at least as often.
+    pub rejected: bool,
+    /// Live entries displaced to make room (in the set, or for the byte budget).
+    pub evicted_capacity: u32,
+    /// Entries past their last serving instant whose space was taken back.
+    pub evicted_expired: u32,
+}
+
+/// What one worker remembers for the table: how often keys were asked for (admission) and in
+/// which way each was last found (so that a hit reads the way directly, without the index).
+#[derive(Debug, Clone)]
+pub struct Seen {
+    sketch: FrequencySketch,
+    /// Direct-mapped: `fingerprint` with its low 4 bits replaced by the way.
+    ways: Vec<u64>,
+}
+
+impl Seen {
+    pub fn new(layout: &Layout) -> Seen {
+        let entries = usize::try_from(layout.entries()).unwrap_or(usize::MAX);
+        Seen {
+            sketch: FrequencySketch::new(entries),
+            ways: vec![0; entries.clamp(64, 1 << 22).next_power_of_two()],
+        }
+    }
+
+    /// Counts one request for the key of `hash` (hits served from a worker's copy included).
+    pub fn count(&mut self, hash: u64) {
+        self.sketch.increment(hash);
+    }
+
+    pub fn frequency(&self, hash: u64) -> u8 {
+        self.sketch.frequency(hash)
+    }
+
+    fn way(&self, fingerprint: u64) -> Option<usize> {
+        let slot = self.ways[self.slot(fingerprint)];
+        (slot != 0 && slot & !0xF == fingerprint & !0xF).then_some((slot & 0xF) as usize)
+    }
+
+    fn remember(&mut self, fingerprint: u64, way: usize) {
+        let slot = self.slot(fingerprint);
+        self.ways[slot] = (fingerprint & !0xF) | (way as u64 & 0xF);
+    }
+
+    fn slot(&self, fingerprint: u64) -> usize {
+        (fingerprint >> 4) as usize & (self.ways.len() - 1)
+    }
 }
 
 #[derive(Debug, Clone, Copy)]
-pub struct SlotTable {
-    slots: u32,
+pub struct SetTable {
+    layout: Layout,
     secret: SlotKey,
 }
 
-const SLOT_PREFIX: &str = "graphql-cache/v1/slot/";
+impl SetTable {
+    pub fn new(layout: Layout, secret: SlotKey) -> Self {
+        SetTable { layout, secret }
+    }
 
-impl SlotTable {
-    pub fn new(slots: u32, secret: SlotKey) -> Self {
-        SlotTable {
-            slots: slots.max(1),
-            secret,
+    pub fn layout(&self) -> &Layout {
+        &self.layout
+    }
+
+    /// The keyed hash that places `key` (its set, its fingerprint in the set, its sketch
+    /// counters). Never 0, which marks an empty way.
+    pub fn hash(&self, key: &CacheKey) -> u64 {
+        key.placement_hash(&self.secret).max(1)
+    }
+
+    fn set_of(&self, hash: u64) -> u32 {
+        // The high bits: the low ones pick the sketch's and the memo's slots.
+        ((u128::from(hash) * u128::from(self.layout.sets)) >> 64) as u32
+    }
+
+    fn index_name(set: u32) -> String {
+        format!("{PREFIX}{set}")
+    }
+
+    fn way_name(set: u32, way: usize) -> String {
+        format!("{PREFIX}{set}/{way}")
+    }
+
+    /// The entry for `key`, as of `now_ms`. `hash` is [`SetTable::hash`] of `key`.
+    pub fn lookup(
+        &self,
+        store: &impl SharedStore,
+        seen: &mut Seen,
+        key: &CacheKey,
+        hash: u64,
+        now_ms: u64,
+    ) -> Lookup {
+        let set = self.set_of(hash);
+        if let Some(way) = seen.way(hash) {
+            if let Some(found) = self.read_way(store, set, way, key, now_ms) {
+                return found;
+            }
         }
-    }
-
-    pub fn slot_name(&self, key: &CacheKey) -> String {
-        format!("{SLOT_PREFIX}{}", key.slot(self.slots, &self.secret))
-    }
-
-    pub fn lookup(&self, store: &impl SharedStore, key: &CacheKey, now_ms: u64) -> Lookup {
-        let Some(bytes) = store.get(&self.slot_name(key)) else {
+        let Some(bytes) = store.get(&Self::index_name(set)) else {
             return Lookup::Miss(MissKind::Empty);
         };
+        let Ok(index) = SetIndex::decode(&bytes, self.layout.ways as usize) else {
+            return Lookup::Miss(MissKind::Foreign);
+        };
+        let Some(way) = index.find(hash) else {
+            return Lookup::Miss(MissKind::Empty);
+        };
+        seen.remember(hash, way);
+        self.read_way(store, set, way, key, now_ms)
+            .unwrap_or(Lookup::Miss(MissKind::Collision))
+    }
+
+    /// `None` when the way holds another key (or nothing readable).
+    fn read_way(
+        &self,
+        store: &impl SharedStore,
+        set: u32,
+        way: usize,
+        key: &CacheKey,
+        now_ms: u64,
+    ) -> Option<Lookup> {
+        let bytes = store.get(&Self::way_name(set, way))?;
         match Entry::peek(&bytes) {
-            Err(DecodeError::Empty) => Lookup::Miss(MissKind::Empty),
-            Err(_) => Lookup::Miss(MissKind::Foreign),
-            Ok(p) if p.digest != key.digest => Lookup::Miss(MissKind::Collision),
-            Ok(p) if p.expires_at_ms > now_ms => Lookup::Hit(bytes),
-            Ok(p) if p.keep_until_ms > now_ms => Lookup::Stale(bytes),
-            Ok(_) => Lookup::Miss(MissKind::Expired),
+            Err(DecodeError::Empty) => None,
+            Err(_) => None,
+            Ok(p) if p.digest != key.digest => None,
+            Ok(p) if p.expires_at_ms > now_ms => Some(Lookup::Hit(bytes)),
+            Ok(p) if p.keep_until_ms > now_ms => Some(Lookup::Stale(bytes)),
+            Ok(_) => Some(Lookup::Miss(MissKind::Expired)),
         }
     }
 
-    /// Writes an encoded entry into the key's slot, replacing whatever was there.
+    /// Stores an encoded entry for `key` if the table admits it: in its set, within the byte
+    /// budget, displacing only entries asked for less often.
     pub fn insert(
         &self,
         store: &impl SharedStore,
+        seen: &mut Seen,
         key: &CacheKey,
         encoded: &[u8],
         now_ms: u64,
     ) -> Result<Stored, StoreError> {
-        let name = self.slot_name(key);
-        let evicted = match store.get(&name) {
-            Some(old) => matches!(
-                Entry::peek(&old),
-                Ok(p) if p.digest != key.digest && p.expires_at_ms > now_ms
-            ),
-            None => false,
+        let hash = self.hash(key);
+        let Ok(peeked) = Entry::peek(encoded) else {
+            return Err(StoreError::Failed);
         };
-        store.set(&name, encoded)?;
-        Ok(Stored { evicted })
+        let size = u32::try_from(encoded.len()).map_err(|_| StoreError::Failed)?;
+        if u64::from(size) > self.layout.budget_bytes {
+            return Ok(Stored {
+                rejected: true,
+                ..Stored::default()
+            });
+        }
+        let frequency = seen.frequency(hash);
+        let mut stored = Stored::default();
+        let newcomer = Newcomer {
+            hash,
+            size: u64::from(size),
+            frequency,
+        };
+        if !self.make_room(store, seen, &newcomer, now_ms, &mut stored)? {
+            stored.rejected = true;
+            return Ok(stored);
+        }
+        let set = self.set_of(hash);
+        let new = Way {
+            fingerprint: hash,
+            size,
+            keep_until_ms: peeked.keep_until_ms,
+        };
+        let mut placed = Placement::Reject;
+        update(store, &Self::index_name(set), |old| {
+            let mut index = self.decode_or_empty(old);
+            placed = index.place(hash, frequency, now_ms, |f| seen.frequency(f));
+            let way = placed_way(&placed)?;
+            index.ways[way] = new;
+            Some(index.encode())
+        })?;
+        let (way, old) = match placed {
+            Placement::Reject => {
+                stored.rejected = true;
+                return Ok(stored);
+            }
+            Placement::Same { way, old } => (way, old),
+            Placement::Free { way, old } => {
+                stored.evicted_expired += u32::from(old.fingerprint != 0);
+                (way, old)
+            }
+            Placement::Displace { way, victim } => {
+                stored.evicted_capacity += 1;
+                (way, victim)
+            }
+        };
+        store.set(&Self::way_name(set, way), encoded)?;
+        seen.remember(hash, way);
+        self.add_bytes(store, i64::from(size) - i64::from(old.size))?;
+        Ok(stored)
+    }
+
+    fn decode_or_empty(&self, bytes: Option<&[u8]>) -> SetIndex {
+        let ways = self.layout.ways as usize;
+        bytes
+            .and_then(|b| SetIndex::decode(b, ways).ok())
+            .unwrap_or_else(|| SetIndex::empty(ways))
+    }
+
+    /// Brings the byte count down to what leaves room for `size` more, evicting from a few sets
+    /// the entries asked for least, as long as each is asked for less than the newcomer
+    /// (`frequency`). `false` when room could not be made that way.
+    fn make_room(
+        &self,
+        store: &impl SharedStore,
+        seen: &Seen,
+        newcomer: &Newcomer,
+        now_ms: u64,
+        stored: &mut Stored,
+    ) -> Result<bool, StoreError> {
+        let Newcomer {
+            hash,
+            size,
+            frequency,
+        } = *newcomer;
+        for attempt in 0..ROOM_EVICTIONS {
+            if self.bytes(store).saturating_add(size) <= self.layout.budget_bytes {
+                return Ok(true);
+            }
+            let Some((set, way, victim)) = self.coldest_sampled(store, seen, hash, attempt, now_ms)
+            else {
+                return Ok(false);
+            };
+            let live = victim.is_live(now_ms);
+            if live && seen.frequency(victim.fingerprint) >= frequency {
+                return Ok(false);
+            }
+            if self.evict(store, set, way, victim)? {
+                match live {
+                    true => stored.evicted_capacity += 1,
+                    false => stored.evicted_expired += 1,
+                }
+            }
+        }
+        Ok(self.bytes(store).saturating_add(size) <= self.layout.budget_bytes)
+    }
+
+    /// Among the new entry's own set and a few others (different on each attempt), the occupied
+    /// way worth least: a way past its last serving instant first, else the one asked for least.
+    fn coldest_sampled(
+        &self,
+        store: &impl SharedStore,
+        seen: &Seen,
+        hash: u64,
+        attempt: usize,
+        now_ms: u64,
+    ) -> Option<(u32, usize, Way)> {
+        let sets = u64::from(self.layout.sets);
+        let own = u64::from(self.set_of(hash));
+        // (live, frequency, keep-until): the smallest is worth least.
+        let mut best: Option<(Rank, u32, usize, Way)> = None;
+        for sample in 0..=ROOM_SAMPLES {
+            let step = (attempt as u64 * (ROOM_SAMPLES + 1) + sample).wrapping_mul(hash | 1);
+            let set = match sample {
+                0 => own,
+                _ => (own + 1 + (step >> 7) % sets.max(1)) % sets.max(1),
+            } as u32;
+            let Some(bytes) = store.get(&Self::index_name(set)) else {
+                continue;
+            };
+            let Ok(index) = SetIndex::decode(&bytes, self.layout.ways as usize) else {
+                continue;
+            };
+            for (way, w) in index.ways.iter().enumerate() {
+                if w.fingerprint == 0 || w.fingerprint == hash {
+                    continue;
+                }
+                let rank = (
+                    w.is_live(now_ms),
+                    seen.frequency(w.fingerprint),
+                    w.keep_until_ms,
+                );
+                if best.as_ref().is_none_or(|(r, ..)| rank < *r) {
+                    best = Some((rank, set, way, *w));
+                }
+            }
+        }
+        best.map(|(_, set, way, w)| (set, way, w))
+    }
+
+    /// Empties `way` of `set` if it still holds `victim`; `true` when it did.
+    fn evict(
+        &self,
+        store: &impl SharedStore,
+        set: u32,
+        way: usize,
+        victim: Way,
+    ) -> Result<bool, StoreError> {
+        let written = update(store, &Self::index_name(set), |old| {
+            let mut index = self.decode_or_empty(old);
+            (index.ways.get(way) == Some(&victim)).then(|| {
+                index.ways[way] = Way::default();
+                index.encode()
+            })
+        })?;
+        if written {
+            // Emptied, not removed: Envoy keeps the key, but frees the value.
+            store.set(&Self::way_name(set, way), b"")?;
+            self.add_bytes(store, -i64::from(victim.size))?;
+        }
+        Ok(written)
+    }
+
+    /// The bytes of entries held, as counted.
+    pub fn bytes(&self, store: &impl SharedStore) -> u64 {
+        store
+            .get(BYTES_KEY)
+            .and_then(|b| <[u8; 8]>::try_from(b.as_slice()).ok())
+            .map_or(0, u64::from_le_bytes)
+    }
+
+    fn add_bytes(&self, store: &impl SharedStore, delta: i64) -> Result<(), StoreError> {
+        if delta == 0 {
+            return Ok(());
+        }
+        update(store, BYTES_KEY, |old| {
+            let now = old
+                .and_then(|b| <[u8; 8]>::try_from(b).ok())
+                .map_or(0, u64::from_le_bytes);
+            Some(now.saturating_add_signed(delta).to_le_bytes().to_vec())
+        })
+        .map(|_| ())
+    }
+}
+
+type Rank = (bool, u8, u64);
+
+/// The entry being stored, as room is made for it.
+#[derive(Debug, Clone, Copy)]
+struct Newcomer {
+    hash: u64,
+    size: u64,
+    frequency: u8,
+}
+
+fn placed_way(placement: &Placement) -> Option<usize> {
+    match *placement {
+        Placement::Same { way, .. }
+        | Placement::Free { way, .. }
+        | Placement::Displace { way, .. } => Some(way),
+        Placement::Reject => None,
     }
 }
 
@@ -92,17 +432,21 @@ impl SlotTable {
 mod tests {
     use super::*;
     use crate::effects::fake::MapStore;
+    use std::collections::{BTreeMap, HashMap};
 
-    fn key(n: u8) -> CacheKey {
-        CacheKey { digest: [n; 32] }
+    fn key(n: u64) -> CacheKey {
+        let mut digest = [0u8; 32];
+        digest[..8].copy_from_slice(&n.to_le_bytes());
+        digest[8] = 0xAB;
+        CacheKey { digest }
     }
 
-    fn entry(k: &CacheKey, expires: u64) -> Vec<u8> {
+    fn entry(k: &CacheKey, body: &[u8], expires: u64) -> Vec<u8> {
         Entry {
             digest: k.digest,
             stored_at_ms: 0,
             expires_at_ms: expires,
-            stale_ms: 50,
+            stale_ms: 0,
             error_ms: 0,
             upstream_age_s: 0,
             born_us: 0,
@@ -110,68 +454,243 @@ mod tests {
             headers: vec![("content-type", "application/json")],
             tag_hashes: vec![],
             tags: "",
-            body: b"{}",
+            body,
         }
         .encode()
+    }
+
+    /// A deterministic Zipf(`skew`) trace over `keys` keys (xorshift and the inverse CDF).
+    fn zipf(keys: u64, skew: f64, n: usize, seed: u64) -> Vec<u64> {
+        let weights: Vec<f64> = (1..=keys).map(|k| 1.0 / (k as f64).powf(skew)).collect();
+        let total: f64 = weights.iter().sum();
+        let mut cdf = Vec::with_capacity(weights.len());
+        let mut acc = 0.0;
+        for w in weights {
+            acc += w / total;
+            cdf.push(acc);
+        }
+        let mut x = seed | 1;
+        (0..n)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                let u = (x >> 11) as f64 / (1u64 << 53) as f64;
+                cdf.partition_point(|&c| c < u) as u64
+            })
+            .collect()
+    }
+
+    /// The table's hit ratio on `trace`, each miss stored (as the filter does after fetching).
+    fn table_hits(table: &SetTable, trace: &[u64]) -> f64 {
+        let store = MapStore::default();
+        let mut seen = Seen::new(table.layout());
+        let body = vec![b'x'; 1000];
+        let mut hits = 0;
+        for &n in trace {
+            let k = key(n);
+            let h = table.hash(&k);
+            seen.count(h);
+            match table.lookup(&store, &mut seen, &k, h, 0) {
+                Lookup::Hit(_) => hits += 1,
+                _ => {
+                    table
+                        .insert(&store, &mut seen, &k, &entry(&k, &body, u64::MAX), 0)
+                        .unwrap();
+                }
+            }
+        }
+        assert!(table.bytes(&store) <= table.layout().budget_bytes);
+        hits as f64 / trace.len() as f64
+    }
+
+    fn lru_hits(capacity: usize, trace: &[u64]) -> f64 {
+        let (mut last_use, mut by_age) = (HashMap::new(), BTreeMap::new());
+        let mut hits = 0;
+        for (now, &n) in trace.iter().enumerate() {
+            if let Some(then) = last_use.insert(n, now) {
+                by_age.remove(&then);
+                hits += 1;
+            } else if last_use.len() > capacity {
+                if let Some((_, oldest)) = by_age.pop_first() {
+                    last_use.remove(&oldest);
+                }
+            }
+            by_age.insert(now, n);
+        }
+        hits as f64 / trace.len() as f64
+    }
+
+    fn table_for(entries: u32) -> SetTable {
+        let size = entry(&key(0), &[b'x'; 1000], u64::MAX).len() as u64;
+        SetTable::new(
+            Layout::new(entries * 2, size * u64::from(entries)),
+            SlotKey(7, 9),
+        )
     }
 
     #[test]
     fn store_then_hit_then_expire() {
         let store = MapStore::default();
-        let t = SlotTable::new(8, SlotKey::default());
+        let table = SetTable::new(Layout::new(64, 1 << 20), SlotKey::default());
+        let mut seen = Seen::new(table.layout());
         let k = key(1);
-        assert_eq!(t.lookup(&store, &k, 0), Lookup::Miss(MissKind::Empty));
-        t.insert(&store, &k, &entry(&k, 100), 0).unwrap();
-        assert!(matches!(t.lookup(&store, &k, 99), Lookup::Hit(_)));
-        assert!(
-            matches!(t.lookup(&store, &k, 100), Lookup::Stale(_)),
-            "in its window"
+        let h = table.hash(&k);
+        assert_eq!(
+            table.lookup(&store, &mut seen, &k, h, 0),
+            Lookup::Miss(MissKind::Empty)
         );
-        assert_eq!(t.lookup(&store, &k, 150), Lookup::Miss(MissKind::Expired));
+        let stored = table
+            .insert(&store, &mut seen, &k, &entry(&k, b"{}", 100), 0)
+            .unwrap();
+        assert_eq!(stored, Stored::default());
+        assert!(matches!(
+            table.lookup(&store, &mut seen, &k, h, 99),
+            Lookup::Hit(_)
+        ));
+        assert_eq!(
+            table.lookup(&store, &mut seen, &k, h, 100),
+            Lookup::Miss(MissKind::Expired)
+        );
+        // Another worker, which never saw the key, finds it through the index.
+        let mut other = Seen::new(table.layout());
+        assert!(matches!(
+            table.lookup(&store, &mut other, &k, h, 99),
+            Lookup::Hit(_)
+        ));
     }
 
     #[test]
-    fn a_collision_is_a_miss_and_an_eviction() {
+    fn the_byte_budget_holds_and_the_key_space_is_fixed() {
         let store = MapStore::default();
-        let t = SlotTable::new(1, SlotKey::default());
-        let (a, b) = (key(1), key(2));
-        assert_eq!(
-            t.insert(&store, &a, &entry(&a, 100), 0),
-            Ok(Stored { evicted: false })
-        );
-        assert_eq!(t.lookup(&store, &b, 0), Lookup::Miss(MissKind::Collision));
-        assert_eq!(
-            t.insert(&store, &b, &entry(&b, 100), 0),
-            Ok(Stored { evicted: true })
-        );
-        assert_eq!(t.lookup(&store, &a, 0), Lookup::Miss(MissKind::Collision));
-        // Replacing an expired entry is not an eviction.
-        assert_eq!(
-            t.insert(&store, &a, &entry(&a, 100), 200),
-            Ok(Stored { evicted: false })
-        );
-    }
-
-    #[test]
-    fn foreign_and_emptied_slots_are_misses() {
-        let store = MapStore::default();
-        let t = SlotTable::new(4, SlotKey::default());
-        let k = key(3);
-        let name = t.slot_name(&k);
-        store.set(&name, b"old format").unwrap();
-        assert_eq!(t.lookup(&store, &k, 0), Lookup::Miss(MissKind::Foreign));
-        store.set(&name, b"").unwrap();
-        assert_eq!(t.lookup(&store, &k, 0), Lookup::Miss(MissKind::Empty));
-    }
-
-    #[test]
-    fn the_number_of_keys_is_bounded_by_the_slot_count() {
-        let store = MapStore::default();
-        let t = SlotTable::new(16, SlotKey::default());
-        for i in 0..=255u8 {
-            let k = key(i);
-            t.insert(&store, &k, &entry(&k, 10), 0).unwrap();
+        let body = vec![b'y'; 3000];
+        let size = entry(&key(0), &body, 10).len() as u64;
+        let table = SetTable::new(Layout::new(64, size * 10), SlotKey(1, 2));
+        let mut seen = Seen::new(table.layout());
+        for n in 0..2000 {
+            let k = key(n);
+            seen.count(table.hash(&k));
+            seen.count(table.hash(&k));
+            table
+                .insert(&store, &mut seen, &k, &entry(&k, &body, 10), 0)
+                .unwrap();
+            assert!(table.bytes(&store) <= size * 10);
         }
-        assert!(store.0.borrow().len() <= 16);
+        let held: u64 = store
+            .0
+            .borrow()
+            .iter()
+            .filter(|(name, _)| name.matches('/').count() == 4)
+            .map(|(_, (v, _))| v.len() as u64)
+            .sum();
+        assert!(held <= size * 10, "{held} bytes held");
+        // sets x ways entry keys, an index per set, the counter.
+        assert!(store.0.borrow().len() as u64 <= 64 + 4 + 1);
+    }
+
+    #[test]
+    fn a_forged_or_damaged_index_is_a_miss() {
+        let store = MapStore::default();
+        let table = SetTable::new(Layout::new(16, 1 << 20), SlotKey::default());
+        let mut seen = Seen::new(table.layout());
+        let k = key(5);
+        let h = table.hash(&k);
+        table
+            .insert(&store, &mut seen, &k, &entry(&k, b"{}", 100), 0)
+            .unwrap();
+        // Another key's entry written into k's way: never served for k.
+        let other = key(6);
+        let way = seen.way(h).unwrap();
+        store
+            .set(
+                &SetTable::way_name(table.set_of(h), way),
+                &entry(&other, b"{}", 100),
+            )
+            .unwrap();
+        assert!(matches!(
+            table.lookup(&store, &mut Seen::new(table.layout()), &k, h, 0),
+            Lookup::Miss(_)
+        ));
+        store
+            .set(&SetTable::index_name(table.set_of(h)), b"garbage")
+            .unwrap();
+        assert_eq!(
+            table.lookup(&store, &mut Seen::new(table.layout()), &k, h, 0),
+            Lookup::Miss(MissKind::Foreign)
+        );
+    }
+
+    #[test]
+    fn a_working_set_that_fits_is_held() {
+        let trace = zipf(300, 0.7, 12_000, 1);
+        let hits = table_hits(&table_for(400), &trace);
+        assert!(hits >= 0.97, "{hits}");
+    }
+
+    #[test]
+    fn hits_at_least_as_often_as_lru_on_skewed_traffic() {
+        for skew in [0.8, 1.0] {
+            let trace = zipf(4000, skew, 16_000, 3);
+            let table = table_hits(&table_for(400), &trace);
+            let lru = lru_hits(400, &trace);
+            assert!(table >= lru, "zipf {skew}: table {table}, LRU {lru}");
+        }
+    }
+
+    #[test]
+    fn a_scan_does_not_flush_the_hot_set() {
+        let mut trace = Vec::new();
+        for round in 0..12u64 {
+            trace.extend(zipf(200, 0.9, 1000, round + 10));
+            // A one-time scan of 1000 cold keys between rounds: these can never hit.
+            trace.extend((0..1000).map(|i| 1_000_000 + round * 1000 + i));
+        }
+        // Of the requests that can hit (the hot ones), the share that did.
+        let of_hot = |overall: f64| overall * trace.len() as f64 / 12_000.0;
+        let table = of_hot(table_hits(&table_for(400), &trace));
+        let lru = of_hot(lru_hits(400, &trace));
+        assert!(table >= 0.95, "table {table}");
+        assert!(table > lru + 0.1, "table {table}, LRU {lru}");
+    }
+
+    #[test]
+    fn a_loop_larger_than_the_cache_keeps_part_of_it() {
+        let trace: Vec<u64> = (0..30).flat_map(|_| 0..440u64).collect();
+        let table = table_hits(&table_for(400), &trace);
+        assert!(table > 0.5, "table {table} (LRU gets 0)");
+    }
+
+    #[test]
+    fn counts_causes() {
+        let store = MapStore::default();
+        let size = entry(&key(0), b"{}", 10).len() as u64;
+        let table = SetTable::new(Layout::new(16, size * 2), SlotKey::default());
+        let mut seen = Seen::new(table.layout());
+        let (a, b, c) = (key(1), key(2), key(3));
+        for k in [&a, &b] {
+            seen.count(table.hash(k));
+            table
+                .insert(&store, &mut seen, k, &entry(k, b"{}", 10), 0)
+                .unwrap();
+        }
+        // Asked once, like a and b: not admitted over them.
+        seen.count(table.hash(&c));
+        let r = table
+            .insert(&store, &mut seen, &c, &entry(&c, b"{}", 10), 0)
+            .unwrap();
+        assert!(r.rejected);
+        // Asked more: displaces one of them.
+        seen.count(table.hash(&c));
+        let r = table
+            .insert(&store, &mut seen, &c, &entry(&c, b"{}", 10), 0)
+            .unwrap();
+        assert_eq!((r.rejected, r.evicted_capacity), (false, 1));
+        // Later, everything has expired: room is taken back without a capacity eviction.
+        let d = key(4);
+        let r = table
+            .insert(&store, &mut seen, &d, &entry(&d, b"{}", 100), 50)
+            .unwrap();
+        assert_eq!((r.rejected, r.evicted_capacity), (false, 0));
+        assert!(r.evicted_expired >= 1);
     }
 }

@@ -65,7 +65,7 @@ pub struct Config {
     pub max_query_depth: usize,
     /// Most field selections (operation plus used fragments) a cacheable query may have.
     pub max_query_fields: usize,
-    /// Bytes of stored entries the shared cache holds at most (see `cache::set_table`).
+    /// Bytes of stored entries the shared cache holds at most (see `cache::table`).
     pub cache_bytes: u64,
     /// Entry slots in shared data: the cache never holds more entries than this.
     pub cache_slots: u32,

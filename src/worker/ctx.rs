@@ -71,6 +71,7 @@
 //! [`Host::resume`]: crate::effects::host::Host::resume
 
 use crate::config::Config;
+use crate::effects::store::{SharedStore, StoreError};
 use crate::worker::state::{Plugin, Worker};
 use std::cell::RefCell;
 
@@ -111,10 +112,36 @@ impl<'a, H: ?Sized> Ctx<'a, H> {
         f(&mut self.worker.borrow_mut())
     }
 
+    /// [`Ctx::worker`] with shared data beside it: a shared-data call runs no other context's
+    /// callbacks, so it may be made while the worker is held. `f` sees only that part of the
+    /// host ([`SharedOnly`]): nothing in it can answer or resume a request.
+    pub fn worker_and_shared<R>(
+        &mut self,
+        f: impl FnOnce(&mut Worker, &SharedOnly<'_, H>) -> R,
+    ) -> R
+    where
+        H: SharedStore,
+    {
+        f(&mut self.worker.borrow_mut(), &SharedOnly(self.host))
+    }
+
     /// [`Ctx::worker`], or `None` if the worker is borrowed already. For callbacks that Envoy may
     /// run from another context's host call (a request's response callbacks and its end).
     pub fn try_worker<R>(&mut self, f: impl FnOnce(&mut Worker) -> R) -> Option<R> {
         let mut worker = self.worker.try_borrow_mut().ok()?;
         Some(f(&mut worker))
+    }
+}
+
+/// The shared-data part of a host, and nothing else (see [`Ctx::worker_and_shared`]).
+pub struct SharedOnly<'a, H: ?Sized>(&'a H);
+
+impl<H: SharedStore + ?Sized> SharedStore for SharedOnly<'_, H> {
+    fn get_cas(&self, key: &str) -> (Option<Vec<u8>>, Option<u32>) {
+        self.0.get_cas(key)
+    }
+
+    fn set_cas(&self, key: &str, value: &[u8], cas: Option<u32>) -> Result<(), StoreError> {
+        self.0.set_cas(key, value, cas)
     }
 }

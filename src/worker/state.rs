@@ -3,7 +3,7 @@
 //! requests run, in one place (shared by the root and HTTP contexts through a `RefCell`).
 
 use crate::cache::hot::HotCache;
-use crate::cache::table::SlotTable;
+use crate::cache::table::{Layout, Seen, SetTable};
 use crate::coalesce::flights::FlightTable;
 use crate::coalesce::release::Release;
 use crate::coalesce::upstream::SharedFetch;
@@ -32,7 +32,7 @@ pub const LEASE_GRACE_MS: u64 = 2000;
 #[derive(Debug)]
 pub struct Plugin {
     pub config: Config,
-    pub table: SlotTable,
+    pub table: SetTable,
     pub flights: FlightTable,
     pub purges: PurgeTable,
     pub apq: ApqTable,
@@ -41,7 +41,7 @@ pub struct Plugin {
 impl Plugin {
     pub fn new(config: Config, secret: SlotKey) -> Plugin {
         Plugin {
-            table: SlotTable::new(config.cache_slots, secret),
+            table: SetTable::new(layout(&config), secret),
             flights: FlightTable::new(config.flight_slots, secret),
             purges: PurgeTable::new(config.tag_slots),
             apq: ApqTable::new(config.apq_slots, config.max_body_bytes, secret),
@@ -57,6 +57,11 @@ impl Plugin {
             .saturating_add(LEASE_GRACE_MS)
             .saturating_add(l2)
     }
+}
+
+/// The shared table's shape a configuration asks for.
+pub fn layout(config: &Config) -> Layout {
+    Layout::new(config.cache_slots, config.cache_bytes)
 }
 
 impl Default for Plugin {
@@ -97,6 +102,8 @@ pub struct Worker {
     /// Recently served entries, in front of shared data, each checked against the purge marks
     /// of some epoch (checked again once the epoch moves).
     pub hot: HotCache,
+    /// How often keys were asked for here lately, and where in the table each was last found.
+    pub seen: Seen,
     /// The purge marks as last read.
     pub purges: PurgeView,
     /// Held purge requests: the body watchdog answers these rather than let them go upstream.
@@ -160,6 +167,7 @@ impl Worker {
             watchdog: BodyWatchdog::default(),
             memo: Memo::new(config.key_memo_entries, MEMO_MAX_INPUT),
             hot: HotCache::new(config.local_cache_bytes),
+            seen: Seen::new(&layout(config)),
             purges: PurgeView::default(),
             held_purges: FastSet::default(),
             last_beat_ms: 0,
@@ -173,6 +181,7 @@ impl Worker {
     pub fn reconfigure(&mut self, config: &Config) {
         self.memo = Memo::new(config.key_memo_entries, MEMO_MAX_INPUT);
         self.hot = HotCache::new(config.local_cache_bytes);
+        self.seen = Seen::new(&layout(config));
         self.purges = PurgeView::default();
         self.mutation_budget = PurgeBudget::new(&config.mutation_purges);
     }

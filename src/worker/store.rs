@@ -3,10 +3,12 @@
 
 use crate::cache::entry::Entry;
 use crate::cache::storable::{storable_entry, Answer, Asked, Stamp};
+use crate::cache::table;
 use crate::effects::counters::Counter;
 use crate::effects::host::Host;
+use crate::effects::store::StoreError;
 use crate::request::key::CacheKey;
-use crate::worker::state::Plugin;
+use crate::worker::ctx::Ctx;
 
 /// What storing did, for the debug headers.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -15,7 +17,8 @@ pub struct Stored {
     pub not_stored: Option<&'static str>,
     /// The stored entry's tags, comma-separated (with `debug_headers` only).
     pub tags: String,
-    /// The entry as stored (empty when not stored), for the fleet's L2.
+    /// The entry (empty when it may not be stored at all), for the fleet's L2: also when this
+    /// table did not admit it, since the L2 is larger and shared by the fleet.
     pub entry: Vec<u8>,
 }
 
@@ -31,12 +34,12 @@ impl Stored {
 /// Stores the answer under `key` if policy allows, counting what happened; otherwise says why
 /// not (the debug reason).
 pub fn store_answer(
-    plugin: &Plugin,
-    host: &impl Host,
+    cx: &mut Ctx<'_, impl Host>,
     key: &CacheKey,
     answer: Answer<'_>,
     asked: &Asked,
 ) -> Stored {
+    let (plugin, host) = (cx.plugin(), cx.host());
     let now_ms = host.now_ms();
     let stamp = Stamp {
         born_us: asked.born_us,
@@ -51,33 +54,55 @@ pub fn store_answer(
             return Stored::not(why.as_str());
         }
     };
-    match plugin.table.insert(host, key, &bytes, now_ms) {
-        Ok(stored) => {
-            host.count(Counter::Stores);
-            if stored.evicted {
-                host.count(Counter::Evictions);
-            }
-            let tags = Entry::decode(&bytes)
-                .map(|e| e.tags.to_string())
-                .unwrap_or_default();
-            Stored {
-                not_stored: None,
-                tags,
-                entry: bytes,
-            }
-        }
-        Err(_) => {
-            host.count(Counter::StoreFailures);
-            Stored::not("store-failed")
-        }
+    let outcome = insert(cx, key, &bytes, now_ms);
+    let not_stored = match outcome {
+        Ok(stored) if stored.rejected => Some("not-admitted"),
+        Ok(_) => None,
+        Err(_) => return Stored::not("store-failed"),
+    };
+    let tags = Entry::decode(&bytes)
+        .map(|e| e.tags.to_string())
+        .unwrap_or_default();
+    Stored {
+        not_stored,
+        tags,
+        entry: bytes,
     }
+}
+
+/// Puts an encoded entry in the table, counting what that did (admitted or not, what it
+/// displaced): the one place the table is written, for answers from the origin and the L2.
+pub fn insert(
+    cx: &mut Ctx<'_, impl Host>,
+    key: &CacheKey,
+    bytes: &[u8],
+    now_ms: u64,
+) -> Result<table::Stored, StoreError> {
+    let table = &cx.plugin().table;
+    let outcome =
+        cx.worker_and_shared(|w, shared| table.insert(shared, &mut w.seen, key, bytes, now_ms));
+    let host = cx.host();
+    match outcome {
+        Ok(stored) => {
+            host.count(match stored.rejected {
+                true => Counter::AdmissionsRejected,
+                false => Counter::Stores,
+            });
+            (0..stored.evicted_capacity).for_each(|_| host.count(Counter::Evictions));
+            (0..stored.evicted_expired).for_each(|_| host.count(Counter::EvictionsExpired));
+        }
+        Err(_) => host.count(Counter::StoreFailures),
+    }
+    outcome
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cache::table::Lookup;
+    use crate::cache::table::{Lookup, Seen};
     use crate::invalidate::tags::OperationTags;
+    use crate::worker::state::{Plugin, Worker};
+    use std::cell::RefCell;
     use std::rc::Rc;
 
     fn asked() -> Asked {
@@ -111,6 +136,8 @@ mod tests {
     fn stores_counts_and_explains() {
         let host = FakeHost::new();
         let plugin = Plugin::default();
+        let worker = RefCell::new(Worker::new(1, &plugin.config));
+        let cx = &mut Ctx::new(&plugin, &worker, &host);
         let key = CacheKey { digest: [1; 32] };
         let headers = json();
         let ok = Answer {
@@ -118,14 +145,13 @@ mod tests {
             headers: &headers,
             body: br#"{"data":{}}"#,
         };
-        assert_eq!(
-            store_answer(&plugin, &host, &key, ok, &asked()).not_stored,
-            None
-        );
+        assert_eq!(store_answer(cx, &key, ok, &asked()).not_stored, None);
         assert_eq!(host.counted(Counter::Stores), 1);
         let now_ms = host.now_ms();
+        let hash = plugin.table.hash(&key);
+        let mut seen = Seen::new(plugin.table.layout());
         assert!(matches!(
-            plugin.table.lookup(&host, &key, now_ms),
+            plugin.table.lookup(&host, &mut seen, &key, hash, now_ms),
             Lookup::Hit(_)
         ));
         let errors = Answer {
@@ -134,7 +160,7 @@ mod tests {
             body: br#"{"errors":[]}"#,
         };
         assert_eq!(
-            store_answer(&plugin, &host, &key, errors, &asked()).not_stored,
+            store_answer(cx, &key, errors, &asked()).not_stored,
             Some("graphql-errors")
         );
         assert_eq!(host.counted(Counter::StoreSkipped), 1);
@@ -150,13 +176,10 @@ mod tests {
             headers: &headers,
             body: br#"{"data":{}}"#,
         };
-        let why = store_answer(
-            &Plugin::default(),
-            &host,
-            &CacheKey { digest: [2; 32] },
-            answer,
-            &asked(),
-        );
+        let plugin = Plugin::default();
+        let worker = RefCell::new(Worker::new(1, &plugin.config));
+        let cx = &mut Ctx::new(&plugin, &worker, &host);
+        let why = store_answer(cx, &CacheKey { digest: [2; 32] }, answer, &asked());
         assert_eq!(why.not_stored, Some("store-failed"));
         assert_eq!(host.counted(Counter::StoreFailures), 1);
     }

@@ -19,6 +19,7 @@ use crate::invalidate::marks::Verdict;
 use crate::worker::callout::Returned;
 use crate::worker::ctx::Ctx;
 use crate::worker::marks::{refresh_marks, verdict};
+use crate::worker::store::insert;
 
 /// Root: sends `fetch`'s lookup (or, with `wait`, its long-poll); gives the fetch back, no
 /// longer asking L2, if Envoy refused the call (circuit breaker open, every host ejected).
@@ -160,12 +161,8 @@ fn usable(cx: &mut Ctx<'_, impl Host>, fetch: &SharedFetch, sealed: &[u8]) -> Op
     if verdict == Verdict::Purged || entry.keep_until_ms() <= now_ms {
         return None;
     }
-    let host = cx.host();
-    match cx.plugin().table.insert(host, &fetch.key, &bytes, now_ms) {
-        Ok(stored) if stored.evicted => host.count(Counter::Evictions),
-        Ok(_) => {}
-        Err(_) => host.count(Counter::StoreFailures),
-    }
+    // Counted by `insert`; a failure only means the next request asks the L2 again.
+    let _ = insert(cx, &fetch.key, &bytes, now_ms);
     if verdict == Verdict::Stale || entry.expires_at_ms <= now_ms {
         return None;
     }

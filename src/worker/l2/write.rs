@@ -43,7 +43,7 @@ fn store_callout(
     me: &str,
     stored: &mut Stored,
 ) -> Option<Callout> {
-    if stored.not_stored.is_some() {
+    if stored.entry.is_empty() {
         return None;
     }
     let entry = std::mem::take(&mut stored.entry);

@@ -9,6 +9,7 @@ use crate::config::Lifetimes;
 use crate::effects::counters::Counter;
 use crate::effects::host::{status, RequestHost};
 use crate::request::key::CacheKey;
+use crate::worker::ctx::Ctx;
 use crate::worker::state::Plugin;
 use crate::worker::store::{store_answer, Stored};
 
@@ -79,8 +80,7 @@ impl Capture {
     /// The answer is complete: store it if it may be; what storing did.
     pub fn finish(
         self,
-        plugin: &Plugin,
-        host: &impl RequestHost,
+        cx: &mut Ctx<'_, impl RequestHost>,
         key: &CacheKey,
         asked: &Asked,
     ) -> Stored {
@@ -89,6 +89,6 @@ impl Capture {
             headers: &self.headers,
             body: &self.body,
         };
-        store_answer(plugin, host, key, answer, asked)
+        store_answer(cx, key, answer, asked)
     }
 }

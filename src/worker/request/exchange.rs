@@ -310,7 +310,7 @@ impl Exchange {
         }
         if end_of_stream {
             if let (Some(c), Some(asked)) = (capture.take(), &self.asked) {
-                let mut stored = c.finish(cx.plugin(), cx.host(), key, asked);
+                let mut stored = c.finish(cx, key, asked);
                 if queue_store(cx, key, &mut stored) {
                     request_dispatch(cx);
                 }
@@ -659,7 +659,7 @@ impl Exchange {
         };
         if let (Some(capture), Some(asked)) = (shadowed.finish(cx.host()), &self.asked) {
             // Shadow mode changes nothing others see: L1 only.
-            capture.finish(cx.plugin(), cx.host(), &key, asked);
+            capture.finish(cx, &key, asked);
         }
     }
 }

@@ -35,7 +35,12 @@ pub fn find(cx: &mut Ctx<'_, impl RequestHost>, key: &CacheKey, now_ms: u64) -> 
     if invalidation {
         refresh_marks(cx);
     }
-    let (epoch, copy) = cx.worker(|w| (w.purges.epoch, w.hot.get(key, now_ms)));
+    let hash = cx.plugin().table.hash(key);
+    let (epoch, copy) = cx.worker(|w| {
+        // Every request counts, those a copy answers too: they are the hottest.
+        w.seen.count(hash);
+        (w.purges.epoch, w.hot.get(key, now_ms))
+    });
     if let Some((entry, checked)) = copy {
         let fresh = cx.worker(|w| {
             // Checked against the marks in force: served without decoding.
@@ -51,8 +56,10 @@ pub fn find(cx: &mut Ctx<'_, impl RequestHost>, key: &CacheKey, now_ms: u64) -> 
             return Found::Fresh(entry);
         }
     }
-    let host = cx.host();
-    let (bytes, expired) = match cx.plugin().table.lookup(host, key, now_ms) {
+    let table = &cx.plugin().table;
+    let found =
+        cx.worker_and_shared(|w, shared| table.lookup(shared, &mut w.seen, key, hash, now_ms));
+    let (bytes, expired) = match found {
         Lookup::Hit(bytes) => (bytes, false),
         Lookup::Stale(bytes) => (bytes, true),
         Lookup::Miss(_) => return Found::Nothing,

@@ -156,7 +156,7 @@ pub fn on_fetch_response(cx: &mut Ctx<'_, impl Host>, token: u32, result: FetchR
         headers: &headers,
         body: &body,
     };
-    let mut stored = store_answer(cx.plugin(), cx.host(), &fetch.key, answer_in, &fetch.asked);
+    let mut stored = store_answer(cx, &fetch.key, answer_in, &fetch.asked);
     // Sent before anyone is answered: answering switches the effective context.
     after_origin(cx, &fetch, &mut stored);
     let response =

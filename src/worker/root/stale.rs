@@ -19,9 +19,12 @@ pub fn is_failure(response: &Response) -> bool {
 /// The stored answer for `key` to give instead of a failure, if it is within its window and not
 /// purged.
 pub fn instead_of_error(cx: &mut Ctx<'_, impl Host>, key: &CacheKey) -> Option<Response> {
-    let host = cx.host();
-    let now_ms = host.now_ms();
-    let bytes = match cx.plugin().table.lookup(host, key, now_ms) {
+    let now_ms = cx.host().now_ms();
+    let table = &cx.plugin().table;
+    let hash = table.hash(key);
+    let found =
+        cx.worker_and_shared(|w, shared| table.lookup(shared, &mut w.seen, key, hash, now_ms));
+    let bytes = match found {
         Lookup::Hit(bytes) | Lookup::Stale(bytes) => bytes,
         Lookup::Miss(_) => return None,
     };
