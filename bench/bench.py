@@ -11,10 +11,12 @@ time with that build in the same rounds (the A/B method) and prints both, with t
 import json
 import os
 import pathlib
+import re
 import shutil
 import subprocess
 import sys
 import tempfile
+import textwrap
 import time
 import urllib.request
 
@@ -25,6 +27,8 @@ ORIGIN = ROOT / "target/release/graphql-origin"
 RESULTS = ROOT / "bench/results"
 FLOOR_WASM = ROOT / "bench/floor/target/wasm32-wasip1/release/wasm_floor.wasm"
 LUA = ROOT / "bench/post.lua"
+# The Envoy bootstrap's templates, shared with the Rust tests (testkit).
+BOOTSTRAP = ROOT / "testkit/bootstrap"
 
 SECONDS = int(os.environ.get("BENCH_SECONDS", "4"))
 ROUNDS = int(os.environ.get("BENCH_ROUNDS", "3"))
@@ -54,29 +58,36 @@ L2_CONFIG = {"cluster": "graphql_cache_l2", "wait_cluster": "graphql_cache_l2_wa
              "fleet_key": "dev-fleet-key-change-me-0123456789abcdef"}
 
 
+def render(template, **values):
+    """testkit/bootstrap/<template>, the tests' Envoy bootstrap, rendered as testkit renders it (the
+    README there): `${name}` takes its value; alone on its line (or after `- `), a block of lines
+    indented to its column, or nothing."""
+    out = []
+    for line in (BOOTSTRAP / template).read_text().splitlines():
+        block = re.fullmatch(r"( *)(- )?\$\{(\w+)\}", line)
+        if not block:
+            out.append(re.sub(r"\$\{(\w+)\}", lambda m: str(values[m[1]]), line))
+            continue
+        indent, item, name = block.groups()
+        for i, text in enumerate(textwrap.dedent(str(values[name])).strip("\n").splitlines()):
+            lead = indent + (("- " if i == 0 else "  ") if item else "")
+            out.append(lead + text if text.strip() else "")
+    return "\n".join(out) + "\n"
+
+
+def _wasm_filter(wasm, vm_id, configuration):
+    """The filter's `http_filters` item, indented as bootstrap()'s `filters` are written here."""
+    item = render("wasm_filter.yaml", allow_stop="true", vm_id=vm_id, wasm=wasm, config=json.dumps(configuration))
+    return "\n" + textwrap.indent(item.rstrip("\n"), " " * 10)
+
+
 def wasm_filter(config):
-    return f"""
-          - name: envoy.filters.http.wasm
-            typed_config:
-              "@type": type.googleapis.com/envoy.extensions.filters.http.wasm.v3.Wasm
-              config:
-                name: graphql_cache
-                root_id: graphql_cache
-                allow_on_headers_stop_iteration: true
-                vm_config:
-                  vm_id: graphql_cache
-                  runtime: envoy.wasm.runtime.v8
-                  code: {{ local: {{ filename: {WASM} }} }}
-                configuration:
-                  "@type": type.googleapis.com/google.protobuf.StringValue
-                  value: {json.dumps(json.dumps(config))}"""
+    return _wasm_filter(WASM, "graphql_cache", json.dumps(config))
 
 
 def floor_filter(answer):
     """The floor of a wasm hit (bench/floor): reads headers and body, answers `answer` locally."""
-    return wasm_filter({}).replace(str(WASM), str(FLOOR_WASM)).replace(
-        "vm_id: graphql_cache", "vm_id: wasm_floor").replace(
-        json.dumps(json.dumps({})), json.dumps(answer))
+    return _wasm_filter(FLOOR_WASM, "wasm_floor", answer)
 
 
 BUFFER = """
@@ -98,40 +109,13 @@ def l2_clusters():
 
 
 def bootstrap(filters, route, admin=None, listen=None, clusters=""):
-    admin, listen = admin or ADMIN, listen or LISTEN
-    return f"""admin:
-  address: {{ socket_address: {{ address: 127.0.0.1, port_value: {admin} }} }}
-static_resources:
-  listeners:
-  - name: bench
-    address: {{ socket_address: {{ address: 127.0.0.1, port_value: {listen} }} }}
-    filter_chains:
-    - filters:
-      - name: envoy.filters.network.http_connection_manager
-        typed_config:
-          "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
-          stat_prefix: bench
-          route_config:
-            virtual_hosts:
-            - name: all
-              domains: ["*"]
-              routes:
-              - match: {{ prefix: "/" }}
-{route}
-          http_filters:{filters}
-          - name: envoy.filters.http.router
-            typed_config:
-              "@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router
-  clusters:
-  - name: origin
-    connect_timeout: 1s
-    type: STATIC
-    load_assignment:
-      cluster_name: origin
-      endpoints:
-      - lb_endpoints:
-        - endpoint: {{ address: {{ socket_address: {{ address: 127.0.0.1, port_value: {ORIGIN_PORT} }} }} }}
-{clusters}"""
+    """One listener (`route`: its catch-all's action; `filters`: before the router), the origin
+    cluster and `clusters`, from testkit/bootstrap/ as the tests' Envoys are."""
+    listener = render("listener.yaml", name="bench", port=listen or LISTEN, listener_extra="", stat_prefix="bench",
+                      routes="", catch_all=route, filters=filters)
+    return render("envoy.yaml", admin_port=admin or ADMIN, listener=listener,
+                  origin_cluster=render("cluster.yaml", name="origin", port=ORIGIN_PORT), clusters=clusters,
+                  bootstrap_extra="")
 
 
 def direct_route(body):

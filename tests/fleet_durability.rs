@@ -161,7 +161,7 @@ fn purges_during_a_failover(count: u32) {
 }
 
 /// Which master holds each user's L2 value: each stored through A, one at a time.
-fn placed(fleet: &Fleet, cluster: &RedisCluster) -> HashMap<u32, usize> {
+fn placed(fleet: &Fleet, cluster: &Cluster) -> HashMap<u32, usize> {
     let mut placed = HashMap::new();
     for n in 1..=USERS {
         let before: Vec<HashSet<Vec<u8>>> = cluster.nodes.iter().map(l2_value_names).collect();

@@ -11,57 +11,38 @@ use std::sync::Arc;
 use std::time::Duration;
 use support::*;
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+/// The listener as a file-based LDS resource, from the template of every test's bootstrap.
+fn listener(port: u16, vm_id: &str, config: &str) -> String {
+    let filter = bootstrap::wasm_filter(&wasm_path(), vm_id, true, config);
+    let listener = bootstrap::listener(&bootstrap::Listener {
+        name: "main",
+        port,
+        stat_prefix: "ingress",
+        extra: "",
+        routes: "",
+        catch_all: "route: { cluster: origin, timeout: 15s }",
+        filters: &filter,
+    });
+    bootstrap::render(
+        "resources:\n- \"@type\": type.googleapis.com/envoy.config.listener.v3.Listener\n  ${listener}\n",
+        &[("listener", &listener)],
+    )
 }
 
-fn listener(port: u16, origin_port: u16, vm_id: &str, config: &str) -> String {
-    let config = serde_json::to_string(config).unwrap();
-    let wasm = wasm_path().display().to_string();
-    format!(
-        r#"resources:
-- "@type": type.googleapis.com/envoy.config.listener.v3.Listener
-  name: main
-  address: {{ socket_address: {{ address: 127.0.0.1, port_value: {port} }} }}
-  filter_chains:
-  - filters:
-    - name: envoy.filters.network.http_connection_manager
-      typed_config:
-        "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
-        stat_prefix: ingress
-        route_config:
-          virtual_hosts:
-          - name: all
-            domains: ["*"]
-            routes:
-            - match: {{ prefix: "/" }}
-              route: {{ cluster: origin, timeout: 15s }}
-        http_filters:
-        - name: envoy.filters.http.wasm
-          typed_config:
-            "@type": type.googleapis.com/envoy.extensions.filters.http.wasm.v3.Wasm
-            config:
-              name: graphql_cache
-              root_id: graphql_cache
-              allow_on_headers_stop_iteration: true
-              vm_config:
-                vm_id: {vm_id}
-                runtime: envoy.wasm.runtime.v8
-                code: {{ local: {{ filename: {wasm} }} }}
-              configuration:
-                "@type": type.googleapis.com/google.protobuf.StringValue
-                value: {config}
-        - name: envoy.filters.http.router
-          typed_config:
-            "@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router
-"#
-    )
-    .replace("{origin_port}", &origin_port.to_string())
-}
+/// A bootstrap whose listeners come from `${lds}`, watched in `${dir}`.
+const LDS_BOOTSTRAP: &str = r#"node: { id: reload-test, cluster: reload-test }
+admin:
+  address: { socket_address: { address: 127.0.0.1, port_value: 0 } }
+dynamic_resources:
+  lds_config:
+    resource_api_version: V3
+    path_config_source:
+      path: ${lds}
+      watched_directory: { path: ${dir} }
+static_resources:
+  clusters:
+  ${cluster}
+"#;
 
 /// Replaces the watched file atomically, as a configuration system would.
 fn publish(dir: &std::path::Path, text: &str) {
@@ -73,30 +54,19 @@ fn publish(dir: &std::path::Path, text: &str) {
 #[test]
 fn reloading_the_filter_under_load_loses_no_request() {
     let origin = Origin::start();
-    let dir = std::env::temp_dir().join(format!("graphql-cache-reload-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = scratch_dir("reload");
     let port = free_port();
     publish(
         &dir,
-        &listener(port, origin.port, "graphql_cache", r#"{"ttl_seconds": 30}"#),
+        &listener(port, "graphql_cache", r#"{"ttl_seconds": 30}"#),
     );
-    let bootstrap = format!(
-        r#"node: {{ id: reload-test, cluster: reload-test }}
-admin:
-  address: {{ socket_address: {{ address: 127.0.0.1, port_value: 0 }} }}
-dynamic_resources:
-  lds_config:
-    resource_api_version: V3
-    path_config_source:
-      path: {lds}
-      watched_directory: {{ path: {dir} }}
-static_resources:
-  clusters:
-{cluster}
-"#,
-        lds = dir.join("lds.yaml").display(),
-        dir = dir.display(),
-        cluster = cluster_yaml("origin", origin.port),
+    let bootstrap = bootstrap::render(
+        LDS_BOOTSTRAP,
+        &[
+            ("lds", &dir.join("lds.yaml").display().to_string()),
+            ("dir", &dir.display().to_string()),
+            ("cluster", &cluster_yaml("origin", origin.port)),
+        ],
     );
     let mut envoy = Envoy::start_bootstrap(&bootstrap, 2);
     let q = "{ users { id name } }";
@@ -130,7 +100,6 @@ static_resources:
         &dir,
         &listener(
             port,
-            origin.port,
             "graphql_cache",
             r#"{"ttl_seconds": 10, "debug_headers": true}"#,
         ),
@@ -140,7 +109,6 @@ static_resources:
         &dir,
         &listener(
             port,
-            origin.port,
             "graphql_cache_v2",
             r#"{"ttl_seconds": 10, "debug_headers": true}"#,
         ),

@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{key, lookup_store_wait, report, Cluster, L2};
+use common::{key, lookup_store_wait, report, Cluster, StartL2, L2};
 
 #[test]
 fn cluster_lookup_store_wait_and_purges() {

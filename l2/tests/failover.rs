@@ -6,7 +6,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{key, Redis, L2};
+use common::{key, Redis, StartL2, L2};
 
 #[test]
 fn redis_down_is_424_fast_and_reconnects_when_it_is_back() {

@@ -6,7 +6,7 @@ mod common;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::{free_port, key, temp_dir, Redis, L2};
+use common::{free_port, key, scratch_dir, Redis, StartL2, L2};
 
 /// What the service needs and nothing more: its keys, its channels, no admin commands.
 const ACL_USER: &str =
@@ -61,7 +61,7 @@ fn an_acl_user_works_and_no_credentials_fail_clearly() {
     drop(l2);
 
     // The same from --redis-username / --redis-password-file.
-    let dir = temp_dir("redis-pw");
+    let dir = scratch_dir("redis-pw");
     let pw = dir.join("pw");
     std::fs::write(&pw, "cache-pw-0123\n").unwrap();
     let l2 = L2::start(&[
@@ -168,7 +168,7 @@ fn certificates(dir: &std::path::Path) {
 
 #[test]
 fn rediss_with_a_private_ca() {
-    let dir = temp_dir("tls");
+    let dir = scratch_dir("tls");
     certificates(&dir);
     let d = |f: &str| dir.join(f).to_str().unwrap().to_string();
     let tls_port = free_port();

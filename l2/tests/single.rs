@@ -5,7 +5,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{http, key, lookup_store_wait, report, Redis, L2};
+use common::{http, key, lookup_store_wait, report, Redis, StartL2, L2};
 
 #[test]
 fn lookup_lead_busy_then_waiter_woken_by_store() {

@@ -9,7 +9,7 @@ use std::net::TcpStream;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{http, http_raw, key, Redis, DEV_SECRET, L2};
+use common::{http, http_raw, key, Redis, StartL2, DEV_SECRET, L2};
 
 fn json(r: &common::Resp) -> serde_json::Value {
     assert_eq!(r.status, 200, "{}", r.text());
@@ -19,7 +19,7 @@ fn json(r: &common::Resp) -> serde_json::Value {
 #[test]
 fn every_route_but_health_needs_an_accepted_secret() {
     let redis = Redis::start();
-    let dir = common::temp_dir("secrets");
+    let dir = common::scratch_dir("secrets");
     let file = dir.join("secrets");
     // Rotation: the old and the new secret are both accepted.
     std::fs::write(&file, format!("old-secret-0123456789\n{DEV_SECRET}\n")).unwrap();

@@ -1,21 +1,12 @@
 //! A fleet that shares one L2: Redis (one node or a 3-master Cluster), the `graphql-cache-l2`
 //! service, one origin and N Envoys on the shipped `envoy/fleet.yaml`. Dropping a [`Fleet`] kills
 //! every process it started.
-#![allow(dead_code, clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::time::{Duration, Instant};
 
-use super::client::{http, Req, Resp};
-use super::envoy::{shipped_config, Envoy};
-use super::l2_bin;
-use super::origin::Origin;
-
-// The L2 service's own test harness: Redis nodes, Cluster creation, the service process.
-#[path = "../../l2/tests/common/mod.rs"]
-mod l2_common;
-
-#[allow(unused_imports)]
-pub use l2_common::{http_raw, Cluster as RedisCluster, Redis, L2};
+use testkit::{
+    http, l2_bin, shipped_config, Backend, Envoy, Origin, Redis, RedisBackend, Req, Resp, L2,
+};
 
 /// The purge API as `envoy/fleet.yaml` configures it.
 pub const PURGE_PATH: &str = "/graphql-cache/purge";
@@ -27,16 +18,6 @@ const PURGE_LOG_READERS: u64 = 1;
 /// The line of fleet.yaml's filter configuration after which a test adds its own settings.
 const CONFIG_ANCHOR: &str = r#""debug_headers": true,"#;
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Backend {
-    Single,
-    Cluster,
-    /// 3 masters, each with a replica that takes over when it fails.
-    ReplicatedCluster,
-    /// One node that answers only clients with its password (`requirepass`).
-    SingleWithPassword,
-}
-
 /// The names of the L2 values a Redis node holds (`gc:{<name>}:v`); none when it does not answer.
 pub fn l2_value_names(node: &Redis) -> std::collections::HashSet<Vec<u8>> {
     node.try_cmd(&["KEYS", "gc:{*}:v"])
@@ -45,62 +26,6 @@ pub fn l2_value_names(node: &Redis) -> std::collections::HashSet<Vec<u8>> {
         .unwrap_or_default()
         .into_iter()
         .collect()
-}
-
-/// The password of [`Backend::SingleWithPassword`].
-pub const REDIS_PASSWORD: &str = "redis-pw-0123456789";
-
-pub enum RedisBackend {
-    Single(Redis),
-    Cluster(RedisCluster),
-}
-
-impl RedisBackend {
-    pub fn start(backend: Backend) -> RedisBackend {
-        match backend {
-            Backend::Single => RedisBackend::Single(Redis::start()),
-            Backend::Cluster => RedisBackend::Cluster(RedisCluster::start()),
-            Backend::ReplicatedCluster => RedisBackend::Cluster(RedisCluster::start_with(3, 1)),
-            Backend::SingleWithPassword => RedisBackend::Single(Redis::start_as(
-                l2_common::free_port(),
-                &["--requirepass".to_string(), REDIS_PASSWORD.to_string()],
-                Some(&format!("default:{REDIS_PASSWORD}")),
-            )),
-        }
-    }
-
-    fn l2_args(&self) -> [String; 2] {
-        match self {
-            RedisBackend::Single(r) if r.has_credentials() => [
-                "--redis".into(),
-                r.url()
-                    .replace("redis://", &format!("redis://:{REDIS_PASSWORD}@")),
-            ],
-            RedisBackend::Single(r) => ["--redis".into(), r.url()],
-            RedisBackend::Cluster(c) => ["--redis-cluster".into(), c.urls()],
-        }
-    }
-
-    /// SIGKILL, as a crash. A Cluster loses all three masters: the whole L2 is gone, as with one
-    /// node (with one master gone, keys on the other two would still be served).
-    pub fn kill(&mut self) {
-        match self {
-            RedisBackend::Single(r) => r.kill(),
-            RedisBackend::Cluster(c) => c.nodes.iter_mut().for_each(Redis::kill),
-        }
-    }
-
-    /// Starts the killed nodes again on their ports, empty (no persistence). Cluster nodes keep
-    /// their `nodes-<port>.conf` and rejoin with the same slots.
-    pub fn restart(&mut self) {
-        match self {
-            RedisBackend::Single(r) => r.restart(),
-            RedisBackend::Cluster(c) => {
-                c.nodes.iter_mut().for_each(Redis::restart);
-                c.wait_ok();
-            }
-        }
-    }
 }
 
 #[derive(Clone)]
@@ -222,9 +147,24 @@ pub fn fleet_config(origin_port: u16, l2_port: u16, extra_config: &str) -> Strin
 }
 
 /// What a test sees of one Envoy of the fleet beyond [`Envoy`]'s own helpers.
-impl Envoy {
+pub trait FleetEnvoy {
     /// Health flags of every L2 host, from `/clusters`.
-    pub fn l2_health_flags(&self) -> Vec<String> {
+    fn l2_health_flags(&self) -> Vec<String>;
+
+    /// Waits until this Envoy uses its L2: both L2 clusters have a healthy host (the filter sends
+    /// nothing to an unhealthy one), and every follower of the purge log has read it to its end
+    /// and waits on it with a long-poll (until then a node must not trust values from the L2).
+    fn wait_l2_ready(&self);
+
+    /// A purge through this Envoy's internal listener, as an operator sends it.
+    fn purge(&self, selectors: &str) -> Resp;
+
+    /// Connections each worker accepted on the public listener (the internal one not counted).
+    fn public_worker_connections(&self) -> Vec<u64>;
+}
+
+impl FleetEnvoy for Envoy {
+    fn l2_health_flags(&self) -> Vec<String> {
         let r = http(self.admin_port, Req::get("/clusters"));
         r.text()
             .lines()
@@ -233,10 +173,7 @@ impl Envoy {
             .collect()
     }
 
-    /// Waits until this Envoy uses its L2: both L2 clusters have a healthy host (the filter sends
-    /// nothing to an unhealthy one), and every follower of the purge log has read it to its end
-    /// and waits on it with a long-poll (until then a node must not trust values from the L2).
-    pub fn wait_l2_ready(&self) {
+    fn wait_l2_ready(&self) {
         let deadline = Instant::now() + Duration::from_secs(10);
         let active = "cluster.graphql_cache_l2_wait.upstream_rq_active";
         loop {
@@ -255,8 +192,7 @@ impl Envoy {
         }
     }
 
-    /// A purge through this Envoy's internal listener, as an operator sends it.
-    pub fn purge(&self, selectors: &str) -> Resp {
+    fn purge(&self, selectors: &str) -> Resp {
         http(
             self.listener_port("graphql_internal"),
             Req::post_json(selectors)
@@ -265,8 +201,7 @@ impl Envoy {
         )
     }
 
-    /// Connections each worker accepted on the public listener (the internal one not counted).
-    pub fn public_worker_connections(&self) -> Vec<u64> {
+    fn public_worker_connections(&self) -> Vec<u64> {
         let r = http(
             self.admin_port,
             Req::get("/stats?filter=^listener[.]graphql[.]worker_.*downstream_cx_total$"),
@@ -275,16 +210,5 @@ impl Envoy {
             .lines()
             .filter_map(|l| l.rsplit(": ").next()?.trim().parse().ok())
             .collect()
-    }
-}
-
-impl Resp {
-    pub fn reason(&self) -> Option<&str> {
-        self.header("x-cache-reason")
-    }
-
-    /// Answered from the fleet's L2 (a hit there, or a wait on another Envoy's fetch).
-    pub fn via_l2(&self) -> bool {
-        self.reason() == Some("l2")
     }
 }

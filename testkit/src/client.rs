@@ -1,11 +1,11 @@
-//! A small raw HTTP/1.1 client that can send arbitrary bytes and report exactly what came back.
-#![allow(dead_code, clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+//! A small raw HTTP/1.1 client, one request a connection (`connection: close`): sends arbitrary
+//! bytes and reports exactly what came back (a chunked body de-chunked).
 
 use std::io::{Read, Write};
-use std::net::TcpStream;
+use std::net::{SocketAddr, TcpStream};
 use std::time::Duration;
 
-use super::repo_root;
+use crate::repo_root;
 
 #[derive(Clone, Debug)]
 pub struct Req {
@@ -16,13 +16,17 @@ pub struct Req {
 }
 
 impl Req {
-    pub fn get(path: &str) -> Req {
+    pub fn new(method: &str, path: &str) -> Req {
         Req {
-            method: "GET".into(),
+            method: method.into(),
             path: path.into(),
             headers: vec![],
             body: vec![],
         }
+    }
+
+    pub fn get(path: &str) -> Req {
+        Req::new("GET", path)
     }
 
     /// A GraphQL POST with a JSON body given as text.
@@ -31,12 +35,9 @@ impl Req {
     }
 
     pub fn post_raw(content_type: &str, body: &[u8]) -> Req {
-        Req {
-            method: "POST".into(),
-            path: "/graphql".into(),
-            headers: vec![("content-type".into(), content_type.into())],
-            body: body.to_vec(),
-        }
+        Req::new("POST", "/graphql")
+            .header("content-type", content_type)
+            .body(body)
     }
 
     /// `{"query": q}` as a POST.
@@ -60,6 +61,13 @@ impl Req {
         self
     }
 
+    pub fn body(mut self, body: &[u8]) -> Req {
+        self.body = body.to_vec();
+        self
+    }
+
+    /// The request as sent: `host: test.local` unless it has a host, a `content-length` unless
+    /// it is a GET without a body, and `connection: close`.
     pub fn to_bytes(&self) -> Vec<u8> {
         let mut out = format!("{} {} HTTP/1.1\r\n", self.method, self.path).into_bytes();
         let has_host = self
@@ -96,8 +104,24 @@ impl Resp {
             .map(|(_, v)| v.as_str())
     }
 
+    /// The filter's `x-cache` (`-` when absent).
     pub fn cache(&self) -> &str {
         self.header("x-cache").unwrap_or("-")
+    }
+
+    /// The filter's `x-cache-reason`.
+    pub fn reason(&self) -> Option<&str> {
+        self.header("x-cache-reason")
+    }
+
+    /// Answered from the fleet's L2 (a hit there, or a wait on another Envoy's fetch).
+    pub fn via_l2(&self) -> bool {
+        self.reason() == Some("l2")
+    }
+
+    /// The L2 service's `x-l2` (empty when absent).
+    pub fn l2(&self) -> &str {
+        self.header("x-l2").unwrap_or("")
     }
 
     pub fn text(&self) -> String {
@@ -110,28 +134,51 @@ impl Resp {
     }
 }
 
+/// `req` to 127.0.0.1:`port`; a failure fails the test.
 pub fn http(port: u16, req: Req) -> Resp {
     try_http(port, req.clone())
         .unwrap_or_else(|e| panic!("request {} {} failed: {e}", req.method, req.path))
 }
 
+/// `req` to 127.0.0.1:`port`, waiting at most 20 s for each read.
 pub fn try_http(port: u16, req: Req) -> std::io::Result<Resp> {
-    let mut stream = TcpStream::connect(("127.0.0.1", port))?;
-    stream.set_read_timeout(Some(Duration::from_secs(20)))?;
-    stream.write_all(&req.to_bytes())?;
+    send(
+        SocketAddr::from(([127, 0, 0, 1], port)),
+        &req,
+        Duration::from_secs(20),
+    )
+}
+
+/// `req` on a new connection to `addr`, waiting at most `timeout` for each read.
+pub fn send(addr: SocketAddr, req: &Req, timeout: Duration) -> std::io::Result<Resp> {
+    let mut stream = TcpStream::connect(addr)?;
+    stream.set_nodelay(true)?;
+    stream.set_read_timeout(Some(timeout))?;
+    // A server may answer (a 413) and close before it reads a large body: then its answer, if
+    // it gave one, is the outcome, else the failed write.
+    let written = stream.write_all(&req.to_bytes());
+    let head_only = req.method == "HEAD";
     // Read until the response is complete, not until EOF: after a local reply Envoy delays its
     // close (delayed_close_timeout, 1 s), which real clients never wait for either.
     let mut raw = Vec::new();
     let mut buf = [0u8; 65536];
     loop {
-        if let Ok(resp) = parse_response(&raw, req.method == "HEAD") {
+        if let Ok(resp) = parse_response(&raw, head_only) {
             if response_complete(&raw, &resp) {
                 return Ok(resp);
             }
         }
-        let n = stream.read(&mut buf)?;
+        let n = match (stream.read(&mut buf), written.as_ref()) {
+            (Ok(n), _) => n,
+            (Err(e), Ok(())) => return Err(e),
+            (Err(_), Err(_)) => 0,
+        };
         if n == 0 {
-            return parse_response(&raw, req.method == "HEAD");
+            let resp = parse_response(&raw, head_only);
+            return match written {
+                Err(e) if resp.is_err() => Err(e),
+                _ => resp,
+            };
         }
         raw.extend_from_slice(&buf[..n]);
     }

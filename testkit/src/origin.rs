@@ -1,11 +1,10 @@
 //! Starts the real origin process on an ephemeral port and reads its request count.
-#![allow(dead_code, clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
 
-use super::client::{http, Req};
-use super::origin_bin;
+use crate::client::{http, Req};
+use crate::origin_bin;
 
 pub struct Origin {
     child: Child,

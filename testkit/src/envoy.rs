@@ -1,13 +1,12 @@
 //! Starts a real Envoy with the built `.wasm`, on a rendered or a shipped configuration.
-#![allow(dead_code, clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::path::PathBuf;
 use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
-use super::client::{http, try_http, Req, Resp};
-use super::origin::Origin;
-use super::{envoy_bin, repo_root, scratch_dir, wasm_path};
+use crate::client::{http, try_http, Req, Resp};
+use crate::origin::Origin;
+use crate::{bootstrap, envoy_bin, repo_root, scratch_dir, wasm_path};
 
 /// The secrets `envoy/fleet.yaml` reads from Envoy's environment (`host_env_keys`), as the demo
 /// sets them: every Envoy a test starts has them.
@@ -17,14 +16,15 @@ pub const FLEET_SECRETS: [(&str, &str); 3] = [
     ("GRAPHQL_CACHE_PURGE_TOKEN", "demo-purge-token-change-me"),
 ];
 pub const FLEET_KEY: &str = "dev-fleet-key-change-me-0123456789abcdef";
-pub const L2_SECRET: &str = "dev-l2-secret-change-me-0123456789";
+pub const L2_SECRET: &str = crate::l2::DEV_SECRET;
 
+/// What a test changes of the rendered bootstrap; the YAML blocks may come at any indentation.
 #[derive(Clone)]
 pub struct EnvoyOptions {
     /// The filter's JSON configuration.
     pub plugin_config: String,
     pub concurrency: u32,
-    /// Extra HTTP filters (YAML list items, indented for the `http_filters` list) before the cache.
+    /// Extra HTTP filters (YAML list items) before the cache.
     pub filters_before: String,
     /// Route entries (YAML list items) placed before the catch-all route.
     pub extra_routes: String,
@@ -34,7 +34,7 @@ pub struct EnvoyOptions {
     pub route_timeout: String,
     /// The plugin option the README requires; off only to test the filter's safety net.
     pub allow_on_headers_stop_iteration: bool,
-    /// Top-level bootstrap fields (YAML, unindented), e.g. a `stats_config`.
+    /// Top-level bootstrap fields, e.g. a `stats_config`.
     pub bootstrap_extra: String,
 }
 
@@ -93,79 +93,40 @@ fn with_origin_controls(plugin_config: &str) -> String {
     serde_json::Value::Object(map).to_string()
 }
 
-/// Renders a complete bootstrap: one listener, the filter chain, the origin cluster.
+/// Renders a complete bootstrap (`testkit/bootstrap/`): one listener, the filter chain, the
+/// origin cluster.
 pub fn render_envoy_yaml(opts: &EnvoyOptions, origin_port: u16) -> String {
-    let config_literal = serde_json::to_string(&with_origin_controls(&opts.plugin_config)).unwrap();
-    format!(
-        r#"admin:
-  address: {{ socket_address: {{ address: 127.0.0.1, port_value: 0 }} }}
-static_resources:
-  listeners:
-  - name: main
-    address: {{ socket_address: {{ address: 127.0.0.1, port_value: 0 }} }}
-    # Spread connections evenly over the workers, so concurrent tests exercise both.
-    connection_balance_config: {{ exact_balance: {{}} }}
-    filter_chains:
-    - filters:
-      - name: envoy.filters.network.http_connection_manager
-        typed_config:
-          "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
-          stat_prefix: ingress
-          route_config:
-            virtual_hosts:
-            - name: all
-              domains: ["*"]
-              routes:
-{extra_routes}
-              - match: {{ prefix: "/" }}
-                route: {{ cluster: origin, timeout: {timeout} }}
-          http_filters:
-{filters_before}
-          - name: envoy.filters.http.wasm
-            typed_config:
-              "@type": type.googleapis.com/envoy.extensions.filters.http.wasm.v3.Wasm
-              config:
-                name: graphql_cache
-                root_id: graphql_cache
-                allow_on_headers_stop_iteration: {allow_stop}
-                vm_config:
-                  vm_id: graphql_cache
-                  runtime: envoy.wasm.runtime.v8
-                  code: {{ local: {{ filename: {wasm} }} }}
-                configuration:
-                  "@type": type.googleapis.com/google.protobuf.StringValue
-                  value: {config_literal}
-          - name: envoy.filters.http.router
-            typed_config:
-              "@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router
-  clusters:
-{origin_cluster}
-{extra_clusters}
-{bootstrap_extra}
-"#,
-        extra_routes = opts.extra_routes,
-        timeout = opts.route_timeout,
-        filters_before = opts.filters_before,
-        wasm = wasm_path().display(),
-        origin_cluster = cluster_yaml("origin", origin_port),
-        extra_clusters = opts.extra_clusters,
-        allow_stop = opts.allow_on_headers_stop_iteration,
-        bootstrap_extra = opts.bootstrap_extra,
+    let filter = bootstrap::wasm_filter(
+        &wasm_path(),
+        "graphql_cache",
+        opts.allow_on_headers_stop_iteration,
+        &with_origin_controls(&opts.plugin_config),
+    );
+    let listener = bootstrap::listener(&bootstrap::Listener {
+        name: "main",
+        port: 0,
+        stat_prefix: "ingress",
+        // Spread connections evenly over the workers, so concurrent tests exercise both.
+        extra: "connection_balance_config: { exact_balance: {} }",
+        routes: &opts.extra_routes,
+        catch_all: &format!(
+            "route: {{ cluster: origin, timeout: {} }}",
+            opts.route_timeout
+        ),
+        filters: &bootstrap::blocks(&[&opts.filters_before, &filter]),
+    });
+    bootstrap::envoy(
+        0,
+        &listener,
+        origin_port,
+        &opts.extra_clusters,
+        &opts.bootstrap_extra,
     )
 }
 
 /// A static cluster named `name` for `extra_clusters`, pointing at a local port.
 pub fn cluster_yaml(name: &str, port: u16) -> String {
-    format!(
-        r#"  - name: {name}
-    connect_timeout: 1s
-    type: STATIC
-    load_assignment:
-      cluster_name: {name}
-      endpoints:
-      - lb_endpoints:
-        - endpoint: {{ address: {{ socket_address: {{ address: 127.0.0.1, port_value: {port} }} }} }}"#
-    )
+    bootstrap::cluster(name, port)
 }
 
 /// One of the shipped configurations under `envoy/`, with only what must differ for a test run
