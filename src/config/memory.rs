@@ -3,6 +3,7 @@
 
 use super::bounds::{bounded, to_u32, to_usize, MAX_ENTRY_BYTES, MAX_SLOTS, MAX_TOTAL_CACHE_BYTES};
 use super::error::{field_error, ConfigError};
+use super::raw::RawConfig;
 
 /// `cache_bytes`, `cache_slots` and `max_entry_bytes`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -21,24 +22,19 @@ pub(super) const BYTES_PER_SLOT: u64 = 1024;
 /// Fewest slots a derived `cache_slots` gets (one full set of ways).
 const MIN_DERIVED_SLOTS: u64 = 16;
 
-pub(super) fn cache(
-    cache_bytes: Option<u64>,
-    cache_slots: Option<u64>,
-    max_entry_bytes: Option<u64>,
-    d: Cache,
-) -> Result<Cache, ConfigError> {
+pub(super) fn cache(raw: &RawConfig, d: Cache) -> Result<Cache, ConfigError> {
     let bytes = bounded(
         "cache_bytes",
-        cache_bytes,
+        raw.cache_bytes,
         d.bytes,
         MIN_CACHE_BYTES,
         MAX_TOTAL_CACHE_BYTES,
     )?;
     let derived = (bytes / BYTES_PER_SLOT).clamp(MIN_DERIVED_SLOTS, MAX_SLOTS);
-    let slots = bounded("cache_slots", cache_slots, derived, 1, MAX_SLOTS)?;
+    let slots = bounded("cache_slots", raw.cache_slots, derived, 1, MAX_SLOTS)?;
     let max_entry_bytes = bounded(
         "max_entry_bytes",
-        max_entry_bytes,
+        raw.max_entry_bytes,
         d.max_entry_bytes as u64,
         1024,
         MAX_ENTRY_BYTES,
@@ -75,21 +71,17 @@ pub(super) struct PerWorker {
     pub(super) local_cache_bytes: usize,
 }
 
-pub(super) fn per_worker(
-    key_memo_entries: Option<u64>,
-    local_cache_bytes: Option<u64>,
-    d: PerWorker,
-) -> Result<PerWorker, ConfigError> {
+pub(super) fn per_worker(raw: &RawConfig, d: PerWorker) -> Result<PerWorker, ConfigError> {
     let key_memo_entries = bounded(
         "key_memo_entries",
-        key_memo_entries,
+        raw.key_memo_entries,
         d.key_memo_entries as u64,
         0,
         65_536,
     )?;
     let local_cache_bytes = bounded(
         "local_cache_bytes",
-        local_cache_bytes,
+        raw.local_cache_bytes,
         d.local_cache_bytes as u64,
         0,
         256 << 20,

@@ -197,12 +197,7 @@ impl Config {
             raw.max_query_fields,
             d.reading(),
         )?;
-        let cache = memory::cache(
-            raw.cache_bytes,
-            raw.cache_slots,
-            raw.max_entry_bytes,
-            d.cache(),
-        )?;
+        let cache = memory::cache(&raw, d.cache())?;
         let fetch = fetch::fetch(&raw, &d.fetch())?;
         let identity = raw
             .identity
@@ -213,11 +208,7 @@ impl Config {
         let rules = rules::parse_rules(raw.rules.clone().unwrap_or_default())?;
         let route_metadata =
             requests::route_metadata(raw.route_metadata.clone(), d.route_metadata.clone());
-        let per_worker = memory::per_worker(
-            raw.key_memo_entries,
-            raw.local_cache_bytes,
-            d.per_worker(cache.bytes),
-        )?;
+        let per_worker = memory::per_worker(&raw, d.per_worker(cache.bytes))?;
         let invalidation = purge::invalidation(&raw, d.tag_slots, env)?;
         let apq_slots = memory::apq_slots(raw.apq_slots, d.apq_slots)?;
         let shadow = requests::shadow(raw.mode.as_deref())?;
