@@ -41,12 +41,17 @@ pub enum MissKind {
 /// Short: there is one key per way, and Envoy never frees a key (nor its name).
 const PREFIX: &str = "gc2/";
 const BYTES_KEY: &str = "graphql-cache/v2/bytes";
+/// The layout the table in shared data has (sets and ways, 8 bytes).
+const LAYOUT_KEY: &str = "graphql-cache/v2/layout";
 /// Ways per set: a key may sit in any of them.
 pub const WAYS: u32 = 16;
 /// Sets besides a new entry's own looked at when the byte budget must make room.
 const ROOM_SAMPLES: u64 = 2;
 /// At most this many entries are evicted to make room for one (bounded work per store).
 const ROOM_EVICTIONS: usize = 8;
+/// The most sets a layout can have (`MAX_SLOTS` of the configuration, in sets of one way), so
+/// that a damaged layout record cannot make a sweep run for ever.
+const MAX_SWEPT_SETS: u32 = 1 << 22;
 
 /// How the table is laid out: fixed at configuration.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -387,6 +392,51 @@ impl SetTable {
         Ok(written)
     }
 
+    /// Makes shared data hold this layout's table. Shared data outlives a configuration: a table
+    /// of another layout (another `cache_bytes`) is emptied first, once, by the VM that records
+    /// the new layout, or its entries would hold memory nothing can reach and its byte count
+    /// would be wrong. `true` when this call recorded the layout.
+    pub fn adopt(&self, store: &impl SharedStore) -> Result<bool, StoreError> {
+        let mine = [
+            self.layout.sets.to_le_bytes(),
+            self.layout.ways.to_le_bytes(),
+        ]
+        .concat();
+        let mut previous = None;
+        let recorded = update(store, LAYOUT_KEY, |old| {
+            if old == Some(&mine[..]) {
+                return None;
+            }
+            previous = old.and_then(|b| {
+                let sets = u32::from_le_bytes(<[u8; 4]>::try_from(b.get(..4)?).ok()?);
+                let ways = u32::from_le_bytes(<[u8; 4]>::try_from(b.get(4..8)?).ok()?);
+                Some((sets, ways))
+            });
+            Some(mine.clone())
+        })?;
+        if let (true, Some((sets, ways))) = (recorded, previous) {
+            Self::sweep(store, sets, ways)?;
+            store.set(BYTES_KEY, &0u64.to_le_bytes())?;
+        }
+        Ok(recorded)
+    }
+
+    /// Empties every index and way of a `sets x ways` table (only keys that hold something:
+    /// writing a key that does not exist would create it).
+    fn sweep(store: &impl SharedStore, sets: u32, ways: u32) -> Result<(), StoreError> {
+        let ways = ways.min(WAYS) as usize;
+        for set in 0..sets.min(MAX_SWEPT_SETS) {
+            let names = std::iter::once(Self::index_name(set))
+                .chain((0..ways).map(|way| Self::way_name(set, way)));
+            for name in names {
+                if store.get(&name).is_some() {
+                    store.set(&name, b"")?;
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// The bytes of entries held, as counted.
     pub fn bytes(&self, store: &impl SharedStore) -> u64 {
         store
@@ -692,5 +742,35 @@ mod tests {
             .unwrap();
         assert_eq!((r.rejected, r.evicted_capacity), (false, 0));
         assert!(r.evicted_expired >= 1);
+    }
+
+    #[test]
+    fn another_layout_s_table_is_emptied_once() {
+        let store = MapStore::default();
+        let small = SetTable::new(Layout::new(32, 1 << 20), SlotKey::default());
+        assert!(small.adopt(&store).unwrap());
+        assert!(
+            !small.adopt(&store).unwrap(),
+            "the same layout: nothing to do"
+        );
+        let mut seen = Seen::new(small.layout());
+        for n in 0..20 {
+            let k = key(n);
+            small
+                .insert(&store, &mut seen, &k, &entry(&k, b"{}", 100), 0)
+                .unwrap();
+        }
+        assert!(small.bytes(&store) > 0);
+        let large = SetTable::new(Layout::new(64, 1 << 20), SlotKey::default());
+        assert!(large.adopt(&store).unwrap());
+        assert_eq!(large.bytes(&store), 0);
+        let held = store
+            .0
+            .borrow()
+            .iter()
+            .filter(|(name, (v, _))| name.starts_with(PREFIX) && !v.is_empty())
+            .count();
+        assert_eq!(held, 0);
+        assert!(!large.adopt(&store).unwrap());
     }
 }

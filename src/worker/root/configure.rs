@@ -10,6 +10,8 @@ use crate::worker::state::{Plugin, Worker};
 use std::cell::RefCell;
 
 pub const NO_QUEUE_LOG: &str = "graphql-cache: no wake-up queue; coalescing off";
+pub const ADOPT_FAILED_LOG: &str =
+    "graphql-cache: could not record the cache's layout in shared data; an older table may keep its memory";
 
 /// The wake-up queue name of the VM with id `id` (unique per VM, so each gets its own).
 pub fn queue_name(id: u64) -> String {
@@ -29,6 +31,10 @@ pub fn configure(
     let plugin = Plugin::new(config, slot_key(host));
     let mut cx = Ctx::new(&plugin, worker, host);
     cx.worker(|w| w.reconfigure(&plugin.config));
+    if plugin.table.adopt(host).is_err() {
+        // Only the old table's memory stays taken; lookups and stores are checked as always.
+        host.log(LogLevel::Warn, ADOPT_FAILED_LOG);
+    }
     if plugin.config.coalesce {
         ensure_queue(&mut cx);
         plugin.flights.precreate(cx.host());
