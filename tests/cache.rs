@@ -425,18 +425,39 @@ fn entries_over_the_size_limit_are_not_stored_and_large_answers_stream_through()
 }
 
 #[test]
-fn the_cache_is_bounded_by_its_slots() {
-    // Without the per-worker hot copies, which may serve a fresh entry after its slot is reused.
-    let (origin, envoy) = stack(r#"{"cache_slots": 1, "local_cache_bytes": 0}"#);
+fn a_full_cache_keeps_what_is_asked_for_most() {
+    // One worker (one frequency sketch) and no per-worker copies: every answer comes from the
+    // one-entry table, and only a key asked for more often than the resident displaces it.
+    let origin = Origin::start();
+    let opts = EnvoyOptions {
+        concurrency: 1,
+        ..EnvoyOptions::config(
+            r#"{"cache_slots": 1, "local_cache_bytes": 0, "debug_headers": true}"#,
+        )
+    };
+    let envoy = Envoy::start(&opts, &origin);
     let a = || Req::query("{ a: requestCount }");
     let b = || Req::query("{ b: requestCount }");
     assert_eq!(envoy.send(a()).cache(), "MISS");
     assert_eq!(envoy.send(a()).cache(), "HIT");
-    assert_eq!(envoy.send(b()).cache(), "MISS");
-    assert_eq!(envoy.send(b()).cache(), "HIT");
-    assert_eq!(envoy.send(a()).cache(), "MISS", "b's entry evicted a's");
-    assert_eq!(origin.count(), 3);
-    assert_eq!(envoy.counter("evictions"), 2);
+    for asked in 1..=2 {
+        let r = envoy.send(b());
+        assert_eq!(
+            (r.cache(), r.header("x-cache-reason")),
+            ("MISS", Some("not-admitted")),
+            "b asked {asked} times, a twice"
+        );
+    }
+    let third = envoy.send(b());
+    assert_eq!(
+        (third.cache(), third.header("x-cache-reason")),
+        ("MISS", None)
+    );
+    assert_eq!(envoy.send(b()).cache(), "HIT", "b displaced a");
+    assert_eq!(envoy.send(a()).cache(), "MISS");
+    assert_eq!(origin.count(), 5);
+    assert_eq!(envoy.counter("evictions"), 1);
+    assert_eq!(envoy.counter("admissions_rejected"), 3);
 }
 
 #[test]

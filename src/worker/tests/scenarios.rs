@@ -398,7 +398,11 @@ fn leftovers_of_a_reloaded_vm_are_never_served() {
     c.host.store.set(&slot, &left.encode()).unwrap();
     c.host
         .store
-        .set("graphql-cache/v1/slot/0", b"GQLC\x00 an entry of format 0")
+        .set("gc2/0", b"an index of another version")
+        .unwrap();
+    c.host
+        .store
+        .set("gc2/0/0", b"GQLC\x00 an entry of format 0")
         .unwrap();
     c.post(1, QUERY, &[]);
     assert!(
