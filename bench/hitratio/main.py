@@ -23,9 +23,14 @@ import traces  # noqa: E402
 
 RESULTS = replay.ROOT / "bench/results"
 N = int(os.environ.get("HITRATIO_REQUESTS", "20000"))
+# The cache's size in entries of the traces' answers: `cache_bytes` is this many entries' bytes.
 SLOTS = 2048
-BASE = {"ttl_seconds": 3600, "cache_slots": SLOTS, "paths": ["/graphql"]}
-DEFAULT_LOCAL = 4 << 20  # local_cache_bytes' default (README, config/memory.rs)
+BASE = {"ttl_seconds": 3600, "paths": ["/graphql"]}
+
+
+def local_default(cache_bytes):
+    """local_cache_bytes' default (README, src/config/memory.rs): a 64th, at most 4 MiB."""
+    return min(cache_bytes // 64, 4 << 20)
 # (label, configuration beyond BASE, workers)
 CONFIGS = [
     ("shared, 1 worker", {"local_cache_bytes": 0}, 1),
@@ -37,9 +42,9 @@ POLICIES = [("LRU", sim.lru), ("W-TinyLFU", sim.wtinylfu), ("Belady", sim.belady
 
 
 def capacity(config, workers, entry):
-    """Entries the filter's memory holds: the shared slots, plus each worker's copies."""
-    local = config.get("local_cache_bytes", DEFAULT_LOCAL)
-    return SLOTS + workers * (local // entry)
+    """Entries the filter's memory holds: `cache_bytes` plus each worker's copies."""
+    local = config.get("local_cache_bytes", local_default(config["cache_bytes"]))
+    return (config["cache_bytes"] + workers * local) // entry
 
 
 def fmt(x):
@@ -59,7 +64,7 @@ def tables(names, descs, distinct, measured, simulated, caps):
         row += [fmt(simulated[(c_shared, p, t)]) for p, _ in POLICIES]
         out.append("| " + " | ".join(row) + " |")
     c1, c2 = caps["defaults, 1 worker"], caps["defaults, 2 workers"]
-    out.append(f"\n### Defaults (`local_cache_bytes` 4 MiB a worker): {c1} entries with 1 worker, {c2} with 2\n")
+    out.append(f"\n### Defaults (`local_cache_bytes` a 64th of `cache_bytes` a worker): {c1} entries with 1 worker, {c2} with 2\n")
     out.append(f"| trace | filter 1w | model 1w | LRU@{c1} | W-TinyLFU@{c1} | Belady@{c1} "
                f"| filter 2w | model 2w | LRU@{c2} | W-TinyLFU@{c2} | Belady@{c2} |")
     out.append("|---|---|---|---|---|---|---|---|---|---|---|")
@@ -129,11 +134,14 @@ def main():
     try:
         body_len, stored, tags = replay.probe_entry(BASE, origin)
         entry = replay.entry_bytes(body_len, stored, tags)
-        caps = {label: capacity(cfg, w, entry) for label, cfg, w in CONFIGS}
-        formula = (f"entries = cache_slots + workers x floor(local_cache_bytes / entry bytes), "
+        BASE["cache_bytes"] = SLOTS * entry
+        local = local_default(BASE["cache_bytes"])
+        caps = {label: capacity(dict(BASE, **cfg), w, entry) for label, cfg, w in CONFIGS}
+        formula = (f"entries = floor((cache_bytes + workers x local_cache_bytes) / entry bytes), "
+                   f"cache_bytes = {SLOTS} x {entry} = {BASE['cache_bytes']}, "
                    f"entry bytes = {entry} (body {body_len} B + stored headers {', '.join(n for n, _ in stored)} + {len(tags)} tag "
                    f"hashes + 105 B of fixed fields, as cache/entry.rs encodes it): "
-                   + ", ".join(f"{label}: {SLOTS} + {w} x floor({cfg.get('local_cache_bytes', DEFAULT_LOCAL)}/{entry})"
+                   + ", ".join(f"{label}: ({BASE['cache_bytes']} + {w} x {cfg.get('local_cache_bytes', local)})/{entry}"
                                f" = {caps[label]}" for label, cfg, w in CONFIGS))
         print(formula, flush=True)
 
@@ -146,7 +154,7 @@ def main():
                 for p, f in POLICIES:
                     simulated[(cap, p, t)] = f(keyed, cap)
             for label, cfg, workers in CONFIGS:
-                copies = cfg.get("local_cache_bytes", DEFAULT_LOCAL) // entry
+                copies = cfg.get("local_cache_bytes", local) // entry
                 simulated[(label, "model", t)] = sim.filter_model(keyed, SLOTS, workers, copies, seed=7)
         print(f"simulated in {time.time() - t0:.0f} s", flush=True)
 
@@ -175,7 +183,7 @@ def main():
     header = (
         "# Hit ratio: the filter beside LRU, W-TinyLFU and Belady at equal memory\n\n"
         f"`make bench-hitratio` (bench/hitratio/). Every trace has {N} requests, replayed in order, one at a "
-        "time, through a real Envoy with the filter (`cache_slots` 2048, `ttl_seconds` 3600, so only "
+        "time, through a real Envoy with the filter (`cache_bytes` 2048 entries' worth, `ttl_seconds` 3600, so only "
         "evictions cause misses); each key is a distinct GraphQL request (`variables` differ) whose answer "
         f"body is {body_len} bytes. A fresh Envoy for each configuration, the traces in turn through it (their keys are disjoint; what one leaves behind acts as empty memory for the next, see bench/hitratio/replay.py).\n\n"
         "**Hits** = 1 - origin fetches / requests, fetches counted by the origin (`/_origin/count`); the "
@@ -186,7 +194,7 @@ def main():
         "Caffeine: window LRU 1%, segmented main 20% probation / 80% protected, 4-bit count-min sketch "
         "halved every 10 x capacity increments, no doorkeeper, no hill climbing; Belady's MIN with bypass). "
         "*cold bound* = 1 - distinct keys / requests, what an unbounded cache gets. *model* = "
-        "sim.filter_model, today's store simulated (direct-mapped slots under a keyed hash, each "
+        "sim.filter_model, the previous store (before the set-associative table) simulated at the same entries (direct-mapped slots under a keyed hash, each "
         "worker's insertion-ordered copies of entries it found in the table), to check the "
         "measurement against; its slot hash is not the filter's secret one (nor is one Envoy's like "
         "the next's), so expect differences of up to about 0.03, "
