@@ -185,7 +185,7 @@ def main():
         f"`make bench-hitratio` (bench/hitratio/). Every trace has {N} requests, replayed in order, one at a "
         "time, through a real Envoy with the filter (`cache_bytes` 2048 entries' worth, `ttl_seconds` 3600, so only "
         "evictions cause misses); each key is a distinct GraphQL request (`variables` differ) whose answer "
-        f"body is {body_len} bytes. A fresh Envoy for each configuration, the traces in turn through it (their keys are disjoint; what one leaves behind acts as empty memory for the next, see bench/hitratio/replay.py).\n\n"
+        f"body is {body_len} bytes. A fresh Envoy for each trace and configuration, as the simulators start empty for each trace (see bench/hitratio/replay.py).\n\n"
         "**Hits** = 1 - origin fetches / requests, fetches counted by the origin (`/_origin/count`); the "
         "`x-cache` header of each answer agrees (HIT/STALE served, MISS fetched). With 2 workers, "
         "one keep-alive connection is accepted by each worker and requests alternate between them "

@@ -245,43 +245,40 @@ def connections(envoy, workers):
 
 
 def replay(named_traces, config, workers, origin):
-    """Replays each trace in turn through one Envoy; per trace: origin fetches, the x-cache values
-    seen, the filter's counters (deltas) and the seconds it took.
+    """Replays each trace through a fresh Envoy (fresh shared data, fresh workers); per trace:
+    origin fetches, the x-cache values seen, the filter's counters and the seconds it took.
 
-    One Envoy for all the traces of a configuration rather than one each (Envoy's start, with the
-    wasm compiled for every worker, is the slowest step of this bench on a busy machine). The
-    traces' keys are disjoint, and what a trace leaves behind behaves exactly as empty memory for
-    the next: a shared slot holding another key's entry is a miss then overwritten, as an empty
-    slot is; the per-worker copies are evicted in insertion order (cache/hot.rs), so the older,
-    dead copies always go before any live one; every entry has the same size (the answers are
-    padded to ANSWER_BYTES)."""
+    One Envoy per trace, as the simulators start empty per trace: what a trace leaves behind is
+    not empty memory for the next, since the table admits by how often keys were asked for, and
+    the last trace's hot keys would be counted hotter than the new trace's for a while."""
+    return {name: replay_one(trace, config, workers, origin) for name, trace in named_traces}
+
+
+def replay_one(trace, config, workers, origin):
     envoy = Envoy(config, origin.port, workers)
     try:
         conns = connections(envoy, workers)
         if workers > 1:
             print(f"  connections open per worker (Envoy's listener gauges): {envoy.worker_connections()}", flush=True)
-        results = {}
-        for name, trace in named_traces:
-            requests = {}
-            seen = {}
-            before = origin.count()
-            counters_before = envoy.filter_counters()
-            started = time.time()
-            for i, key in enumerate(trace):
-                req = requests.get(key)
-                if req is None:
-                    req = requests[key] = request_bytes(key)
-                status, x = conns[i % len(conns)].exchange(req)
-                if status != 200:
-                    raise RuntimeError(f"{key}: HTTP {status}")
-                seen[x] = seen.get(x, 0) + 1
-            seconds = time.time() - started
-            fetched = origin.count() - before
-            counters = {k: v - counters_before.get(k, 0) for k, v in envoy.filter_counters().items()}
-            results[name] = {"fetched": fetched, "x_cache": seen, "counters": counters, "seconds": seconds}
+        seen = {}
+        requests = {}
+        before = origin.count()
+        counters_before = envoy.filter_counters()
+        started = time.time()
+        for i, key in enumerate(trace):
+            req = requests.get(key)
+            if req is None:
+                req = requests[key] = request_bytes(key)
+            status, x = conns[i % len(conns)].exchange(req)
+            if status != 200:
+                raise RuntimeError(f"{key}: HTTP {status}")
+            seen[x] = seen.get(x, 0) + 1
+        seconds = time.time() - started
+        fetched = origin.count() - before
+        counters = {k: v - counters_before.get(k, 0) for k, v in envoy.filter_counters().items()}
         for c in conns:
             c.close()
-        return results
+        return {"fetched": fetched, "x_cache": seen, "counters": counters, "seconds": seconds}
     finally:
         envoy.stop()
 

@@ -773,4 +773,20 @@ mod tests {
         assert_eq!(held, 0);
         assert!(!large.adopt(&store).unwrap());
     }
+
+    #[test]
+    fn at_the_default_shape_sets_are_not_what_limits() {
+        // One slot per KiB of budget (the default) and entries of about 1.1 KiB: the bytes run
+        // out before the ways do, and hot keys sharing a set do not push each other out.
+        let body = vec![b'x'; 1000];
+        let size = entry(&key(0), &body, u64::MAX).len() as u64;
+        let table = SetTable::new(Layout::new(1200, size * 1024), SlotKey(3, 4));
+        let fits = zipf(768, 0.7, 10_000, 5);
+        let cold = 1.0 - fits.iter().collect::<std::collections::HashSet<_>>().len() as f64 / 1e4;
+        let hits = table_hits(&table, &fits);
+        assert!(hits >= cold - 0.01, "{hits} of at most {cold}");
+        let skewed = zipf(10_240, 0.8, 10_000, 6);
+        let (table, lru) = (table_hits(&table, &skewed), lru_hits(1024, &skewed));
+        assert!(table >= lru, "table {table}, LRU {lru}");
+    }
 }
