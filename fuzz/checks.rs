@@ -68,6 +68,7 @@ pub const TARGETS: &[(&str, Check)] = &[
     ("feed_state", feed_state),
     ("sealed", sealed),
     ("origin_answer", origin_answer),
+    ("set_index", set_index),
     ("request_head", request_head),
 ];
 
@@ -164,6 +165,37 @@ pub fn entry(data: &[u8]) {
 pub fn flight_record(data: &[u8]) {
     if let Some(r) = FlightRecord::decode(data) {
         assert_eq!(r.encode(), data);
+    }
+}
+
+/// A set's index record from shared data: it decodes only as written, and placing a key in it
+/// always names one of its ways (or refuses).
+pub fn set_index(data: &[u8]) {
+    use graphql_cache::cache::set_index::{Placement, SetIndex};
+    let (ways, rest) = match data.split_first() {
+        Some((w, rest)) => (usize::from(*w % 17).max(1), rest),
+        None => return,
+    };
+    let Ok(index) = SetIndex::decode(rest, ways) else {
+        return;
+    };
+    assert_eq!(index.encode(), rest);
+    assert_eq!(index.ways.len(), ways);
+    let fingerprint = index.ways.first().map_or(1, |w| w.fingerprint ^ 1).max(1);
+    let now_ms = index.ways.last().map_or(0, |w| w.keep_until_ms);
+    for frequency in [0, 1, 15] {
+        let way = match index.place(fingerprint, frequency, now_ms, |w| w.frequency) {
+            Placement::Same { way, .. } | Placement::Free { way, .. } => way,
+            Placement::Displace { way, victim } => {
+                assert!(victim.is_live(now_ms));
+                way
+            }
+            Placement::Reject => continue,
+        };
+        assert!(way < ways);
+    }
+    if let Some((way, _)) = index.coldest(now_ms, |w| w.frequency) {
+        assert!(index.ways[way].is_live(now_ms));
     }
 }
 

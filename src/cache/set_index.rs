@@ -9,9 +9,9 @@
 //! carries its key's full digest).
 
 /// Record layout version; a record of another version is a foreign set.
-const VERSION: u8 = 1;
-/// Bytes per way: fingerprint (8), entry size (4), keep-until (8).
-const WAY_BYTES: usize = 20;
+const VERSION: u8 = 2;
+/// Bytes per way: fingerprint (8), entry size (4), keep-until (8), frequency when stored (1).
+const WAY_BYTES: usize = 21;
 const HEADER_BYTES: usize = 2;
 
 /// One way's occupant. `fingerprint` 0 is an empty way.
@@ -21,6 +21,9 @@ pub struct Way {
     pub size: u32,
     /// After this instant the entry may not be served at all, not even stale: its way is free.
     pub keep_until_ms: u64,
+    /// How often the worker that stored it had seen it asked for: what other workers, which saw
+    /// only their share of the traffic, know of it at least.
+    pub frequency: u8,
 }
 
 impl Way {
@@ -78,6 +81,7 @@ impl SetIndex {
                 fingerprint: u64::from_le_bytes(array(&w[0..8])),
                 size: u32::from_le_bytes(array(&w[8..12])),
                 keep_until_ms: u64::from_le_bytes(array(&w[12..20])),
+                frequency: w[20],
             })
             .collect();
         Ok(SetIndex { ways })
@@ -91,6 +95,7 @@ impl SetIndex {
             out.extend_from_slice(&w.fingerprint.to_le_bytes());
             out.extend_from_slice(&w.size.to_le_bytes());
             out.extend_from_slice(&w.keep_until_ms.to_le_bytes());
+            out.push(w.frequency);
         }
         out
     }
@@ -108,7 +113,7 @@ impl SetIndex {
         fingerprint: u64,
         frequency: u8,
         now_ms: u64,
-        frequency_of: impl Fn(u64) -> u8,
+        frequency_of: impl Fn(&Way) -> u8,
     ) -> Placement {
         if let Some(way) = self.find(fingerprint) {
             return Placement::Same {
@@ -126,25 +131,23 @@ impl SetIndex {
             .ways
             .iter()
             .enumerate()
-            .min_by_key(|(_, w)| (frequency_of(w.fingerprint), w.keep_until_ms));
+            .min_by_key(|(_, w)| (frequency_of(w), w.keep_until_ms));
         match victim {
-            Some((way, victim)) if frequency > frequency_of(victim.fingerprint) => {
-                Placement::Displace {
-                    way,
-                    victim: *victim,
-                }
-            }
+            Some((way, victim)) if frequency > frequency_of(victim) => Placement::Displace {
+                way,
+                victim: *victim,
+            },
             _ => Placement::Reject,
         }
     }
 
     /// The live way worth least, for room made elsewhere than in a new entry's own set.
-    pub fn coldest(&self, now_ms: u64, frequency_of: impl Fn(u64) -> u8) -> Option<(usize, u8)> {
+    pub fn coldest(&self, now_ms: u64, frequency_of: impl Fn(&Way) -> u8) -> Option<(usize, u8)> {
         self.ways
             .iter()
             .enumerate()
             .filter(|(_, w)| w.is_live(now_ms))
-            .map(|(i, w)| (i, frequency_of(w.fingerprint), w.keep_until_ms))
+            .map(|(i, w)| (i, frequency_of(w), w.keep_until_ms))
             .min_by_key(|&(_, f, until)| (f, until))
             .map(|(i, f, _)| (i, f))
     }
@@ -169,6 +172,7 @@ mod tests {
             fingerprint: fp,
             size: 100,
             keep_until_ms: until,
+            frequency: 0,
         }
     }
 
@@ -192,7 +196,7 @@ mod tests {
     #[test]
     fn places_same_then_free_then_the_coldest_if_colder() {
         let mut set = SetIndex::empty(2);
-        let freq = |fp: u64| (fp % 10) as u8;
+        let freq = |w: &Way| (w.fingerprint % 10) as u8;
         assert!(matches!(
             set.place(11, 1, 0, freq),
             Placement::Free { way: 0, .. }

@@ -47,6 +47,9 @@ const LAYOUT_KEY: &str = "graphql-cache/v2/layout";
 pub const WAYS: u32 = 16;
 /// Sets besides a new entry's own looked at when the byte budget must make room.
 const ROOM_SAMPLES: u64 = 2;
+/// The most a stored entry's recorded frequency counts for (see `Seen::worth`): enough to keep
+/// it from entries asked for as rarely, not so much that a once-hot entry holds on for ever.
+const STORED_FREQUENCY_CAP: u8 = 3;
 /// At most this many entries are evicted to make room for one (bounded work per store).
 const ROOM_EVICTIONS: usize = 8;
 /// The most sets a layout can have (`MAX_SLOTS` of the configuration, in sets of one way), so
@@ -114,6 +117,25 @@ impl Seen {
 
     pub fn frequency(&self, hash: u64) -> u8 {
         self.sketch.frequency(hash)
+    }
+
+    /// What a resident entry is worth here: this worker's count, or what the worker that stored
+    /// it had counted (capped), whichever is more. Each worker sees only its share of the
+    /// traffic: without the second, a worker takes the entries another worker stored for cold
+    /// and displaces them, and the two undo each other's choices.
+    /// Records in a set's index what this worker counted for its entries, where that is more
+    /// than recorded: the next worker to weigh them knows it too. Free: the index is being
+    /// rewritten anyway.
+    fn teach(&self, index: &mut SetIndex) {
+        for way in index.ways.iter_mut().filter(|w| w.fingerprint != 0) {
+            let mine = self.frequency(way.fingerprint).min(STORED_FREQUENCY_CAP);
+            way.frequency = way.frequency.max(mine);
+        }
+    }
+
+    fn worth(&self, way: &Way) -> u8 {
+        self.frequency(way.fingerprint)
+            .max(way.frequency.min(STORED_FREQUENCY_CAP))
     }
 
     fn way(&self, fingerprint: u64) -> Option<usize> {
@@ -251,11 +273,13 @@ impl SetTable {
             fingerprint: hash,
             size,
             keep_until_ms: peeked.keep_until_ms,
+            frequency,
         };
         let mut placed = Placement::Reject;
         update(store, &Self::index_name(set), |old| {
             let mut index = self.decode_or_empty(old);
-            placed = index.place(hash, frequency, now_ms, |f| seen.frequency(f));
+            seen.teach(&mut index);
+            placed = index.place(hash, frequency, now_ms, |w| seen.worth(w));
             let way = placed_way(&placed)?;
             index.ways[way] = new;
             Some(index.encode())
@@ -313,7 +337,7 @@ impl SetTable {
                 return Ok(false);
             };
             let live = victim.is_live(now_ms);
-            if live && seen.frequency(victim.fingerprint) >= frequency {
+            if live && seen.worth(&victim) >= frequency {
                 return Ok(false);
             }
             if self.evict(store, set, way, victim)? {
@@ -356,11 +380,7 @@ impl SetTable {
                 if w.fingerprint == 0 || w.fingerprint == hash {
                     continue;
                 }
-                let rank = (
-                    w.is_live(now_ms),
-                    seen.frequency(w.fingerprint),
-                    w.keep_until_ms,
-                );
+                let rank = (w.is_live(now_ms), seen.worth(w), w.keep_until_ms);
                 if best.as_ref().is_none_or(|(r, ..)| rank < *r) {
                     best = Some((rank, set, way, *w));
                 }
@@ -788,5 +808,46 @@ mod tests {
         let skewed = zipf(10_240, 0.8, 10_000, 6);
         let (table, lru) = (table_hits(&table, &skewed), lru_hits(1024, &skewed));
         assert!(table >= lru, "table {table}, LRU {lru}");
+    }
+
+    fn table_hits_workers(table: &SetTable, trace: &[u64], workers: usize) -> f64 {
+        let store = MapStore::default();
+        let mut seen: Vec<Seen> = (0..workers).map(|_| Seen::new(table.layout())).collect();
+        let body = vec![b'x'; 1000];
+        let mut hits = 0;
+        for (i, &n) in trace.iter().enumerate() {
+            let s = &mut seen[i % workers];
+            let k = key(n);
+            let h = table.hash(&k);
+            s.count(h);
+            match table.lookup(&store, s, &k, h, 0) {
+                Lookup::Hit(_) => hits += 1,
+                _ => {
+                    table
+                        .insert(&store, s, &k, &entry(&k, &body, u64::MAX), 0)
+                        .unwrap();
+                }
+            }
+        }
+        hits as f64 / trace.len() as f64
+    }
+
+    #[test]
+    fn two_workers_agree_well_enough_on_what_to_keep() {
+        // Requests alternate between two workers, each with its own sketch: entries one worker
+        // stored must not look cold to the other (each way records its storer's count).
+        let body = vec![b'x'; 1000];
+        let size = entry(&key(0), &body, u64::MAX).len() as u64;
+        let table = SetTable::new(Layout::new(1200, size * 1024), SlotKey(3, 4));
+        let mut scan = Vec::new();
+        for round in 0..5 {
+            scan.extend(zipf(768, 0.8, 2000, 50 + round));
+            scan.extend((0..1024).map(|i| 1_000_000 + round * 1024 + i));
+        }
+        for (name, trace) in [("scan", scan), ("zipf", zipf(10_240, 0.8, 12_000, 5))] {
+            let one = table_hits_workers(&table, &trace, 1);
+            let two = table_hits_workers(&table, &trace, 2);
+            assert!(two >= one - 0.02, "{name}: 1 worker {one}, 2 workers {two}");
+        }
     }
 }
