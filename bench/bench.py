@@ -108,14 +108,17 @@ def l2_clusters():
     return block.replace("port_value: 8090", f"port_value: {L2_PORT}")
 
 
-def bootstrap(filters, route, admin=None, listen=None, clusters=""):
+def bootstrap(filters, route, admin=None, listen=None, clusters="", origin_port=None):
     """One listener (`route`: its catch-all's action; `filters`: before the router), the origin
-    cluster and `clusters`, from testkit/bootstrap/ as the tests' Envoys are."""
-    listener = render("listener.yaml", name="bench", port=listen or LISTEN, listener_extra="", stat_prefix="bench",
+    cluster and `clusters`, from testkit/bootstrap/ as the tests' Envoys are. Ports default to the
+    bench's; 0 lets the kernel choose."""
+    def port(given, default):
+        return default if given is None else given
+    listener = render("listener.yaml", name="bench", port=port(listen, LISTEN), listener_extra="", stat_prefix="bench",
                       routes="", catch_all=route, filters=filters)
-    return render("envoy.yaml", admin_port=admin or ADMIN, listener=listener,
-                  origin_cluster=render("cluster.yaml", name="origin", port=ORIGIN_PORT), clusters=clusters,
-                  bootstrap_extra="")
+    return render("envoy.yaml", admin_port=port(admin, ADMIN), listener=listener,
+                  origin_cluster=render("cluster.yaml", name="origin", port=port(origin_port, ORIGIN_PORT)),
+                  clusters=clusters, bootstrap_extra="")
 
 
 def direct_route(body):

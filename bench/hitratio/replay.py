@@ -14,12 +14,16 @@ import pathlib
 import re
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 import urllib.request
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 ENVOY = os.environ.get("ENVOY_BIN", str(ROOT / ".tools/bin/envoy"))
+sys.path.insert(0, str(ROOT / "bench"))
+import bench  # noqa: E402  (the bench's bootstrap, rendered from testkit/bootstrap/)
+
 WASM = os.environ.get("GRAPHQL_CACHE_WASM", str(ROOT / "target/wasm32-wasip1/release/graphql_cache.wasm"))
 ORIGIN = os.environ.get("ORIGIN_BIN", str(ROOT / "target/release/graphql-origin"))
 ANSWER_BYTES = 1024
@@ -66,53 +70,10 @@ def stop(proc):
 
 
 def bootstrap(config, origin_port):
-    return f"""admin:
-  address: {{ socket_address: {{ address: 127.0.0.1, port_value: 0 }} }}
-static_resources:
-  listeners:
-  - name: hitratio
-    address: {{ socket_address: {{ address: 127.0.0.1, port_value: 0 }} }}
-    filter_chains:
-    - filters:
-      - name: envoy.filters.network.http_connection_manager
-        typed_config:
-          "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
-          stat_prefix: hitratio
-          route_config:
-            virtual_hosts:
-            - name: all
-              domains: ["*"]
-              routes:
-              - match: {{ prefix: "/" }}
-                route: {{ cluster: origin, timeout: 30s }}
-          http_filters:
-          - name: envoy.filters.http.wasm
-            typed_config:
-              "@type": type.googleapis.com/envoy.extensions.filters.http.wasm.v3.Wasm
-              config:
-                name: graphql_cache
-                root_id: graphql_cache
-                allow_on_headers_stop_iteration: true
-                vm_config:
-                  vm_id: graphql_cache
-                  runtime: envoy.wasm.runtime.v8
-                  code: {{ local: {{ filename: {WASM} }} }}
-                configuration:
-                  "@type": type.googleapis.com/google.protobuf.StringValue
-                  value: {json.dumps(json.dumps(config))}
-          - name: envoy.filters.http.router
-            typed_config:
-              "@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router
-  clusters:
-  - name: origin
-    connect_timeout: 1s
-    type: STATIC
-    load_assignment:
-      cluster_name: origin
-      endpoints:
-      - lb_endpoints:
-        - endpoint: {{ address: {{ socket_address: {{ address: 127.0.0.1, port_value: {origin_port} }} }} }}
-"""
+    """The bench's Envoy (testkit/bootstrap/, as the tests' and bench.py's are) with this filter
+    configuration, its ports chosen by the kernel."""
+    return bench.bootstrap(bench._wasm_filter(WASM, "graphql_cache", json.dumps(config)), bench.ORIGIN_ROUTE,
+                           admin=0, listen=0, origin_port=origin_port)
 
 
 class Envoy:
@@ -136,7 +97,7 @@ class Envoy:
                 self.admin = int(admin_file.read_text().strip().rsplit(":", 1)[1])
                 get(f"http://127.0.0.1:{self.admin}/ready", timeout=1)
                 listeners = json.loads(get(f"http://127.0.0.1:{self.admin}/listeners?format=json"))
-                status = next(l for l in listeners["listener_statuses"] if l["name"] == "hitratio")
+                status = next(l for l in listeners["listener_statuses"] if l["name"] == "bench")
                 self.port = status["local_address"]["socket_address"]["port_value"]
                 break
             except Exception:
