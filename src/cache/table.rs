@@ -553,25 +553,7 @@ mod tests {
 
     /// The table's hit ratio on `trace`, each miss stored (as the filter does after fetching).
     fn table_hits(table: &SetTable, trace: &[u64]) -> f64 {
-        let store = MapStore::default();
-        let mut seen = Seen::new(table.layout());
-        let body = vec![b'x'; 1000];
-        let mut hits = 0;
-        for &n in trace {
-            let k = key(n);
-            let h = table.hash(&k);
-            seen.count(h);
-            match table.lookup(&store, &mut seen, &k, h, 0) {
-                Lookup::Hit(_) => hits += 1,
-                _ => {
-                    table
-                        .insert(&store, &mut seen, &k, &entry(&k, &body, u64::MAX), 0)
-                        .unwrap();
-                }
-            }
-        }
-        assert!(table.bytes(&store) <= table.layout().budget_bytes);
-        hits as f64 / trace.len() as f64
+        table_hits_workers(table, trace, 1)
     }
 
     fn lru_hits(capacity: usize, trace: &[u64]) -> f64 {
@@ -810,6 +792,7 @@ mod tests {
         assert!(table >= lru, "table {table}, LRU {lru}");
     }
 
+    /// `table_hits` with requests dealt in turn to `workers` workers, each with its own `Seen`.
     fn table_hits_workers(table: &SetTable, trace: &[u64], workers: usize) -> f64 {
         let store = MapStore::default();
         let mut seen: Vec<Seen> = (0..workers).map(|_| Seen::new(table.layout())).collect();
@@ -829,6 +812,7 @@ mod tests {
                 }
             }
         }
+        assert!(table.bytes(&store) <= table.layout().budget_bytes);
         hits as f64 / trace.len() as f64
     }
 
