@@ -29,8 +29,8 @@ BASE = {"ttl_seconds": 3600, "paths": ["/graphql"]}
 
 
 def local_default(cache_bytes):
-    """local_cache_bytes' default (README, src/config/memory.rs): a 64th, at most 4 MiB."""
-    return min(cache_bytes // 64, 4 << 20)
+    """local_cache_bytes' default (README, src/config/memory.rs): a 1024th, at most 4 MiB."""
+    return min(cache_bytes // 1024, 4 << 20)
 # (label, configuration beyond BASE, workers)
 CONFIGS = [
     ("shared, 1 worker", {"local_cache_bytes": 0}, 1),
@@ -64,7 +64,7 @@ def tables(names, descs, distinct, measured, simulated, caps):
         row += [fmt(simulated[(c_shared, p, t)]) for p, _ in POLICIES]
         out.append("| " + " | ".join(row) + " |")
     c1, c2 = caps["defaults, 1 worker"], caps["defaults, 2 workers"]
-    out.append(f"\n### Defaults (`local_cache_bytes` a 64th of `cache_bytes` a worker): {c1} entries with 1 worker, {c2} with 2\n")
+    out.append(f"\n### Defaults (`local_cache_bytes` a 1024th of `cache_bytes` a worker): {c1} entries with 1 worker, {c2} with 2\n")
     out.append(f"| trace | filter 1w | model 1w | LRU@{c1} | W-TinyLFU@{c1} | Belady@{c1} "
                f"| filter 2w | model 2w | LRU@{c2} | W-TinyLFU@{c2} | Belady@{c2} |")
     out.append("|---|---|---|---|---|---|---|---|---|---|---|")

@@ -9,10 +9,15 @@
 //! carries its key's full digest).
 
 /// Record layout version; a record of another version is a foreign set.
-const VERSION: u8 = 2;
-/// Bytes per way: fingerprint (8), entry size (4), keep-until (8), frequency when stored (1).
+const VERSION: u8 = 3;
+/// Bytes per way: fingerprint (8), entry size (4), keep-until (8), recorded frequency (1).
 const WAY_BYTES: usize = 21;
-const HEADER_BYTES: usize = 2;
+/// Version, way count, admission decisions since the recorded frequencies were last halved.
+const HEADER_BYTES: usize = 3;
+/// Admission decisions taken in a set between two halvings of its recorded frequencies: a key
+/// hot once does not keep its place on its old fame for ever, but ages as fast as newcomers
+/// press on its set (a set nobody wants to enter has no reason to age).
+pub const AGE_DECISIONS: u8 = 2 * 16;
 
 /// One way's occupant. `fingerprint` 0 is an empty way.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -21,8 +26,9 @@ pub struct Way {
     pub size: u32,
     /// After this instant the entry may not be served at all, not even stale: its way is free.
     pub keep_until_ms: u64,
-    /// How often the worker that stored it had seen it asked for: what other workers, which saw
-    /// only their share of the traffic, know of it at least.
+    /// The most any worker had counted for it (each sees only its share of the traffic), as
+    /// recorded when it was stored, when it was hit, and when its set was rewritten; halved every
+    /// [`AGE_DECISIONS`] admission decisions in the set.
     pub frequency: u8,
 }
 
@@ -35,6 +41,8 @@ impl Way {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SetIndex {
     pub ways: Vec<Way>,
+    /// Admission decisions taken since the recorded frequencies were last halved.
+    pub decisions: u8,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -61,12 +69,13 @@ impl SetIndex {
     pub fn empty(ways: usize) -> Self {
         SetIndex {
             ways: vec![Way::default(); ways],
+            decisions: 0,
         }
     }
 
     /// Reads a record of exactly `ways` ways.
     pub fn decode(bytes: &[u8], ways: usize) -> Result<Self, IndexError> {
-        let [version, count, rest @ ..] = bytes else {
+        let [version, count, decisions, rest @ ..] = bytes else {
             return Err(IndexError::Truncated);
         };
         if *version != VERSION || usize::from(*count) != ways {
@@ -84,13 +93,17 @@ impl SetIndex {
                 frequency: w[20],
             })
             .collect();
-        Ok(SetIndex { ways })
+        Ok(SetIndex {
+            ways,
+            decisions: *decisions,
+        })
     }
 
     pub fn encode(&self) -> Vec<u8> {
         let mut out = Vec::with_capacity(HEADER_BYTES + self.ways.len() * WAY_BYTES);
         out.push(VERSION);
         out.push(u8::try_from(self.ways.len()).unwrap_or(u8::MAX));
+        out.push(self.decisions);
         for w in &self.ways {
             out.extend_from_slice(&w.fingerprint.to_le_bytes());
             out.extend_from_slice(&w.size.to_le_bytes());
@@ -98,6 +111,30 @@ impl SetIndex {
             out.push(w.frequency);
         }
         out
+    }
+
+    /// Counts one admission decision, halving every recorded frequency each
+    /// [`AGE_DECISIONS`] of them.
+    pub fn age(&mut self) {
+        self.decisions = self.decisions.saturating_add(1);
+        if self.decisions >= AGE_DECISIONS {
+            self.decisions = 0;
+            for way in &mut self.ways {
+                way.frequency /= 2;
+            }
+        }
+    }
+
+    /// Raises the recorded frequency of the way holding `fingerprint` to `frequency`; `false`
+    /// when the key is not in the set or its record is already as high.
+    pub fn record(&mut self, fingerprint: u64, frequency: u8) -> bool {
+        match self.ways.iter_mut().find(|w| w.fingerprint == fingerprint) {
+            Some(way) if way.frequency < frequency => {
+                way.frequency = frequency;
+                true
+            }
+            _ => false,
+        }
     }
 
     /// The way holding `fingerprint`, live or not.
@@ -221,5 +258,24 @@ mod tests {
             set.place(25, 0, 100, freq),
             Placement::Free { way: 0, .. }
         ));
+    }
+
+    #[test]
+    fn records_only_raise_and_age_by_half_every_so_many_decisions() {
+        let mut set = SetIndex::empty(2);
+        set.ways[0] = Way {
+            frequency: 8,
+            ..way(5, 100)
+        };
+        assert!(!set.record(5, 7));
+        assert!(!set.record(6, 9), "not in the set");
+        assert!(set.record(5, 12));
+        for _ in 1..AGE_DECISIONS {
+            set.age();
+        }
+        assert_eq!(set.ways[0].frequency, 12);
+        set.age();
+        assert_eq!((set.ways[0].frequency, set.decisions), (6, 0));
+        assert_eq!(SetIndex::decode(&set.encode(), 2), Ok(set));
     }
 }

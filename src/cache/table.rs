@@ -47,9 +47,13 @@ const LAYOUT_KEY: &str = "graphql-cache/v2/layout";
 pub const WAYS: u32 = 16;
 /// Sets besides a new entry's own looked at when the byte budget must make room.
 const ROOM_SAMPLES: u64 = 2;
-/// The most a stored entry's recorded frequency counts for (see `Seen::worth`): enough to keep
-/// it from entries asked for as rarely, not so much that a once-hot entry holds on for ever.
-const STORED_FREQUENCY_CAP: u8 = 3;
+/// How far a worker's count of a resident key may run ahead of what its way records before the
+/// worker records it (on a hit, see `Seen::due`): recording every step would rewrite an index on
+/// most hits. So a recorded count may be this much behind, and a worker that has not counted
+/// the key itself reads it as this much more (see `Seen::worth`).
+const RECORD_SLACK: u8 = 3;
+/// A sketch counter's ceiling.
+const MAX_FREQUENCY: u8 = 15;
 /// At most this many entries are evicted to make room for one (bounded work per store).
 const ROOM_EVICTIONS: usize = 8;
 /// The most sets a layout can have (`MAX_SLOTS` of the configuration, in sets of one way), so
@@ -97,7 +101,8 @@ pub struct Stored {
 #[derive(Debug, Clone)]
 pub struct Seen {
     sketch: FrequencySketch,
-    /// Direct-mapped: `fingerprint` with its low 4 bits replaced by the way.
+    /// Direct-mapped: `fingerprint` with its low 8 bits replaced by the frequency its way last
+    /// recorded as far as this worker knows (4 bits) and the way (4 bits).
     ways: Vec<u64>,
 }
 
@@ -115,41 +120,62 @@ impl Seen {
         self.sketch.increment(hash);
     }
 
+    /// Whether this worker has counted the key of `hash` more often than its way records, as
+    /// far as it knows: then [`SetTable::record`] tells the other workers.
+    pub fn due(&self, hash: u64) -> bool {
+        self.memo(hash).is_some_and(|(_, recorded)| {
+            self.frequency(hash) > recorded.saturating_add(RECORD_SLACK)
+        })
+    }
+
     pub fn frequency(&self, hash: u64) -> u8 {
         self.sketch.frequency(hash)
     }
 
-    /// What a resident entry is worth here: this worker's count, or what the worker that stored
-    /// it had counted (capped), whichever is more. Each worker sees only its share of the
-    /// traffic: without the second, a worker takes the entries another worker stored for cold
-    /// and displaces them, and the two undo each other's choices.
     /// Records in a set's index what this worker counted for its entries, where that is more
     /// than recorded: the next worker to weigh them knows it too. Free: the index is being
     /// rewritten anyway.
     fn teach(&self, index: &mut SetIndex) {
         for way in index.ways.iter_mut().filter(|w| w.fingerprint != 0) {
-            let mine = self.frequency(way.fingerprint).min(STORED_FREQUENCY_CAP);
-            way.frequency = way.frequency.max(mine);
+            way.frequency = way.frequency.max(self.frequency(way.fingerprint));
         }
     }
 
+    /// What a resident entry is worth here: this worker's count, or what the workers that ask
+    /// for it recorded (up to [`RECORD_SLACK`] behind their counts), whichever is more. Each
+    /// worker sees only its share of the traffic (all of a key's, when one connection asks for
+    /// it): without the record, a worker takes the entries other workers are asked for as cold,
+    /// and the two undo each other's choices.
     fn worth(&self, way: &Way) -> u8 {
-        self.frequency(way.fingerprint)
-            .max(way.frequency.min(STORED_FREQUENCY_CAP))
+        let mine = self.frequency(way.fingerprint);
+        match way.frequency > mine {
+            true => way
+                .frequency
+                .saturating_add(RECORD_SLACK)
+                .min(MAX_FREQUENCY),
+            false => mine,
+        }
     }
 
     fn way(&self, fingerprint: u64) -> Option<usize> {
-        let slot = self.ways[self.slot(fingerprint)];
-        (slot != 0 && slot & !0xF == fingerprint & !0xF).then_some((slot & 0xF) as usize)
+        self.memo(fingerprint).map(|(way, _)| way)
     }
 
-    fn remember(&mut self, fingerprint: u64, way: usize) {
+    fn memo(&self, fingerprint: u64) -> Option<(usize, u8)> {
+        let slot = self.ways[self.slot(fingerprint)];
+        (slot != 0 && slot & !0xFF == fingerprint & !0xFF)
+            .then_some(((slot & 0xF) as usize, ((slot >> 4) & 0xF) as u8))
+    }
+
+    fn remember(&mut self, fingerprint: u64, way: usize, recorded: u8) {
         let slot = self.slot(fingerprint);
-        self.ways[slot] = (fingerprint & !0xF) | (way as u64 & 0xF);
+        self.ways[slot] = (fingerprint & !0xFF)
+            | (u64::from(recorded.min(MAX_FREQUENCY)) << 4)
+            | (way as u64 & 0xF);
     }
 
     fn slot(&self, fingerprint: u64) -> usize {
-        (fingerprint >> 4) as usize & (self.ways.len() - 1)
+        (fingerprint >> 8) as usize & (self.ways.len() - 1)
     }
 }
 
@@ -211,7 +237,7 @@ impl SetTable {
         let Some(way) = index.find(hash) else {
             return Lookup::Miss(MissKind::Empty);
         };
-        seen.remember(hash, way);
+        seen.remember(hash, way, index.ways[way].frequency);
         self.read_way(store, set, way, key, now_ms)
             .unwrap_or(Lookup::Miss(MissKind::Collision))
     }
@@ -234,6 +260,30 @@ impl SetTable {
             Ok(p) if p.keep_until_ms > now_ms => Some(Lookup::Stale(bytes)),
             Ok(_) => Some(Lookup::Miss(MissKind::Expired)),
         }
+    }
+
+    /// Records in the key's set index that this worker counted it `hash`'s current frequency,
+    /// when that is more than recorded (after [`Seen::count`] said so), so that other workers
+    /// weigh it by that too.
+    pub fn record(
+        &self,
+        store: &impl SharedStore,
+        seen: &mut Seen,
+        hash: u64,
+    ) -> Result<(), StoreError> {
+        let Some(way) = seen.way(hash) else {
+            return Ok(());
+        };
+        let mine = seen.frequency(hash);
+        let mut recorded = mine;
+        update(store, &Self::index_name(self.set_of(hash)), |old| {
+            let mut index = SetIndex::decode(old?, self.layout.ways as usize).ok()?;
+            let at = index.find(hash)?;
+            recorded = index.ways[at].frequency.max(mine);
+            index.record(hash, mine).then(|| index.encode())
+        })?;
+        seen.remember(hash, way, recorded);
+        Ok(())
     }
 
     /// Stores an encoded entry for `key` if the table admits it: in its set, within the byte
@@ -264,6 +314,10 @@ impl SetTable {
             size: u64::from(size),
             frequency,
         };
+        if !self.may_enter(store, seen, &newcomer, now_ms)? {
+            stored.rejected = true;
+            return Ok(stored);
+        }
         if !self.make_room(store, seen, &newcomer, now_ms, &mut stored)? {
             stored.rejected = true;
             return Ok(stored);
@@ -280,8 +334,12 @@ impl SetTable {
             let mut index = self.decode_or_empty(old);
             seen.teach(&mut index);
             placed = index.place(hash, frequency, now_ms, |w| seen.worth(w));
-            let way = placed_way(&placed)?;
-            index.ways[way] = new;
+            if matches!(placed, Placement::Displace { .. } | Placement::Reject) {
+                index.age();
+            }
+            if let Some(way) = placed_way(&placed) {
+                index.ways[way] = new;
+            }
             Some(index.encode())
         })?;
         let (way, old) = match placed {
@@ -300,9 +358,34 @@ impl SetTable {
             }
         };
         store.set(&Self::way_name(set, way), encoded)?;
-        seen.remember(hash, way);
+        seen.remember(hash, way, frequency);
         self.add_bytes(store, i64::from(size) - i64::from(old.size))?;
         Ok(stored)
+    }
+
+    /// Whether the newcomer would find a place in its own set as the set is now, checked before
+    /// room is made elsewhere for it (or entries would be evicted for an entry that is then
+    /// refused). A refusal is an admission decision: counted in the set's index there and then.
+    fn may_enter(
+        &self,
+        store: &impl SharedStore,
+        seen: &Seen,
+        newcomer: &Newcomer,
+        now_ms: u64,
+    ) -> Result<bool, StoreError> {
+        let name = Self::index_name(self.set_of(newcomer.hash));
+        let now = self.decode_or_empty(store.get(&name).as_deref());
+        let placed = now.place(newcomer.hash, newcomer.frequency, now_ms, |w| seen.worth(w));
+        if placed != Placement::Reject {
+            return Ok(true);
+        }
+        update(store, &name, |old| {
+            let mut index = self.decode_or_empty(old);
+            seen.teach(&mut index);
+            index.age();
+            Some(index.encode())
+        })?;
+        Ok(false)
     }
 
     fn decode_or_empty(&self, bytes: Option<&[u8]>) -> SetIndex {
@@ -340,6 +423,7 @@ impl SetTable {
             if live && seen.worth(&victim) >= frequency {
                 return Ok(false);
             }
+
             if self.evict(store, set, way, victim)? {
                 match live {
                     true => stored.evicted_capacity += 1,
@@ -792,6 +876,8 @@ mod tests {
         assert!(table >= lru, "table {table}, LRU {lru}");
     }
 
+    thread_local!(static RECORDS: std::cell::Cell<u64> = const { std::cell::Cell::new(0) });
+
     /// `table_hits` with requests dealt in turn to `workers` workers, each with its own `Seen`.
     fn table_hits_workers(table: &SetTable, trace: &[u64], workers: usize) -> f64 {
         let store = MapStore::default();
@@ -804,7 +890,13 @@ mod tests {
             let h = table.hash(&k);
             s.count(h);
             match table.lookup(&store, s, &k, h, 0) {
-                Lookup::Hit(_) => hits += 1,
+                Lookup::Hit(_) => {
+                    hits += 1;
+                    if s.due(h) {
+                        RECORDS.with(|r| r.set(r.get() + 1));
+                        table.record(&store, s, h).unwrap();
+                    }
+                }
                 _ => {
                     table
                         .insert(&store, s, &k, &entry(&k, &body, u64::MAX), 0)
@@ -833,5 +925,87 @@ mod tests {
             let two = table_hits_workers(&table, &trace, 2);
             assert!(two >= one - 0.02, "{name}: 1 worker {one}, 2 workers {two}");
         }
+    }
+
+    #[test]
+    fn two_workers_each_asked_for_its_own_keys_keep_a_loop_as_one_does() {
+        // A loop of an even length dealt to two workers in turn: each key always reaches the
+        // same worker, so neither has counted the other's keys at all. The ways' records carry
+        // the counts across, and the two keep the same entries, cycle after cycle.
+        let body = vec![b'x'; 1000];
+        let size = entry(&key(0), &body, u64::MAX).len() as u64;
+        let budget = size * 2048;
+        let table = SetTable::new(Layout::new((budget / 1024) as u32, budget), SlotKey(3, 4));
+        let trace: Vec<u64> = (0..20_000u64).map(|i| i % 2252).collect();
+        let one = table_hits_workers(&table, &trace, 1);
+        let two = table_hits_workers(&table, &trace, 2);
+        // At most 2048 of 2252 keys fit, and the first cycle cannot hit.
+        assert!(one >= 0.80, "1 worker {one}");
+        assert!(two >= one - 0.01, "1 worker {one}, 2 workers {two}");
+    }
+
+    #[test]
+    fn a_hit_rewrites_the_index_only_when_the_count_has_run_ahead() {
+        let store = MapStore::default();
+        let table = SetTable::new(Layout::new(64, 1 << 20), SlotKey::default());
+        let (mut storer, mut other) = (Seen::new(table.layout()), Seen::new(table.layout()));
+        let k = key(3);
+        let h = table.hash(&k);
+        storer.count(h);
+        table
+            .insert(&store, &mut storer, &k, &entry(&k, b"{}", 100), 0)
+            .unwrap();
+        let index = SetTable::index_name(table.set_of(h));
+        let writes = || store.0.borrow()[&index].1;
+        let before = writes();
+        for _ in 0..15 {
+            other.count(h);
+            assert!(matches!(
+                table.lookup(&store, &mut other, &k, h, 0),
+                Lookup::Hit(_)
+            ));
+            if other.due(h) {
+                table.record(&store, &mut other, h).unwrap();
+            }
+        }
+        // Stored with a record of 1; counts 1 to 15 with a slack of 3: recorded at 5, 9 and 13
+        // (and not again at 15).
+        assert_eq!(writes() - before, 3);
+        let recorded = SetIndex::decode(&store.get(&index).unwrap(), 16).unwrap();
+        assert_eq!(recorded.ways[recorded.find(h).unwrap()].frequency, 13);
+        // The storer, which counted the key once, now weighs it by the record.
+        let way = recorded.ways[recorded.find(h).unwrap()];
+        assert_eq!(storer.worth(&way), 15);
+    }
+
+    #[test]
+    fn a_once_hot_entry_gives_way_as_newcomers_press_on_its_set() {
+        // One set of two ways, both recorded as asked for 15 times by a worker long gone.
+        let store = MapStore::default();
+        let table = SetTable::new(Layout::new(2, 1 << 20), SlotKey::default());
+        let mut gone = Seen::new(table.layout());
+        for n in [1, 2] {
+            let k = key(n);
+            (0..15).for_each(|_| gone.count(table.hash(&k)));
+            table
+                .insert(&store, &mut gone, &k, &entry(&k, b"{}", 100), 0)
+                .unwrap();
+        }
+        // A newcomer asked for twice a round, by a worker that never saw the old ones: refused
+        // while the records hold, admitted once its set has aged them.
+        let mut now = Seen::new(table.layout());
+        let fresh = key(9);
+        let admitted_in = (1..=200).find(|_| {
+            (0..2).for_each(|_| now.count(table.hash(&fresh)));
+            let r = table
+                .insert(&store, &mut now, &fresh, &entry(&fresh, b"{}", 100), 0)
+                .unwrap();
+            !r.rejected
+        });
+        let rounds = admitted_in.expect("never admitted");
+        assert!(
+            rounds > 2,
+            "admitted at once ({rounds}): the records were ignored"
+        );
     }
 }

@@ -146,7 +146,7 @@ impl Default for Config {
             rules: Vec::new(),
             route_metadata: None,
             key_memo_entries: 1024,
-            local_cache_bytes: 1 << 20,
+            local_cache_bytes: 64 << 10,
             key_by_cluster: true,
             key_fields: KeyFields::default(),
             purge: None,

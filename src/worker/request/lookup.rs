@@ -36,10 +36,10 @@ pub fn find(cx: &mut Ctx<'_, impl RequestHost>, key: &CacheKey, now_ms: u64) -> 
         refresh_marks(cx);
     }
     let hash = cx.plugin().table.hash(key);
-    let (epoch, copy) = cx.worker(|w| {
+    let (epoch, copy, due) = cx.worker(|w| {
         // Every request counts, those a copy answers too: they are the hottest.
         w.seen.count(hash);
-        (w.purges.epoch, w.hot.get(key, now_ms))
+        (w.purges.epoch, w.hot.get(key, now_ms), w.seen.due(hash))
     });
     if let Some((entry, checked)) = copy {
         let fresh = cx.worker(|w| {
@@ -53,6 +53,9 @@ pub fn find(cx: &mut Ctx<'_, impl RequestHost>, key: &CacheKey, now_ms: u64) -> 
             false
         });
         if fresh {
+            if due {
+                record_frequency(cx, hash);
+            }
             return Found::Fresh(entry);
         }
     }
@@ -64,6 +67,7 @@ pub fn find(cx: &mut Ctx<'_, impl RequestHost>, key: &CacheKey, now_ms: u64) -> 
         Lookup::Stale(bytes) => (bytes, true),
         Lookup::Miss(_) => return Found::Nothing,
     };
+    record_frequency(cx, hash);
     let marks = if invalidation {
         cx.worker(|w| verdict(w, &bytes))
     } else {
@@ -91,6 +95,19 @@ pub fn find(cx: &mut Ctx<'_, impl RequestHost>, key: &CacheKey, now_ms: u64) -> 
     let entry: Rc<[u8]> = bytes.into();
     cx.worker(|w| w.hot.insert(*key, Rc::clone(&entry), expires, epoch));
     Found::Fresh(entry)
+}
+
+/// Tells the other workers, in the key's set index, how often this worker is asked for an entry
+/// it was served, once its count has run ahead of the record (`Seen::due`): each worker sees
+/// only its share of the traffic, and weighs entries by the record when it admits new ones.
+fn record_frequency(cx: &mut Ctx<'_, impl RequestHost>, hash: u64) {
+    let table = &cx.plugin().table;
+    cx.worker_and_shared(|w, shared| {
+        if w.seen.due(hash) {
+            // A failed write loses a hint, not an answer.
+            let _ = table.record(shared, &mut w.seen, hash);
+        }
+    });
 }
 
 /// Within stale-while-revalidate: expired less than its window ago, or soft-purged (stale from
