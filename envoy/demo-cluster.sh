@@ -21,7 +21,9 @@ PURGE_TOKEN=demo-purge-token-change-me
 export GRAPHQL_CACHE_L2_SECRET="${GRAPHQL_CACHE_L2_SECRET:-dev-l2-secret-change-me-0123456789}"
 logs="$root/.tools/demo-cluster"
 mkdir -p "$logs"
-command -v redis-server >/dev/null || { echo "redis-server not found (apt-get install redis-server)"; exit 1; }
+# A redis-server on PATH, else the one `make redis` puts under .tools/redis (`make demo-cluster` does).
+PATH="$PATH:$root/.tools/redis/bin"
+command -v redis-server >/dev/null || { echo "redis-server not found: run \`make redis\` (or make demo-cluster)"; exit 1; }
 
 pids=()
 stop_all() { [ ${#pids[@]} -eq 0 ] || kill "${pids[@]}" 2>/dev/null || true; wait 2>/dev/null || true; }
