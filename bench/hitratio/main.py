@@ -51,7 +51,7 @@ def fmt(x):
     return "  -  " if x is None else f"{x:.3f}"
 
 
-def tables(names, descs, distinct, measured, simulated, caps):
+def tables(names, descs, distinct, length, measured, simulated, caps):
     """Markdown: one table for the shared table alone, one for the defaults."""
     out = []
     c_shared = caps["shared, 1 worker"]
@@ -59,7 +59,7 @@ def tables(names, descs, distinct, measured, simulated, caps):
     out.append("| trace | cold bound | filter 1w | filter 2w | model | LRU | W-TinyLFU | Belady |")
     out.append("|---|---|---|---|---|---|---|---|")
     for t in names:
-        row = [t, fmt(1 - distinct[t] / N), fmt(measured.get(("shared, 1 worker", t))),
+        row = [t, fmt(1 - distinct[t] / length[t]), fmt(measured.get(("shared, 1 worker", t))),
                fmt(measured.get(("shared, 2 workers", t))), fmt(simulated[("shared, 1 worker", "model", t)])]
         row += [fmt(simulated[(c_shared, p, t)]) for p, _ in POLICIES]
         out.append("| " + " | ".join(row) + " |")
@@ -78,7 +78,7 @@ def tables(names, descs, distinct, measured, simulated, caps):
     out.append("| trace | requests | distinct keys | shape |")
     out.append("|---|---|---|---|")
     for t in names:
-        out.append(f"| {t} | {N} | {distinct[t]} | {descs[t]} |")
+        out.append(f"| {t} | {length[t]} | {distinct[t]} | {descs[t]} |")
     return "\n".join(out)
 
 
@@ -129,6 +129,7 @@ def main():
     descs = {t: all_t[t][0] for t in names}
     trace = {t: all_t[t][1] for t in names}
     distinct = {t: len(set(trace[t])) for t in names}
+    length = {t: len(trace[t]) for t in names}
 
     origin = replay.Origin()
     try:
@@ -163,13 +164,13 @@ def main():
             results = replay.replay([(t, trace[t]) for t in names], dict(BASE, **cfg), workers, origin)
             for t in names:
                 r = results[t]
-                ratio = 1 - r["fetched"] / N
+                ratio = 1 - r["fetched"] / length[t]
                 measured[(label, t)] = ratio
                 x = r["x_cache"]
                 if set(x) - {"HIT", "STALE", "MISS", "COALESCED"}:
                     raise RuntimeError(f"{label} {t}: unexpected x-cache values {x}")
                 served = x.get("HIT", 0) + x.get("STALE", 0)
-                note = "" if abs(served / N - ratio) <= 0.001 else f"  (x-cache says {served / N:.3f})"
+                note = "" if abs(served / length[t] - ratio) <= 0.001 else f"  (x-cache says {served / length[t]:.3f})"
                 print(f"  {label:<20} {t:<12} {ratio:.3f}  origin fetches {r['fetched']:>6}  "
                       f"{r['seconds']:5.1f} s{note}", flush=True)
                 details.append({"config": label, "workers": workers, "trace": t, "hit_ratio": ratio,
@@ -179,10 +180,10 @@ def main():
         origin.stop()
 
     elapsed = time.time() - started
-    md = tables(names, descs, distinct, measured, simulated, caps)
+    md = tables(names, descs, distinct, length, measured, simulated, caps)
     header = (
         "# Hit ratio: the filter beside LRU, W-TinyLFU and Belady at equal memory\n\n"
-        f"`make bench-hitratio` (bench/hitratio/). Every trace has {N} requests, replayed in order, one at a "
+        f"`make bench-hitratio` (bench/hitratio/). Every trace has {N} requests (the working set {3 * N}, see traces.py), replayed in order, one at a "
         "time, through a real Envoy with the filter (`cache_bytes` 2048 entries' worth, `ttl_seconds` 3600, so only "
         "evictions cause misses); each key is a distinct GraphQL request (`variables` differ) whose answer "
         f"body is {body_len} bytes. A fresh Envoy for each trace and configuration, as the simulators start empty for each trace (see bench/hitratio/replay.py).\n\n"
@@ -208,7 +209,7 @@ def main():
             {"requests": N, "entry_bytes": entry, "capacities": caps, "runs": details,
              "simulated": [{"capacity": c, "policy": p, "trace": t, "hit_ratio": v}
                            for (c, p, t), v in simulated.items()]}, indent=1) + "\n")
-        plot(names, measured, simulated, caps, {t: 1 - distinct[t] / N for t in names}, RESULTS / "hitratio.png")
+        plot(names, measured, simulated, caps, {t: 1 - distinct[t] / length[t] for t in names}, RESULTS / "hitratio.png")
     print()
     print(md)
     print(f"\nbench-hitratio took {elapsed:.0f} s" + ("" if only else "; wrote bench/results/hitratio.{md,json,png}"))

@@ -132,7 +132,7 @@ impl Default for Config {
             max_query_depth: 32,
             max_query_fields: 2000,
             cache_bytes: 64 << 20,
-            cache_slots: 65_536,
+            cache_slots: 131_072,
             max_entry_bytes: 128 * 1024,
             debug_headers: false,
             coalesce: true,

@@ -159,11 +159,11 @@ fn errors_name_the_field() {
 #[test]
 fn the_cache_is_sized_in_bytes_and_the_rest_follows() {
     let c = Config::parse(br#"{"cache_bytes":8388608}"#).unwrap();
-    // One slot per KiB of budget, and copies of a 1024th of it per worker.
-    assert_eq!((c.cache_bytes, c.cache_slots), (8 << 20, 8192));
+    // One slot per 512 bytes of budget, and copies of a 1024th of it per worker.
+    assert_eq!((c.cache_bytes, c.cache_slots), (8 << 20, 16_384));
     assert_eq!(c.local_cache_bytes, 8 << 10);
     let d = Config::parse(b"{}").unwrap();
-    assert_eq!((d.cache_bytes, d.cache_slots), (64 << 20, 65_536));
+    assert_eq!((d.cache_bytes, d.cache_slots), (64 << 20, 131_072));
     assert_eq!(d.local_cache_bytes, 64 << 10);
     assert_eq!(d, Config::default());
     // An older configuration that gives only the slots keeps its meaning: entries at most.
