@@ -170,6 +170,8 @@ pub fn send(addr: SocketAddr, req: &Req, timeout: Duration) -> std::io::Result<R
         }
         let n = match (stream.read(&mut buf), written.as_ref()) {
             (Ok(n), _) => n,
+            // A signal to the test process interrupted the read (seen under load): read again.
+            (Err(e), _) if e.kind() == std::io::ErrorKind::Interrupted => continue,
             (Err(e), Ok(())) => return Err(e),
             (Err(_), Err(_)) => 0,
         };
