@@ -173,7 +173,7 @@ bench: tools build floor bench/gateway/node_modules
 # the same body, loaded by wrk and by autocannon at 100 connections in the same rounds:
 # bench/results/gateway.{json,txt,png}. BENCH_ROUNDS, BENCH_SECONDS as for `make bench`.
 GATEWAY_SCENARIOS := ttl10-gw,wasm-floor-gw,ttl10-gw-ac,wasm-floor-gw-ac
-bench-gateway: tools build floor bench/gateway/node_modules
+bench-gateway: tools wasm origin floor bench/gateway/node_modules
 	BENCH_ONLY=$(GATEWAY_SCENARIOS) BENCH_NAME=gateway bench/run.sh
 
 # Where a hit's time goes: each patch in bench/ab/ removes one step of the hit path, built and
