@@ -68,6 +68,7 @@ GATEWAY_DIR = ROOT / "bench/gateway"
 AUTOCANNON = GATEWAY_DIR / "node_modules/autocannon/autocannon.js"
 GATEWAY = ("gateway",)  # a scenario's origin_args: this origin instead of graphql-origin
 GATEWAY_PORTS = 18085 + PORT_OFFSET  # its subgraphs: this port and the next
+GATEWAY_ANSWER_BYTES = []  # the gateway's answer, once fetched (463)
 GATEWAY_QUERY = ("query Home { me { id name email plan } topProducts { upc name price inStock } "
                  "departments { id name } }")
 L2_CONFIG = {"cluster": "graphql_cache_l2", "wait_cluster": "graphql_cache_l2_wait",
@@ -537,7 +538,9 @@ def run():
         gw_body = os.path.join(work, "gateway.json")
         with open(gw_body, "w") as f:
             f.write(json.dumps({"query": GATEWAY_QUERY}))
-        every += gateway_scenarios(fetch_answer(GATEWAY, GATEWAY_QUERY), gw_body)
+        gw_answer = fetch_answer(GATEWAY, GATEWAY_QUERY)
+        GATEWAY_ANSWER_BYTES.append(len(gw_answer.encode()))
+        every += gateway_scenarios(gw_answer, gw_body)
     chosen = [s for s in every if not only or s[0] in only]
     expiry_runs = [(n, l2) for n, l2 in (("fleet-expiry-l2", True), ("fleet-expiry-l1", False))
                    if fleet and (not only or n in only)]
@@ -694,6 +697,7 @@ def report(answer, results):
         "envoy": subprocess.run([ENVOY, "--version"], capture_output=True, text=True).stdout.strip().split("version: ")[-1],
         "connections": CONNECTIONS, "seconds": SECONDS, "warmup_seconds": WARMUP, "rounds": ROUNDS,
         "answer_bytes": len(answer.encode()),
+        "gateway_answer_bytes": GATEWAY_ANSWER_BYTES[0] if GATEWAY_ANSWER_BYTES else None,
         "pinning": f"envoy --concurrency 1 on CPU {ENVOY_CPU}; wrk -t1 (or autocannon) and the origin on CPU {LOAD_CPU}",
     }
     RESULTS.mkdir(parents=True, exist_ok=True)
