@@ -169,9 +169,10 @@ bench: tools build floor bench/gateway/node_modules
 	bench/run.sh
 
 # Hits shaped like a federation gateway's traffic (issue 20): the Mercurius gateway of bench/gateway/
-# as the origin, its 3-field query (a 463-byte answer), each hit scenario beside a floor answering
-# the same body, loaded by wrk and by autocannon at 100 connections in the same rounds:
-# bench/results/gateway.{json,txt,png}. BENCH_ROUNDS, BENCH_SECONDS as for `make bench`.
+# as the origin, its 3-field query (a 463-byte answer), the hit measured at once with a floor
+# answering the same body (both Envoys on CPU 0), by wrk and by autocannon at 100 connections:
+# bench/results/gateway.{json,txt,png}, bench/gateway/README.md. BENCH_ROUNDS, BENCH_SECONDS as for
+# `make bench` (about a minute).
 GATEWAY_SCENARIOS := ttl10-gw,wasm-floor-gw,ttl10-gw-ac,wasm-floor-gw-ac
 bench-gateway: tools wasm origin floor bench/gateway/node_modules
 	BENCH_ONLY=$(GATEWAY_SCENARIOS) BENCH_NAME=gateway bench/run.sh
