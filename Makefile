@@ -16,7 +16,7 @@ export GRAPHQL_CACHE_WASM := $(CURDIR)/$(WASM)
 export ORIGIN_BIN := $(CURDIR)/$(ORIGIN)
 export L2_BIN := $(CURDIR)/$(L2)
 
-.PHONY: help tools redis-check build wasm origin l2 test lint unit integration validate demo demo-check demo-cluster demo-cluster-check bench bench-gateway bench-micro bench-ab bench-hostcalls bench-hitratio fuzz soak clean
+.PHONY: help tools redis-check build wasm origin l2 test lint unit integration validate demo demo-check demo-cluster demo-cluster-check bench bench-micro bench-ab bench-hostcalls bench-hitratio fuzz soak clean
 
 help:
 	@echo "make demo   - build, start the origin and Envoy with the filter, and walk through it with curl"
@@ -174,6 +174,7 @@ bench: tools build floor bench/gateway/node_modules
 # bench/results/gateway.{json,txt,png}, bench/gateway/README.md. BENCH_ROUNDS, BENCH_SECONDS as for
 # `make bench` (about a minute).
 GATEWAY_SCENARIOS := ttl10-gw,wasm-floor-gw,ttl10-gw-ac,wasm-floor-gw-ac
+.PHONY: bench-gateway
 bench-gateway: tools wasm origin floor bench/gateway/node_modules
 	BENCH_ONLY=$(GATEWAY_SCENARIOS) BENCH_NAME=gateway bench/run.sh
 
