@@ -24,6 +24,7 @@ help:
 	@echo "make test   - lints, unit tests, and integration tests against a real Envoy"
 	@echo "make build  - build $(WASM), the origin and the L2 service"
 	@echo "make bench  - benchmarks through Envoy (writes bench/results/)"
+	@echo "make bench-gateway - gateway-shaped hits (Mercurius federation origin) against their floor, wrk and autocannon"
 	@echo "make bench-micro - criterion benchmarks of the key path"
 	@echo "make bench-ab - where a hit's time goes (each bench/ab/ patch A/B'd against HEAD)"
 	@echo "make bench-hostcalls - what one proxy-wasm host call costs a request"
@@ -198,8 +199,24 @@ FLOOR_WASM := bench/floor/target/wasm32-wasip1/release/wasm_floor.wasm
 floor: $(TOOLS)/.rust-target
 	$(CARGO) build --release --target wasm32-wasip1 --manifest-path bench/floor/Cargo.toml
 
-bench: tools build floor
+# The gateway-shaped scenarios' origin (a Mercurius federation gateway) and second load tool
+# (autocannon), pinned by bench/gateway/package-lock.json.
+bench/gateway/node_modules: bench/gateway/package-lock.json
+	npm ci --prefix bench/gateway --no-audit --no-fund --loglevel=error
+	@touch $@
+
+bench: tools build floor bench/gateway/node_modules
 	bench/run.sh
+
+# Hits shaped like a federation gateway's traffic (issue 20): the Mercurius gateway of bench/gateway/
+# as the origin, its 3-field query (a 463-byte answer), the hit measured at once with a floor
+# answering the same body (both Envoys on CPU 0), by wrk and by autocannon at 100 connections:
+# bench/results/gateway.{json,txt,png}, bench/gateway/README.md. BENCH_ROUNDS, BENCH_SECONDS as for
+# `make bench` (about a minute).
+GATEWAY_SCENARIOS := ttl10-gw,wasm-floor-gw,ttl10-gw-ac,wasm-floor-gw-ac
+.PHONY: bench-gateway
+bench-gateway: tools wasm origin floor bench/gateway/node_modules
+	BENCH_ONLY=$(GATEWAY_SCENARIOS) BENCH_NAME=gateway bench/run.sh
 
 # Where a hit's time goes: each patch in bench/ab/ removes one step of the hit path, built and
 # measured against HEAD in the same rounds (AB_SCENARIO, default ttl10; about a minute a patch).

@@ -7,6 +7,11 @@ bench/results/latest.json and bench/results/latest.png, and a table to stdout.
 
 BENCH_ONLY=a,b runs some scenarios; BENCH_COMPARE=<other .wasm> runs each filter scenario a second
 time with that build in the same rounds (the A/B method) and prints both, with their ratios.
+
+The `-gw` scenarios put a Mercurius federation gateway (bench/gateway/gateway.js, Node) in front as
+the origin and send its 3-field query; the `-ac` ones load Envoy with autocannon (pinned in
+bench/gateway/package-lock.json) instead of wrk, with the headers autocannon sends. Each is
+compared with its own floor, answering the same body, loaded by the same tool.
 """
 import json
 import os
@@ -25,6 +30,8 @@ ENVOY = os.environ.get("ENVOY_BIN", str(ROOT / ".tools/bin/envoy"))
 WASM = pathlib.Path(os.environ.get("BENCH_WASM", ROOT / "target/wasm32-wasip1/release/graphql_cache.wasm"))
 ORIGIN = ROOT / "target/release/graphql-origin"
 RESULTS = ROOT / "bench/results"
+# The results' file names: bench/results/<BENCH_NAME>.{json,txt,png}.
+NAME = os.environ.get("BENCH_NAME", "latest")
 FLOOR_WASM = ROOT / "bench/floor/target/wasm32-wasip1/release/wasm_floor.wasm"
 LUA = ROOT / "bench/post.lua"
 # The Envoy bootstrap's templates, shared with the Rust tests (testkit).
@@ -35,7 +42,9 @@ ROUNDS = int(os.environ.get("BENCH_ROUNDS", "3"))
 WARMUP = int(os.environ.get("BENCH_WARMUP", "2"))
 CONNECTIONS = int(os.environ.get("BENCH_CONNECTIONS", "100"))
 ENVOY_CPU, LOAD_CPU = "0", "1"
-LISTEN, ADMIN, ORIGIN_PORT = 18080, 18901, 18081
+# BENCH_PORT_OFFSET moves every port of the run (another bench holds the usual ones).
+PORT_OFFSET = int(os.environ.get("BENCH_PORT_OFFSET", "0"))
+LISTEN, ADMIN, ORIGIN_PORT = 18080 + PORT_OFFSET, 18901 + PORT_OFFSET, 18081 + PORT_OFFSET
 QUERY = "query Users { users { id name email posts { id title } } }"
 # The same with __typename everywhere (as Apollo Client and urql send it): its answer gives the
 # entry 13 tags (operation, field, 2 types, 9 entities).
@@ -46,12 +55,22 @@ SLOW_ORIGIN = ["--delay-ms", "20", "--max-inflight", "8"]
 # The fleet (issue 11): Redis and the L2 service, started once for the run (on the load CPU).
 L2_BIN = ROOT / "target/release/graphql-cache-l2"
 L2_DEV_SECRET = os.environ.get("GRAPHQL_CACHE_L2_SECRET", "dev-l2-secret-change-me-0123456789")
-REDIS_PORT, L2_PORT = 18379, 18090
+REDIS_PORT, L2_PORT = 18379 + PORT_OFFSET, 18090 + PORT_OFFSET
 # The second Envoy of the two-Envoy expiry run.
-LISTEN_B, ADMIN_B = 18180, 18911
+LISTEN_B, ADMIN_B = 18180 + PORT_OFFSET, 18911 + PORT_OFFSET
 # Distinct queries for l2-hit: L1 holds one entry, so nearly every request is an L1 miss that L2
 # answers.
 L2_HIT_KEYS = 1000
+# The gateway-shaped traffic (issue 20): a Mercurius federation gateway of two subgraphs as the
+# origin (on the load CPU, on ORIGIN_PORT; its subgraphs on the next two ports of GATEWAY_PORTS),
+# a 3-field query whose answer is 463 bytes, and autocannon as the second load tool.
+GATEWAY_DIR = ROOT / "bench/gateway"
+AUTOCANNON = GATEWAY_DIR / "node_modules/autocannon/autocannon.js"
+GATEWAY = ("gateway",)  # a scenario's origin_args: this origin instead of graphql-origin
+GATEWAY_PORTS = 18085 + PORT_OFFSET  # its subgraphs: this port and the next
+GATEWAY_ANSWER_BYTES = []  # the gateway's answer, once fetched (463)
+GATEWAY_QUERY = ("query Home { me { id name email plan } topProducts { upc name price inStock } "
+                 "departments { id name } }")
 L2_CONFIG = {"cluster": "graphql_cache_l2", "wait_cluster": "graphql_cache_l2_wait",
              # Written in the configuration (a bench has nothing to hide): the demo's values.
              "secret": "dev-l2-secret-change-me-0123456789",
@@ -149,6 +168,22 @@ def chain_config():
     return text
 
 
+def gateway_available():
+    return AUTOCANNON.exists() and shutil.which("node")
+
+
+def gateway_scenarios(gw_answer, gw_body):
+    """Hits shaped like a federation gateway's traffic, beside a floor answering the same body,
+    each loaded by wrk and by autocannon (`-ac`); wrk sends autocannon's headers too."""
+    like_autocannon = {"BENCH_BODY_FILE": gw_body, "BENCH_CONNECTION": "keep-alive"}
+    s = []
+    for suffix, tool in (("", "wrk"), ("-ac", "autocannon")):
+        env = dict(like_autocannon, BENCH_TOOL=tool)
+        s.append((f"ttl10-gw{suffix}", GATEWAY, bootstrap(wasm_filter({"ttl_seconds": 10}), ORIGIN_ROUTE), env))
+        s.append((f"wasm-floor-gw{suffix}", GATEWAY, bootstrap(floor_filter(gw_answer), ORIGIN_ROUTE), env))
+    return s
+
+
 def scenarios(answer, tagged_body, bodies):
     token = (ROOT / "envoy/tokens/alice.jwt").read_text().strip()
     direct = direct_route(answer)
@@ -230,10 +265,20 @@ def origin_count():
 
 
 def start_origin(args):
+    if args == GATEWAY:
+        return start_gateway()
     p = subprocess.Popen(
         ["taskset", "-c", LOAD_CPU, str(ORIGIN), "--listen", f"127.0.0.1:{ORIGIN_PORT}", "--threads", "1", *args],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     wait_http(f"http://127.0.0.1:{ORIGIN_PORT}/_origin/health")
+    return p
+
+
+def start_gateway():
+    p = subprocess.Popen(
+        ["taskset", "-c", LOAD_CPU, "node", str(GATEWAY_DIR / "gateway.js"), "--port", str(ORIGIN_PORT),
+         "--subgraphs", str(GATEWAY_PORTS)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    wait_http(f"http://127.0.0.1:{ORIGIN_PORT}/_origin/health", timeout=30)
     return p
 
 
@@ -258,6 +303,40 @@ def wrk_start(seconds, body_file, env_extra, listen=None, connections=None):
         env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
+def autocannon_start(seconds, body_file, env_extra, listen=None, connections=None):
+    """autocannon as the issue's harness ran it: POST the body with its content-type, one request
+    at a time per connection; it adds `Connection: keep-alive` itself."""
+    return subprocess.Popen(
+        ["taskset", "-c", LOAD_CPU, "node", str(AUTOCANNON), f"-c{connections or CONNECTIONS}", "-d", str(seconds),
+         "-m", "POST", "-H", "content-type=application/json", "-i", env_extra.get("BENCH_BODY_FILE", body_file),
+         "-j", f"http://127.0.0.1:{listen or LISTEN}/graphql"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def autocannon_result(p):
+    """autocannon's JSON as wrk_result's fields (its latencies are whole milliseconds)."""
+    out, err = p.communicate()
+    if p.returncode != 0:
+        raise RuntimeError(f"autocannon failed: {err}")
+    j = json.loads(out)
+    return {"requests": j["requests"]["total"], "duration_us": int(j["duration"] * 1e6), "non2xx": j["non2xx"],
+            "socket_errors": j["errors"] + j["timeouts"], "p50_us": j["latency"]["p50"] * 1000,
+            "p99_us": j["latency"]["p99"] * 1000, "mean_us": j["latency"]["mean"] * 1000}
+
+
+def load(seconds, body_file, env_extra, listen=None):
+    """One run of the scenario's load tool (BENCH_TOOL: wrk unless autocannon)."""
+    if env_extra.get("BENCH_TOOL") == "autocannon":
+        return autocannon_result(autocannon_start(seconds, body_file, env_extra, listen))
+    return wrk_result(wrk_start(seconds, body_file, env_extra, listen))
+
+
+def cpu_seconds(p):
+    """User and system CPU time of a process so far."""
+    fields = pathlib.Path(f"/proc/{p.pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def wrk_result(p):
     out, err = p.communicate()
     if p.returncode != 0:
@@ -279,10 +358,10 @@ def stop(p):
             p.kill()
 
 
-def fetch_answer():
-    origin = start_origin([])
+def fetch_answer(origin_args=(), query=QUERY):
+    origin = start_origin(origin_args)
     try:
-        req = urllib.request.Request(f"http://127.0.0.1:{ORIGIN_PORT}/graphql", data=json.dumps({"query": QUERY}).encode(),
+        req = urllib.request.Request(f"http://127.0.0.1:{ORIGIN_PORT}/graphql", data=json.dumps({"query": query}).encode(),
                                      headers={"content-type": "application/json"})
         with urllib.request.urlopen(req, timeout=5) as r:
             return r.read().decode()
@@ -294,7 +373,7 @@ def ports_free():
     """Envoy listens with SO_REUSEPORT: a leftover process on our port would silently take half
     the load, so refuse to start instead."""
     import socket
-    for port in (LISTEN, ADMIN, ORIGIN_PORT, LISTEN_B, ADMIN_B, REDIS_PORT, L2_PORT):
+    for port in (LISTEN, ADMIN, ORIGIN_PORT, LISTEN_B, ADMIN_B, REDIS_PORT, L2_PORT, GATEWAY_PORTS, GATEWAY_PORTS + 1):
         with socket.socket() as s:
             s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             try:
@@ -311,15 +390,93 @@ def measure(origin_args, yaml_text, env_extra, work, body_file):
     try:
         origin = start_origin(origin_args) if origin_args is not None else None
         envoy = start_envoy(yaml_text, work)
-        wrk(WARMUP, body_file, env_extra)
+        load(WARMUP, body_file, env_extra)
         before = origin_count() if origin else 0
-        r = wrk(SECONDS, body_file, env_extra)
+        cpu_before, wall_before = cpu_seconds(envoy), time.time()
+        r = load(SECONDS, body_file, env_extra)
+        cpu, wall = cpu_seconds(envoy) - cpu_before, time.time() - wall_before
         r["origin_requests"] = (origin_count() - before) if origin else 0
     finally:
         stop(envoy)
         stop(origin)
     r["rps"] = r["requests"] / (r["duration_us"] / 1e6)
+    # How busy Envoy's one core was (below ~0.95: the load tool, not Envoy, set the pace), and its
+    # CPU time per request.
+    r["envoy_busy"] = cpu / wall
+    r["envoy_us_per_request"] = cpu * 1e6 / max(r["requests"], 1)
     return r
+
+
+# The -gw hits are measured in pairs with their floor (hit, floor): see measure_pair.
+PAIRS = {"ttl10-gw": "wasm-floor-gw", "ttl10-gw-ac": "wasm-floor-gw-ac"}
+
+
+# How a pair is loaded: `together` (both at once) or `slices` (one at a time, alternating).
+PAIR_MODE = os.environ.get("BENCH_PAIR_MODE", "together")
+
+
+def measure_pair(hit, floor, work, body_file):
+    """A hit scenario and its floor in one go: both Envoys up at once (the hit's on LISTEN, the
+    floor's on LISTEN_B, both pinned to CPU 0), warmed up, then loaded for SECONDS.
+
+    `together` (the default): both loaded at once by their own load tool (both on CPU 1), so the
+    kernel shares CPU 0 between the two Envoys, equal time each: their req/s are inversely as
+    their CPU time per request, and a short burst of other work on this machine slows both alike
+    (over five runs whose req/s varied threefold, the ratio varied by +-0.03). Work that holds
+    CPU 0 for long still compresses the ratio towards 1 (each Envoy pays the same extra per
+    request): the run says so when the two Envoys' busy shares add up to less than 0.9. Two
+    autocannons may not saturate two Envoys either: then the req/s ratio tends to 1, and the
+    ratio of their CPU time per request (printed beside it) is the one to read. Sharing the core
+    costs each Envoy about twice its lone CPU time per request, both alike: the ratio agreed
+    with `slices` (0.87 both), the req/s are not a lone Envoy's.
+
+    `slices`: one Envoy loaded at a time, in alternating 1 s slices (hit, floor, floor, hit,
+    ...), each with CPU 0 to itself as in `measure`; steadier than scenarios measured minutes
+    apart, less so than `together` when the machine is busy."""
+    (hit_name, origin_args, hit_yaml, env), (_, _, floor_yaml, _) = hit, floor
+    origin = envoys = None
+    try:
+        origin = start_origin(origin_args)
+        dirs = [pathlib.Path(work) / n for n in ("hit", "floor")]
+        for d in dirs:
+            d.mkdir(exist_ok=True)
+        for port, moved in ((LISTEN, LISTEN_B), (ADMIN, ADMIN_B)):
+            assert floor_yaml.count(f"port_value: {port} ") == 1, f"the floor's bootstrap has no port {port}"
+            floor_yaml = floor_yaml.replace(f"port_value: {port} ", f"port_value: {moved} ")
+        envoys = [start_envoy(hit_yaml, dirs[0]), start_envoy(floor_yaml, dirs[1], admin=ADMIN_B)]
+        listens = [LISTEN, LISTEN_B]
+        for listen in listens:
+            load(WARMUP, body_file, env, listen)
+        before = origin_count()
+        cpu_before = [cpu_seconds(e) for e in envoys]
+        slices = [[], []]
+        if PAIR_MODE == "slices":
+            for k in range(SECONDS):
+                for i in ((0, 1) if k % 2 == 0 else (1, 0)):
+                    slices[i].append(load(1, body_file, env, listens[i]))
+        else:
+            tool = (autocannon_start, autocannon_result) if env.get("BENCH_TOOL") == "autocannon" else (
+                wrk_start, wrk_result)
+            started = [tool[0](SECONDS, body_file, env, listen) for listen in listens]
+            slices = [[tool[1](p)] for p in started]
+        cpu = [cpu_seconds(e) - c for e, c in zip(envoys, cpu_before)]
+        fetched = origin_count() - before
+    finally:
+        for p in (envoys or []) + [origin]:
+            stop(p)
+    out = []
+    for i, runs in enumerate(slices):
+        requests, duration_us = sum(r["requests"] for r in runs), sum(r["duration_us"] for r in runs)
+        r = {"requests": requests, "duration_us": duration_us, "rps": requests / (duration_us / 1e6),
+             "non2xx": sum(r["non2xx"] for r in runs), "socket_errors": sum(r["socket_errors"] for r in runs),
+             "p50_us": sorted(r["p50_us"] for r in runs)[len(runs) // 2], "p99_us": max(r["p99_us"] for r in runs),
+             "mean_us": sum(r["mean_us"] for r in runs) / len(runs),
+             "origin_requests": fetched if i == 0 else 0,
+             "envoy_busy": cpu[i] / (duration_us / 1e6), "envoy_us_per_request": cpu[i] * 1e6 / max(requests, 1)}
+        out.append(r)
+    out[0]["paired_ratio"] = out[0]["rps"] / out[1]["rps"]
+    out[0]["paired_cpu_ratio"] = out[1]["envoy_us_per_request"] / out[0]["envoy_us_per_request"]
+    return out
 
 
 def measure_fleet_expiry(with_l2, work, body_file):
@@ -376,7 +533,17 @@ def run():
         for i in range(L2_HIT_KEYS):
             f.write(json.dumps({"query": QUERY.replace("{ users", f"{{ u{i}: users", 1)}) + "\n")
     fleet = start_fleet_services()
-    chosen = [s for s in scenarios(answer, tagged_body, bodies) if not only or s[0] in only]
+    every = scenarios(answer, tagged_body, bodies)
+    if not gateway_available():
+        print("node or autocannon is missing: no -gw scenarios (make bench installs bench/gateway/node_modules)")
+    elif not only or any("-gw" in n for n in only):
+        gw_body = os.path.join(work, "gateway.json")
+        with open(gw_body, "w") as f:
+            f.write(json.dumps({"query": GATEWAY_QUERY}))
+        gw_answer = fetch_answer(GATEWAY, GATEWAY_QUERY)
+        GATEWAY_ANSWER_BYTES.append(len(gw_answer.encode()))
+        every += gateway_scenarios(gw_answer, gw_body)
+    chosen = [s for s in every if not only or s[0] in only]
     expiry_runs = [(n, l2) for n, l2 in (("fleet-expiry-l2", True), ("fleet-expiry-l1", False))
                    if fleet and (not only or n in only)]
     compare = os.environ.get("BENCH_COMPARE")
@@ -386,6 +553,13 @@ def run():
         chosen += [(f"{name}@cmp", o, y.replace(str(WASM), compare), e)
                    for name, o, y, e in chosen if str(WASM) in y]
     runs = {name: [] for name, *_ in chosen}
+    # A hit with its floor among the chosen is measured with it (measure_pair), where the hit's
+    # turn comes.
+    by_name = {c[0]: c for c in chosen}
+    paired = {floor for hit, floor in PAIRS.items() if hit in by_name and floor in by_name}
+    line = lambda name, r: (f"  {name:16s} {r['rps']:10.0f} req/s  p50 {r['p50_us']/1000:7.2f} ms  p99 {r['p99_us']/1000:7.2f} ms"
+                            f"  non-2xx {r['non2xx']}  origin {r['origin_requests']}  envoy busy {r['envoy_busy']:.2f}"
+                            f", {r['envoy_us_per_request']:.1f} us/req")
     # Rounds interleave the scenarios, so a slow spell of this shared machine hits all of them
     # alike; each scenario reports its median round. Every other round runs them in reverse: of
     # two neighbours, the second ran about 1% slower here (an A/B run in both orders showed
@@ -394,10 +568,21 @@ def run():
         print(f"round {round_no}/{ROUNDS}", flush=True)
         order = chosen if round_no % 2 else list(reversed(chosen))
         for name, origin_args, yaml_text, env_extra in order:
-            r = measure(origin_args, yaml_text, env_extra, work, body_file)
+            if name in paired:
+                continue
+            if PAIRS.get(name) in paired:
+                r, floor = measure_pair(by_name[name], by_name[PAIRS[name]], work, body_file)
+                runs[PAIRS[name]].append(floor)
+                print(line(PAIRS[name], floor), flush=True)
+                print(line(name, r) + f"  ({r['paired_ratio']:.3f} of its floor's req/s, "
+                                      f"{r['paired_cpu_ratio']:.3f} of its CPU/request)", flush=True)
+                if PAIR_MODE == "together" and r["envoy_busy"] + floor["envoy_busy"] < 0.9:
+                    print(f"  (the pair had {r['envoy_busy'] + floor['envoy_busy']:.2f} of CPU 0: other work held it, "
+                          "or the load tools could not keep up; the ratio leans towards 1)", flush=True)
+            else:
+                r = measure(origin_args, yaml_text, env_extra, work, body_file)
+                print(line(name, r), flush=True)
             runs[name].append(r)
-            print(f"  {name:14s} {r['rps']:10.0f} req/s  p50 {r['p50_us']/1000:7.2f} ms  p99 {r['p99_us']/1000:7.2f} ms"
-                  f"  non-2xx {r['non2xx']}  origin {r['origin_requests']}", flush=True)
         for name, with_l2 in expiry_runs:
             r = measure_fleet_expiry(with_l2, work, body_file)
             runs.setdefault(name, []).append(r)
@@ -409,6 +594,12 @@ def run():
     for name in [c[0] for c in chosen] + [n for n, _ in expiry_runs]:
         ordered = sorted(runs[name], key=lambda r: r["rps"])
         median = dict(ordered[len(ordered) // 2], name=name, rounds_rps=[round(r["rps"]) for r in runs[name]])
+        if "paired_ratio" in median:
+            # Against its floor: the median of the rounds' ratios, each from the same slices.
+            for field in ("paired_ratio", "paired_cpu_ratio"):
+                ratios = sorted(r[field] for r in runs[name])
+                median[field] = ratios[len(ratios) // 2]
+                median[f"rounds_{field}"] = [round(r[field], 3) for r in runs[name]]
         results.append(median)
     shutil.rmtree(work, ignore_errors=True)
     return answer, results
@@ -430,13 +621,20 @@ def compare_report(results):
     return "\n".join(lines)
 
 
+def floor_of(name):
+    """The floor a scenario's hits are compared with: the one with its origin, body and load tool."""
+    if "-gw" in name:
+        return "wasm-floor-gw-ac" if name.endswith("-ac") else "wasm-floor-gw"
+    return "wasm-floor"
+
+
 def report(answer, results):
     by = {r["name"]: r for r in results}
     ratio = lambda r, base: r["rps"] / by[base]["rps"] if base in by else 0.0
     for r in results:
         r["vs_ceiling"] = ratio(r, "ceiling")
         r["vs_wasm_ceiling"] = ratio(r, "wasm-ceiling")
-        r["vs_wasm_floor"] = ratio(r, "wasm-floor")
+        r["vs_wasm_floor"] = r.get("paired_ratio") or ratio(r, floor_of(r["name"]))
     ttl1 = [r for r in results if r["name"] in ("ttl1", "ttl1-slow", "swr-slow")]
     for r in ttl1:
         expiries = SECONDS / 1.0
@@ -454,12 +652,16 @@ def report(answer, results):
         ("swr-slow p99 <= 1.5x ttl10-slow p99", "swr-slow", "ttl10-slow", "p99_us", 1.5, "<="),
         ("ttl0-slow >= 4x proxy-slow req/s", "ttl0-slow", "proxy-slow", "rps", 4.0, ">="),
         ("ttl0-slow p99 <= 0.5x proxy-slow p99", "ttl0-slow", "proxy-slow", "p99_us", 0.5, "<="),
+        ("ttl10-gw >= 95% of wasm-floor-gw (wrk)", "ttl10-gw", "wasm-floor-gw", "rps", 0.95, ">="),
+        ("ttl10-gw-ac >= 95% of wasm-floor-gw-ac (autocannon)", "ttl10-gw-ac", "wasm-floor-gw-ac", "rps", 0.95, ">="),
     ]
     targets = []
     for name, top, bottom, field, goal, op in wanted:
         if top in by and (bottom is None or bottom in by):
             below = 5000 if bottom is None else by[bottom][field]
-            targets.append((name, by[top][field] / below, goal, op))
+            # A hit measured with its floor: the median of the rounds' paired ratios.
+            paired = "paired_ratio" in by[top] and PAIRS.get(top) == bottom
+            targets.append((name, by[top]["paired_ratio"] if paired else by[top][field] / below, goal, op))
     if "l2-hit" in by:
         l2 = by["l2-hit"]
         targets.append(("l2-hit: origin requests <= 1% of its requests",
@@ -468,10 +670,12 @@ def report(answer, results):
         targets.append(("fleet-expiry-l2: origin fetches per 1 s expiry for 2 Envoys <= 1",
                         by["fleet-expiry-l2"]["origin_per_expiry"], 1.0, "<="))
     lines = []
-    lines.append(f"{'scenario':14s} {'req/s':>10s} {'p50 ms':>8s} {'p99 ms':>8s} {'non-2xx':>8s} {'origin':>8s} {'/ceiling':>9s} {'/wasm-ceil':>10s} {'/floor':>7s}")
+    lines.append(f"{'scenario':16s} {'req/s':>10s} {'p50 ms':>8s} {'p99 ms':>8s} {'non-2xx':>8s} {'origin':>8s} {'/ceiling':>9s} "
+                 f"{'/wasm-ceil':>10s} {'/floor':>7s} {'busy':>5s} {'us/req':>6s}")
     for r in results:
-        lines.append(f"{r['name']:14s} {r['rps']:10.0f} {r['p50_us']/1000:8.2f} {r['p99_us']/1000:8.2f} {r['non2xx']:8d} "
-                     f"{r['origin_requests']:8d} {r['vs_ceiling']:9.2f} {r['vs_wasm_ceiling']:10.2f} {r['vs_wasm_floor']:7.2f}")
+        lines.append(f"{r['name']:16s} {r['rps']:10.0f} {r['p50_us']/1000:8.2f} {r['p99_us']/1000:8.2f} {r['non2xx']:8d} "
+                     f"{r['origin_requests']:8d} {r['vs_ceiling']:9.2f} {r['vs_wasm_ceiling']:10.2f} {r['vs_wasm_floor']:7.2f}"
+                     f" {r.get('envoy_busy', 0):5.2f} {r.get('envoy_us_per_request', 0):6.1f}")
     lines.append("")
     for name, value, goal, op in targets:
         ok = value >= goal if op == ">=" else value <= goal
@@ -495,13 +699,14 @@ def report(answer, results):
         "envoy": subprocess.run([ENVOY, "--version"], capture_output=True, text=True).stdout.strip().split("version: ")[-1],
         "connections": CONNECTIONS, "seconds": SECONDS, "warmup_seconds": WARMUP, "rounds": ROUNDS,
         "answer_bytes": len(answer.encode()),
-        "pinning": f"envoy --concurrency 1 on CPU {ENVOY_CPU}; wrk -t1 and the origin on CPU {LOAD_CPU}",
+        "gateway_answer_bytes": GATEWAY_ANSWER_BYTES[0] if GATEWAY_ANSWER_BYTES else None,
+        "pinning": f"envoy --concurrency 1 on CPU {ENVOY_CPU}; wrk -t1 (or autocannon) and the origin on CPU {LOAD_CPU}",
     }
     RESULTS.mkdir(parents=True, exist_ok=True)
     out = {"machine": machine, "results": results,
            "targets": [{"target": n, "value": v, "goal": g, "op": o} for n, v, g, o in targets]}
-    (RESULTS / "latest.json").write_text(json.dumps(out, indent=2) + "\n")
-    (RESULTS / "latest.txt").write_text(table + "\n")
+    (RESULTS / f"{NAME}.json").write_text(json.dumps(out, indent=2) + "\n")
+    (RESULTS / f"{NAME}.txt").write_text(table + "\n")
     chart(results)
     return table
 
@@ -527,7 +732,7 @@ def chart(results):
     b.set_yscale("log")
     plt.xticks(rotation=30, ha="right")
     fig.tight_layout()
-    fig.savefig(RESULTS / "latest.png", dpi=110)
+    fig.savefig(RESULTS / f"{NAME}.png", dpi=110)
 
 
 if __name__ == "__main__":
@@ -538,9 +743,10 @@ if __name__ == "__main__":
         print()
         print(compare_report(results))
     print()
-    if os.environ.get("BENCH_ONLY"):
-        # Some scenarios only: the table and the ratios they allow, nothing written.
+    named = "BENCH_NAME" in os.environ
+    if os.environ.get("BENCH_ONLY") and not named:
+        # Some scenarios only: the table and the ratios they allow, nothing written (unless named).
         RESULTS = pathlib.Path(tempfile.mkdtemp(prefix="graphql-cache-bench-only-"))
     print(report(answer, results))
-    if not os.environ.get("BENCH_ONLY"):
-        print(f"\nwrote bench/results/latest.json, latest.txt, latest.png in {time.time() - start:.0f} s")
+    if not os.environ.get("BENCH_ONLY") or named:
+        print(f"\nwrote bench/results/{NAME}.json, {NAME}.txt, {NAME}.png in {time.time() - start:.0f} s")

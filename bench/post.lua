@@ -10,6 +10,11 @@ local host = os.getenv("BENCH_HOST")
 if host and host ~= "" then
   wrk.headers["Host"] = host
 end
+-- The header autocannon sends on every request (the -gw scenarios send what it sends).
+local connection = os.getenv("BENCH_CONNECTION")
+if connection and connection ~= "" then
+  wrk.headers["Connection"] = connection
+end
 local auth = os.getenv("BENCH_AUTH")
 if auth and auth ~= "" then
   wrk.headers["Authorization"] = auth
