@@ -275,9 +275,11 @@ fn waiting_purges_long_polls_cost_redis_nothing_until_a_record_comes() {
     let busy: u64 = idle
         .iter()
         .filter(|(c, _)| {
+            // `client|setinfo`: the handshake redis-rs sends on a new connection (Redis 7.2
+            // and later count it; 7.0 refuses it uncounted), not work for a waiting poll.
             !matches!(
                 c.as_str(),
-                "config|resetstat" | "info" | "ping" | "xread" | "xrevrange"
+                "config|resetstat" | "info" | "ping" | "xread" | "xrevrange" | "client|setinfo"
             )
         })
         .map(|(_, n)| n)
@@ -287,7 +289,7 @@ fn waiting_purges_long_polls_cost_redis_nothing_until_a_record_comes() {
     // subscriber's 1 s keep-alive PING.
     let own: u64 = idle
         .iter()
-        .filter(|(c, _)| c != "info")
+        .filter(|(c, _)| c != "info" && c != "client|setinfo")
         .map(|(_, n)| n)
         .sum();
     assert!(own <= 5, "{idle:?}");
