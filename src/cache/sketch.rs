@@ -50,9 +50,9 @@ impl FrequencySketch {
             .unwrap_or(0) as u8
     }
 
-    /// Counts one request for `hash`, returning its frequency after. Only the smallest of its
-    /// counters grow (conservative update): the others already over-count because of other keys.
-    pub fn increment(&mut self, hash: u64) -> u8 {
+    /// Counts one request for `hash`. Only the smallest of its counters grow (conservative
+    /// update): the others already over-count because of other keys.
+    pub fn increment(&mut self, hash: u64) {
         let places: [(usize, u32); DEPTH] = std::array::from_fn(|row| self.place(hash, row));
         let least = places
             .iter()
@@ -60,7 +60,7 @@ impl FrequencySketch {
             .min()
             .unwrap_or(MAX_COUNT);
         if least >= MAX_COUNT {
-            return MAX_COUNT as u8;
+            return;
         }
         for (word, shift) in places {
             if self.counter((word, shift)) == least {
@@ -70,9 +70,7 @@ impl FrequencySketch {
         self.additions += 1;
         if self.additions >= self.sample {
             self.halve();
-            return self.frequency(hash);
         }
-        (least + 1) as u8
     }
 
     /// Word and bit offset of `hash`'s counter in `row`.

@@ -263,7 +263,7 @@ impl SetTable {
     }
 
     /// Records in the key's set index that this worker counted it `hash`'s current frequency,
-    /// when that is more than recorded (after [`Seen::count`] said so), so that other workers
+    /// when that is more than recorded (after [`Seen::due`] said so), so that other workers
     /// weigh it by that too.
     pub fn record(
         &self,
@@ -423,7 +423,6 @@ impl SetTable {
             if live && seen.worth(&victim) >= frequency {
                 return Ok(false);
             }
-
             if self.evict(store, set, way, victim)? {
                 match live {
                     true => stored.evicted_capacity += 1,
