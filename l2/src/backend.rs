@@ -6,8 +6,9 @@
 
 use std::fmt;
 use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, LazyLock, RwLock};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::{ClusterClient, ClusterClientBuilder};
@@ -275,6 +276,37 @@ pub struct Backend {
     /// Why the last connection attempt failed, for the answers while there is no connection.
     connect_error: RwLock<Option<String>>,
     timeout: Duration,
+    /// When the current run of failed round trips began (ms since `born`, plus 1; 0 while the
+    /// last round trip worked): what tells a connection that cannot heal itself.
+    failing_since: AtomicU64,
+    born: Instant,
+}
+
+/// A connection on which every round trip has failed for this long is replaced by a new one.
+/// redis-rs's Cluster connection can stay broken for good after all masters restarted (its slot
+/// refresh retries the dead sockets it holds and never reconnects them); a single node's
+/// `ConnectionManager` heals itself, and a rebuild costs it nothing either.
+const REBUILD_AFTER: Duration = Duration::from_secs(2);
+/// How often the connection's health is looked at, and the first connection retried.
+const SUPERVISE_EVERY: Duration = Duration::from_millis(250);
+
+/// PING the node, or every Cluster master at once (answered when any one answers).
+async fn ping(c: Conn) -> RedisResult<Value> {
+    let ping = redis::cmd("PING");
+    match c {
+        Conn::Single(mut c) => ping.query_async(&mut c).await,
+        Conn::Cluster(mut c) => {
+            let all = (
+                MultipleNodeRoutingInfo::AllMasters,
+                Some(ResponsePolicy::OneSucceeded),
+            );
+            c.route_command(&ping, RoutingInfo::MultiNode(all)).await
+        }
+    }
+}
+
+fn duration_ms(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
 /// A client for one node, with the `--redis-ca-file` roots when given (else the system's).
@@ -422,7 +454,30 @@ impl Backend {
             conn: RwLock::new(None),
             connect_error: RwLock::new(None),
             timeout,
+            failing_since: AtomicU64::new(0),
+            born: Instant::now(),
         })
+    }
+
+    fn since_born_ms(&self) -> u64 {
+        u64::try_from(self.born.elapsed().as_millis()).unwrap_or(u64::MAX - 1) + 1
+    }
+
+    fn note(&self, worked: bool) {
+        if worked {
+            self.failing_since.store(0, Ordering::Relaxed);
+        } else {
+            let now = self.since_born_ms();
+            let _ =
+                self.failing_since
+                    .compare_exchange(0, now, Ordering::Relaxed, Ordering::Relaxed);
+        }
+    }
+
+    /// Whether every round trip has failed for at least `REBUILD_AFTER`.
+    fn stuck(&self) -> bool {
+        let since = self.failing_since.load(Ordering::Relaxed);
+        since != 0 && self.since_born_ms().saturating_sub(since) >= duration_ms(REBUILD_AFTER)
     }
 
     fn current(&self) -> Option<Conn> {
@@ -439,9 +494,51 @@ impl Backend {
         }
     }
 
-    /// Opens the connection, retrying every 250 ms until it works. Once open, the connection object
-    /// reconnects by itself (ConnectionManager / ClusterConnection), so this ends.
-    pub async fn connect_until_up(self: Arc<Self>) {
+    /// Opens the connection, retrying every 250 ms until it works, then watches it for good:
+    /// a connection on which nothing has worked for `REBUILD_AFTER` is replaced by a new one
+    /// (kept only once it answers a PING), counted in `rebuilds`.
+    pub async fn keep_connected(self: Arc<Self>, rebuilds: impl Fn()) {
+        self.connect_until_up().await;
+        loop {
+            tokio::time::sleep(SUPERVISE_EVERY).await;
+            if !self.stuck() {
+                continue;
+            }
+            match self.fresh_connection().await {
+                Ok(c) => {
+                    self.set(c);
+                    self.failing_since.store(0, Ordering::Relaxed);
+                    rebuilds();
+                    eprintln!(
+                        "graphql-cache-l2: redis connection rebuilt after {} s of failed round trips",
+                        REBUILD_AFTER.as_secs()
+                    );
+                }
+                // Keep the old one (it may still heal); try again on the next look.
+                Err(_) => self
+                    .failing_since
+                    .store(self.since_born_ms(), Ordering::Relaxed),
+            }
+        }
+    }
+
+    /// A new connection that has answered a PING.
+    async fn fresh_connection(&self) -> Result<Conn, Fail> {
+        let limit = Duration::from_secs(2);
+        let c = match tokio::time::timeout(limit, open(&self.target, self.timeout)).await {
+            Ok(Ok(c)) => c,
+            Ok(Err(e)) => return Err(Fail::Redis(e)),
+            Err(_) => return Err(Fail::Timeout),
+        };
+        match tokio::time::timeout(limit, ping(c.clone())).await {
+            Ok(Ok(Value::ServerError(_))) => Err(Fail::Reply("PING")),
+            Ok(Ok(_)) => Ok(c),
+            Ok(Err(e)) => Err(Fail::Redis(e)),
+            Err(_) => Err(Fail::Timeout),
+        }
+    }
+
+    async fn connect_until_up(&self) {
         let mut attempts: u64 = 0;
         loop {
             let attempt =
@@ -466,7 +563,7 @@ impl Backend {
                 eprintln!("graphql-cache-l2: connecting to redis: {error} (retrying every 250 ms)");
             }
             attempts += 1;
-            tokio::time::sleep(Duration::from_millis(250)).await;
+            tokio::time::sleep(SUPERVISE_EVERY).await;
         }
     }
 
@@ -487,32 +584,19 @@ impl Backend {
             };
             return Err(Fail::NotConnected(why));
         };
-        match tokio::time::timeout(limit, f(conn)).await {
+        let result = match tokio::time::timeout(limit, f(conn)).await {
             Ok(Ok(v)) => Ok(v),
             Ok(Err(e)) => Err(Fail::Redis(e)),
             Err(_) => Err(Fail::Timeout),
-        }
+        };
+        self.note(result.is_ok());
+        result
     }
 
     /// PING: the node, or every Cluster master at once; Ok if any one answers (one master down
     /// costs only its own keys, not the service).
     pub async fn ping_any(&self, limit: Duration) -> Result<(), Fail> {
-        let v: Value = self
-            .exec(limit, |c| async move {
-                let ping = redis::cmd("PING");
-                match c {
-                    Conn::Single(mut c) => ping.query_async(&mut c).await,
-                    Conn::Cluster(mut c) => {
-                        let all = (
-                            MultipleNodeRoutingInfo::AllMasters,
-                            Some(ResponsePolicy::OneSucceeded),
-                        );
-                        c.route_command(&ping, RoutingInfo::MultiNode(all)).await
-                    }
-                }
-            })
-            .await?;
-        match v {
+        match self.exec(limit, ping).await? {
             Value::ServerError(_) => Err(Fail::Reply("PING")),
             _ => Ok(()),
         }
@@ -630,6 +714,27 @@ pub fn new_gen() -> String {
 #[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_an_unbroken_run_of_failures_makes_a_connection_stuck() {
+        let target = RedisTarget {
+            cluster: true,
+            nodes: Vec::new(),
+            ca_pem: None,
+        };
+        let mut b = Backend::new(target, Duration::from_millis(50));
+        let b = Arc::get_mut(&mut b).unwrap();
+        b.born = Instant::now() - Duration::from_secs(60);
+        assert!(!b.stuck(), "nothing has failed yet");
+        b.note(false);
+        assert!(!b.stuck(), "a failure just now is not yet a run");
+        b.failing_since
+            .store(b.since_born_ms() - 2_001, Ordering::Relaxed);
+        b.note(false);
+        assert!(b.stuck(), "a later failure keeps the run's start");
+        b.note(true);
+        assert!(!b.stuck(), "one round trip that worked ends the run");
+    }
 
     #[test]
     fn names_share_the_hash_tag() {

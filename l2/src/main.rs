@@ -91,14 +91,18 @@ async fn run(config: Config) -> Result<(), String> {
     // First connection: wait for it briefly so a service started next to a running Redis is
     // ready when it says so; if Redis is not there yet, keep trying in the background (requests
     // answer 424 meanwhile).
-    let connecting = tokio::spawn(backend.clone().connect_until_up());
+    let rebuilds = metrics.clone();
+    tokio::spawn(
+        backend
+            .clone()
+            .keep_connected(move || rebuilds.count_connection_rebuild()),
+    );
     let _ = tokio::time::timeout(Duration::from_secs(2), async {
         while !backend.is_connected() {
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
     })
     .await;
-    drop(connecting);
     tokio::spawn(wake::run(
         wake.clone(),
         metrics.clone(),

@@ -116,6 +116,7 @@ pub struct Metrics {
     in_flight: AtomicI64,
     pubsub_connected: AtomicI64,
     pubsub_reconnects: AtomicU64,
+    connection_rebuilds: AtomicU64,
 }
 
 /// Holds one in-flight long-poll; dropping it (answer sent, or client gone) lowers the gauge.
@@ -229,6 +230,10 @@ impl Metrics {
         out
     }
 
+    pub fn count_connection_rebuild(&self) {
+        self.connection_rebuilds.fetch_add(1, Ordering::Relaxed);
+    }
+
     fn render_guards(&self, out: &mut String) {
         let r = Ordering::Relaxed;
         out.push_str(
@@ -252,6 +257,9 @@ impl Metrics {
              # HELP l2_leases_clamped_total Lookups whose lease_ms was above --max-lease-ms (clamped to it).\n\
              # TYPE l2_leases_clamped_total counter\n\
              l2_leases_clamped_total {}\n\
+             # HELP l2_redis_connection_rebuilds_total Redis connections replaced after every round trip failed for 2 s.\n\
+             # TYPE l2_redis_connection_rebuilds_total counter\n\
+             l2_redis_connection_rebuilds_total {}\n\
              # HELP l2_purge_follower_connected 1 while the purge-log follower's XREAD BLOCK connection is up.\n\
              # TYPE l2_purge_follower_connected gauge\n\
              l2_purge_follower_connected {}\n\
@@ -262,6 +270,7 @@ impl Metrics {
             self.shed[1].load(r),
             self.shed[2].load(r),
             self.leases_clamped.load(r),
+            self.connection_rebuilds.load(r),
             self.follower_connected.load(r),
             self.follower_reads.load(r),
         );
