@@ -16,6 +16,7 @@ use graphql_cache::config::Config;
 use graphql_cache::config::KeyFields;
 use graphql_cache::config::Lifetimes;
 use graphql_cache::config::{MutationInvalidation, MutationPurges};
+use graphql_cache::effects::header_block::{pairs, HeaderBlock};
 use graphql_cache::effects::store::{SharedStore, StoreError};
 use graphql_cache::fleet::follower::{self, FeedState, FEED_KEY};
 use graphql_cache::fleet::outbox::{self, Outbox, MAX_PENDING, MAX_PENDING_BYTES, OUTBOX_KEY};
@@ -41,7 +42,6 @@ use graphql_cache::request::http::{
     is_json_content_type, parse_get_query, parse_post_body, split_path,
 };
 use graphql_cache::request::key::CacheKey;
-use graphql_cache::request::route_metadata::pairs;
 use std::cell::RefCell;
 use std::collections::HashMap;
 
@@ -380,6 +380,8 @@ pub fn l2_envelopes(data: &[u8]) {
 /// writes, never more entries than the bytes can hold.
 pub fn host_pairs(data: &[u8]) {
     let Some(fields) = pairs(data) else {
+        // The request's header map refuses the same buffers (an empty one: no headers).
+        assert!(data.is_empty() || HeaderBlock::parse(data.to_vec()).is_none());
         return;
     };
     assert!(fields.len() <= data.len() / 10);
@@ -395,6 +397,10 @@ pub fn host_pairs(data: &[u8]) {
         encoded.push(0);
     }
     assert_eq!(encoded, data, "decode accepts only what encode writes");
+    // The request's header map reads the same format in place: the same pairs, in order.
+    let block = HeaderBlock::parse(data.to_vec()).expect("a map pairs() reads");
+    assert_eq!(block.iter().collect::<Vec<_>>(), fields);
+    assert_eq!(block.len(), fields.len());
 }
 
 /// Envoy's shared data with one value in it, for the functions that read and update it there:

@@ -46,9 +46,13 @@ pub fn upstream_request(
         (":path".to_string(), text(&head.path)?),
         (":authority".to_string(), text(&head.authority)?),
     ];
-    for (name, value) in &head.headers {
+    for (name, value) in head.headers.iter() {
+        // Envoy's header names are lower-case ASCII; one that is not text is not forwarded.
+        let Ok(name) = std::str::from_utf8(name) else {
+            continue;
+        };
         if forwarded(config, scope, name) {
-            headers.push((name.clone(), text(value)?));
+            headers.push((name.to_string(), text(value)?));
         }
     }
     // An answer shared by many clients is fetched uncompressed: Envoy's compressor encodes it for
@@ -93,22 +97,23 @@ pub enum L2Role {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::effects::header_block::HeaderBlock;
 
     fn head() -> RequestHead {
         RequestHead {
             method: b"POST".to_vec(),
             path: b"/graphql?x=1".to_vec(),
             authority: b"api.example".to_vec(),
-            headers: vec![
-                (":method".into(), b"POST".to_vec()),
-                ("content-type".into(), b"application/json".to_vec()),
-                ("content-length".into(), b"12".to_vec()),
-                ("connection".into(), b"keep-alive".to_vec()),
-                ("authorization".into(), b"Bearer a".to_vec()),
-                ("accept-encoding".into(), b"gzip, br".to_vec()),
-                ("if-none-match".into(), b"\"v1\"".to_vec()),
-                ("range".into(), b"bytes=0-10".to_vec()),
-            ],
+            headers: HeaderBlock::from_pairs([
+                (&b":method"[..], &b"POST"[..]),
+                (b"content-type", b"application/json"),
+                (b"content-length", b"12"),
+                (b"connection", b"keep-alive"),
+                (b"authorization", b"Bearer a"),
+                (b"accept-encoding", b"gzip, br"),
+                (b"if-none-match", b"\"v1\""),
+                (b"range", b"bytes=0-10"),
+            ]),
             ..Default::default()
         }
     }
@@ -153,14 +158,14 @@ mod tests {
     fn binary_headers_are_not_fetched_on_anyone_s_behalf() {
         let config = Config::default();
         let mut h = head();
-        h.headers.push(("user-agent".into(), b"\xff".to_vec()));
+        let plain = h.headers.clone();
+        h.headers = plain.with("user-agent", b"\xff");
         assert_eq!(
             upstream_request("origin".into(), &h, None, &config, Scope::Public),
             None
         );
         // A header the fetch does not carry cannot stop it.
-        h.headers.pop();
-        h.headers.push(("x-secret".into(), b"\xff".to_vec()));
+        h.headers = plain.with("x-secret", b"\xff");
         assert!(upstream_request("origin".into(), &h, None, &config, Scope::Public).is_some());
     }
 
@@ -176,7 +181,7 @@ mod tests {
             "x-user",
             "cookie",
         ] {
-            h.headers.push((name.into(), b"v".to_vec()));
+            h.headers = h.headers.with(name, b"v");
         }
         let config = Config::parse(br#"{"vary_headers":["authorization"]}"#).unwrap();
         assert_eq!(

@@ -3,6 +3,7 @@
 //! `FakeHost`s sharing one `MapStore` and one [`Queues`] are several workers of one Envoy.
 
 use crate::effects::counters::Counter;
+use crate::effects::header_block::HeaderBlock;
 use crate::effects::host::{Callout, Host, LogLevel, Refused, RequestHost, Unserializable};
 use crate::effects::store::{SharedStore, StoreError};
 use std::cell::{Cell, RefCell};
@@ -364,8 +365,13 @@ impl RequestHost for FakeHost {
             .map(|(_, v)| v.clone())
     }
 
-    fn request_headers(&self) -> Vec<(String, Vec<u8>)> {
-        self.request_headers.borrow().clone()
+    fn request_headers(&self) -> HeaderBlock {
+        HeaderBlock::from_pairs(
+            self.request_headers
+                .borrow()
+                .iter()
+                .map(|(n, v)| (n.as_bytes(), v.as_slice())),
+        )
     }
 
     fn request_body(&self, size: usize) -> Option<Vec<u8>> {

@@ -8,6 +8,7 @@
 //! (answering switches the effective context).
 
 use crate::effects::counters::Counter;
+use crate::effects::header_block::HeaderBlock;
 use crate::effects::store::SharedStore;
 
 /// An HTTP request the root context sends upstream (`:method`, `:path`, `:authority` first).
@@ -104,7 +105,8 @@ pub trait Host: SharedStore {
 pub trait RequestHost: Host {
     fn request_header(&self, name: &str) -> Option<Vec<u8>>;
 
-    fn request_headers(&self) -> Vec<(String, Vec<u8>)>;
+    /// Every request header, in one read.
+    fn request_headers(&self) -> HeaderBlock;
 
     /// The buffered request body, `size` bytes from the start.
     fn request_body(&self, size: usize) -> Option<Vec<u8>>;

@@ -4,6 +4,7 @@
 //! implements them in memory for native tests.
 
 pub mod counters;
+pub mod header_block;
 pub mod host;
 pub mod store;
 

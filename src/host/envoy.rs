@@ -3,6 +3,7 @@
 
 use super::metrics::Metrics;
 use crate::effects::counters::Counter;
+use crate::effects::header_block::HeaderBlock;
 use crate::effects::host::{Callout, Host, LogLevel, Refused, RequestHost, Unserializable};
 use crate::effects::store::{SharedStore, StoreError};
 use proxy_wasm::hostcalls;
@@ -124,8 +125,12 @@ impl RequestHost for Envoy<'_> {
             .flatten()
     }
 
-    fn request_headers(&self) -> Vec<(String, Vec<u8>)> {
-        hostcalls::get_map_bytes(MapType::HttpRequestHeaders).unwrap_or_default()
+    fn request_headers(&self) -> HeaderBlock {
+        // A map the host could not hand over, or one not in its format, reads as no headers:
+        // such a request is not handled and goes upstream untouched.
+        header_map(MapType::HttpRequestHeaders)
+            .and_then(HeaderBlock::parse)
+            .unwrap_or_default()
     }
 
     fn request_body(&self, size: usize) -> Option<Vec<u8>> {
@@ -162,6 +167,36 @@ impl RequestHost for Envoy<'_> {
         hostcalls::get_buffer(BufferType::HttpResponseBody, 0, size)
             .ok()
             .flatten()
+    }
+}
+
+/// A header map as the host serializes it, taken as it is (the SDK's readers copy each header).
+fn header_map(map: MapType) -> Option<Vec<u8>> {
+    let mut data: *mut u8 = std::ptr::null_mut();
+    let mut size: usize = 0;
+    // SAFETY: on success the host has written a buffer it allocated through the SDK's
+    // `proxy_on_memory_allocate` (a boxed `[u8]` of exactly `size` bytes, leaked), which is taken
+    // back here once, as the SDK's own `get_map_bytes` does.
+    unsafe {
+        if abi::proxy_get_header_map_pairs(map as u32, &mut data, &mut size) != 0 {
+            return None;
+        }
+        if data.is_null() {
+            return Some(Vec::new());
+        }
+        Some(Vec::from_raw_parts(data, size, size))
+    }
+}
+
+mod abi {
+    #[link(wasm_import_module = "env")]
+    extern "C" {
+        /// proxy-wasm ABI 0.2.1; status 0 is `Ok`.
+        pub fn proxy_get_header_map_pairs(
+            map_type: u32,
+            return_map_data: *mut *mut u8,
+            return_map_size: *mut usize,
+        ) -> u32;
     }
 }
 

@@ -3,6 +3,7 @@
 
 use crate::config::Config;
 use crate::config::Scope;
+use crate::effects::header_block::HeaderBlock;
 use crate::invalidate::shape::ResponseShape;
 use crate::invalidate::tags::OperationTags;
 use crate::request::apq::sha256_hex;
@@ -37,7 +38,7 @@ pub struct RequestHead {
     pub if_none_match: Option<Vec<u8>>,
     pub if_modified_since: Option<Vec<u8>>,
     /// Every request header as received, for replaying the request in a shared fetch.
-    pub headers: Vec<(String, Vec<u8>)>,
+    pub headers: HeaderBlock,
     /// The upstream cluster the route chose: routes chosen by headers outside the key (a canary
     /// header, say) must not share entries.
     pub cluster: Option<Vec<u8>>,

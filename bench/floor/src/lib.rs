@@ -36,6 +36,10 @@ enum Extra {
     Clock,
     MetricRead(u32),
     MetricIncrement(u32),
+    /// Not a repeated call: once per request, what a correct cache's hit adds to the floor
+    /// whatever its store: the route's cluster (the key must not mix routes), the clock, and an
+    /// `age` header (RFC 9111 section 4). Its ratio to the floor bounds any cache's.
+    CacheMinimum,
 }
 
 const REPEAT: usize = 10;
@@ -56,6 +60,7 @@ impl Extra {
             b"clock" => Extra::Clock,
             b"metric_read" => Extra::MetricRead(metric()?),
             b"metric_increment" => Extra::MetricIncrement(metric()?),
+            b"cache_minimum" => Extra::CacheMinimum,
             _ => return None,
         })
     }
@@ -63,7 +68,7 @@ impl Extra {
     fn run(self) {
         for _ in 0..REPEAT {
             match self {
-                Extra::None => return,
+                Extra::None | Extra::CacheMinimum => return,
                 Extra::Property => {
                     black_box(hostcalls::get_property(vec!["xds", "cluster_name"]).ok());
                 }
@@ -130,11 +135,13 @@ struct Floor {
 
 impl Floor {
     fn reply(&self) -> Action {
-        self.send_http_response(
-            200,
-            vec![("content-type", "application/json"), ("x-cache", "FLOOR")],
-            Some(&self.answer),
-        );
+        let mut headers = vec![("content-type", "application/json"), ("x-cache", "FLOOR")];
+        if let Extra::CacheMinimum = self.extra {
+            black_box(hostcalls::get_property(vec!["xds", "cluster_name"]).ok());
+            let now = hostcalls::get_current_time().ok();
+            headers.push(("age", if black_box(now).is_some() { "0" } else { "1" }));
+        }
+        self.send_http_response(200, headers, Some(&self.answer));
         Action::Pause
     }
 }

@@ -3,9 +3,10 @@
 //! so each is made only for requests that need it.
 
 use crate::config::{Config, IdentitySource};
+use crate::effects::header_block::pairs;
 use crate::effects::host::RequestHost;
 use crate::request::classify::RequestHead;
-use crate::request::route_metadata::{pairs, route_override};
+use crate::request::route_metadata::route_override;
 use crate::request::rules::RouteOverride;
 
 const CLUSTER: [&str; 2] = ["xds", "cluster_name"];
@@ -19,18 +20,18 @@ pub fn read_head(config: &Config, host: &impl RequestHost) -> RequestHead {
         vary: vec![None; vary_names.len()],
         ..RequestHead::default()
     };
-    for (name, value) in &headers {
-        let slot = match name.as_str() {
-            ":method" => &mut head.method,
-            ":path" => &mut head.path,
-            ":authority" => &mut head.authority,
-            "content-type" => head.content_type.get_or_insert_with(Vec::new),
-            "content-encoding" => head.content_encoding.get_or_insert_with(Vec::new),
-            "content-length" => head.content_length.get_or_insert_with(Vec::new),
-            "accept" => head.accept.get_or_insert_with(Vec::new),
-            "if-none-match" => head.if_none_match.get_or_insert_with(Vec::new),
-            "if-modified-since" => head.if_modified_since.get_or_insert_with(Vec::new),
-            other => match vary_names.iter().position(|v| v == other) {
+    for (name, value) in headers.iter() {
+        let slot = match name {
+            b":method" => &mut head.method,
+            b":path" => &mut head.path,
+            b":authority" => &mut head.authority,
+            b"content-type" => head.content_type.get_or_insert_with(Vec::new),
+            b"content-encoding" => head.content_encoding.get_or_insert_with(Vec::new),
+            b"content-length" => head.content_length.get_or_insert_with(Vec::new),
+            b"accept" => head.accept.get_or_insert_with(Vec::new),
+            b"if-none-match" => head.if_none_match.get_or_insert_with(Vec::new),
+            b"if-modified-since" => head.if_modified_since.get_or_insert_with(Vec::new),
+            other => match vary_names.iter().position(|v| v.as_bytes() == other) {
                 Some(i) => head.vary[i].get_or_insert_with(Vec::new),
                 None => continue,
             },
@@ -83,8 +84,8 @@ pub fn read_identity(
             let values: Vec<&[u8]> = head
                 .headers
                 .iter()
-                .filter(|(n, _)| n == name)
-                .map(|(_, v)| v.as_slice())
+                .filter(|(n, _)| *n == name.as_bytes())
+                .map(|(_, v)| v)
                 .collect();
             (!values.is_empty()).then(|| values.join(&b","[..]))
         }
