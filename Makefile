@@ -116,6 +116,7 @@ lint: $(TOOLS)/.rust-target
 	cd fuzz && $(CARGO) fmt -- --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 	$(CARGO) clippy --release --target wasm32-wasip1 -p graphql-cache -p l2-proto -- -D warnings
+	python3 .ci/check_links.py
 
 # envoy/fleet.yaml reads its secrets from Envoy's environment: the demo's values.
 DEMO_SECRETS := GRAPHQL_CACHE_FLEET_KEY=dev-fleet-key-change-me-0123456789abcdef \
@@ -213,7 +214,7 @@ bench: tools build floor bench/gateway/node_modules
 # answering the same body (both Envoys on CPU 0), by wrk and by autocannon at 100 connections:
 # bench/results/gateway.{json,txt,png}, bench/gateway/README.md. BENCH_ROUNDS, BENCH_SECONDS as for
 # `make bench` (about a minute).
-GATEWAY_SCENARIOS := ttl10-gw,wasm-floor-gw,ttl10-gw-ac,wasm-floor-gw-ac
+GATEWAY_SCENARIOS := ttl10-gw,wasm-floor-gw,ttl10-gw-ac,wasm-floor-gw-ac,wasm-minimum-gw
 .PHONY: bench-gateway
 bench-gateway: tools wasm origin floor bench/gateway/node_modules
 	BENCH_ONLY=$(GATEWAY_SCENARIOS) BENCH_NAME=gateway bench/run.sh

@@ -47,8 +47,8 @@ def measure(variant):
     out = subprocess.run([str(ROOT / "bench/run.sh")], cwd=ROOT, env=env, capture_output=True, text=True, check=True).stdout
     # compare_report: "<scenario> <HEAD req/s> <variant req/s> <ratio>"
     line = next(l for l in out.splitlines() if re.match(rf"^{re.escape(SCENARIO)}\s+\d+\s+\d+\s+[\d.]+$", l))
-    _, head, other, _ = line.split()
-    return float(head), float(other)
+    _, head, other, ratio = line.split()
+    return float(head), float(other), float(ratio)
 
 
 def main():
@@ -58,13 +58,14 @@ def main():
     for patch in patches:
         print(f"building without: {patch.stem}", flush=True)
         variant = build_variant(patch)
-        head, other = measure(variant)
-        rows.append((patch.stem, head, other))
+        head, other, ratio = measure(variant)
+        rows.append((patch.stem, head, other, ratio))
         print(f"  {SCENARIO}: HEAD {head:.0f} req/s, without {patch.stem} {other:.0f} req/s", flush=True)
     print()
     print(f"{'step removed':16s} {'HEAD':>8s} {'without':>8s} {'HEAD/without':>13s}  (below 1: the step costs that share)")
-    for name, head, other in rows:
-        print(f"{name:16s} {head:8.0f} {other:8.0f} {head / other:13.2f}")
+    # The ratio is the median of the rounds' paired ratios (both builds loaded at once).
+    for name, head, other, ratio in rows:
+        print(f"{name:16s} {head:8.0f} {other:8.0f} {ratio:13.2f}")
 
 
 if __name__ == "__main__":

@@ -104,9 +104,19 @@ def wasm_filter(config):
     return _wasm_filter(WASM, "graphql_cache", json.dumps(config))
 
 
-def floor_filter(answer):
-    """The floor of a wasm hit (bench/floor): reads headers and body, answers `answer` locally."""
-    return _wasm_filter(FLOOR_WASM, "wasm_floor", answer)
+def floor_filter(answer, mode=""):
+    """The floor of a wasm hit (bench/floor): reads headers and body, answers `answer` locally.
+    `mode` (its VM configuration) adds work: a host call made ten more times (bench/hostcalls.py),
+    or `cache_minimum`, what any correct cache hit adds (the route's cluster, the clock, `age`)."""
+    text = _wasm_filter(FLOOR_WASM, "wasm_floor", answer)
+    if not mode:
+        return text
+    vm = ("runtime: envoy.wasm.runtime.v8\n"
+          "                  configuration:\n"
+          "                    \"@type\": type.googleapis.com/google.protobuf.StringValue\n"
+          f"                    value: {mode}")
+    assert "runtime: envoy.wasm.runtime.v8" in text
+    return text.replace("runtime: envoy.wasm.runtime.v8", vm)
 
 
 BUFFER = """
@@ -181,6 +191,9 @@ def gateway_scenarios(gw_answer, gw_body):
         env = dict(like_autocannon, BENCH_TOOL=tool)
         s.append((f"ttl10-gw{suffix}", GATEWAY, bootstrap(wasm_filter({"ttl_seconds": 10}), ORIGIN_ROUTE), env))
         s.append((f"wasm-floor-gw{suffix}", GATEWAY, bootstrap(floor_filter(gw_answer), ORIGIN_ROUTE), env))
+    # The floor plus only what a correct hit must add: no cache can be nearer the floor than this.
+    s.append(("wasm-minimum-gw", GATEWAY, bootstrap(floor_filter(gw_answer, "cache_minimum"), ORIGIN_ROUTE),
+              dict(like_autocannon, BENCH_TOOL="wrk")))
     return s
 
 
@@ -408,7 +421,7 @@ def measure(origin_args, yaml_text, env_extra, work, body_file):
 
 
 # The -gw hits are measured in pairs with their floor (hit, floor): see measure_pair.
-PAIRS = {"ttl10-gw": "wasm-floor-gw", "ttl10-gw-ac": "wasm-floor-gw-ac"}
+PAIRS = {"ttl10-gw": "wasm-floor-gw", "ttl10-gw-ac": "wasm-floor-gw-ac", "wasm-minimum-gw": "wasm-floor-gw"}
 
 
 # How a pair is loaded: `together` (both at once) or `slices` (one at a time, alternating).
@@ -547,16 +560,23 @@ def run():
     expiry_runs = [(n, l2) for n, l2 in (("fleet-expiry-l2", True), ("fleet-expiry-l1", False))
                    if fleet and (not only or n in only)]
     compare = os.environ.get("BENCH_COMPARE")
+    pairs = dict(PAIRS)
     if compare:
-        # The A/B method: every scenario that loads the filter runs again with another build,
-        # interleaved in the same rounds, so both see the same machine.
-        chosen += [(f"{name}@cmp", o, y.replace(str(WASM), compare), e)
-                   for name, o, y, e in chosen if str(WASM) in y]
+        # The A/B method: every scenario that loads the filter runs again with another build.
+        # By default each is measured together with its twin (measure_pair: both Envoys on CPU 0
+        # at once, each with its own load), which holds the ratio steady on a busy machine;
+        # BENCH_AB=interleaved runs the twins one after the other in the same rounds instead.
+        twins = [(f"{name}@cmp", o, y.replace(str(WASM), compare), e)
+                 for name, o, y, e in chosen if str(WASM) in y]
+        chosen += twins
+        if os.environ.get("BENCH_AB", "paired") == "paired":
+            pairs = {name[:-len("@cmp")]: name for name, _, yaml_text, _ in twins
+                     if yaml_text.count(f"port_value: {LISTEN} ") == 1}
     runs = {name: [] for name, *_ in chosen}
     # A hit with its floor among the chosen is measured with it (measure_pair), where the hit's
     # turn comes.
     by_name = {c[0]: c for c in chosen}
-    paired = {floor for hit, floor in PAIRS.items() if hit in by_name and floor in by_name}
+    paired = {floor for hit, floor in pairs.items() if hit in by_name and floor in by_name}
     line = lambda name, r: (f"  {name:16s} {r['rps']:10.0f} req/s  p50 {r['p50_us']/1000:7.2f} ms  p99 {r['p99_us']/1000:7.2f} ms"
                             f"  non-2xx {r['non2xx']}  origin {r['origin_requests']}  envoy busy {r['envoy_busy']:.2f}"
                             f", {r['envoy_us_per_request']:.1f} us/req")
@@ -570,11 +590,12 @@ def run():
         for name, origin_args, yaml_text, env_extra in order:
             if name in paired:
                 continue
-            if PAIRS.get(name) in paired:
-                r, floor = measure_pair(by_name[name], by_name[PAIRS[name]], work, body_file)
-                runs[PAIRS[name]].append(floor)
-                print(line(PAIRS[name], floor), flush=True)
-                print(line(name, r) + f"  ({r['paired_ratio']:.3f} of its floor's req/s, "
+            if pairs.get(name) in paired:
+                r, floor = measure_pair(by_name[name], by_name[pairs[name]], work, body_file)
+                r["paired_with"] = pairs[name]
+                runs[pairs[name]].append(floor)
+                print(line(pairs[name], floor), flush=True)
+                print(line(name, r) + f"  ({r['paired_ratio']:.3f} of {pairs[name]}'s req/s, "
                                       f"{r['paired_cpu_ratio']:.3f} of its CPU/request)", flush=True)
                 if PAIR_MODE == "together" and r["envoy_busy"] + floor["envoy_busy"] < 0.9:
                     print(f"  (the pair had {r['envoy_busy'] + floor['envoy_busy']:.2f} of CPU 0: other work held it, "
@@ -608,11 +629,14 @@ def run():
 def compare_report(results):
     """BENCH_WASM against BENCH_COMPARE, scenario by scenario, and each one's ratios."""
     by = {r["name"]: r for r in results}
-    lines = [f"{'scenario':14s} {'BENCH_WASM':>11s} {'COMPARE':>11s} {'ratio':>7s}"]
+    lines = [f"{'scenario':14s} {'BENCH_WASM':>11s} {'COMPARE':>11s} {'ratio':>7s}  (paired: median of the rounds' "
+             "ratios, each measured with both Envoys at once; else the ratio of the medians)"]
     for r in results:
         twin = by.get(f"{r['name']}@cmp")
         if twin:
-            lines.append(f"{r['name']:14s} {r['rps']:11.0f} {twin['rps']:11.0f} {r['rps'] / twin['rps']:7.2f}")
+            paired = r.get("paired_with") == twin["name"]
+            ratio_ = r["paired_ratio"] if paired else r["rps"] / twin["rps"]
+            lines.append(f"{r['name']:14s} {r['rps']:11.0f} {twin['rps']:11.0f} {ratio_:7.3f}")
     for top, bottom in [("ttl10", "wasm-ceiling"), ("bypass", "proxy")]:
         if top in by and bottom in by:
             cmp_bottom = by.get(f"{bottom}@cmp", by[bottom])
@@ -634,7 +658,8 @@ def report(answer, results):
     for r in results:
         r["vs_ceiling"] = ratio(r, "ceiling")
         r["vs_wasm_ceiling"] = ratio(r, "wasm-ceiling")
-        r["vs_wasm_floor"] = r.get("paired_ratio") or ratio(r, floor_of(r["name"]))
+        against_floor = "paired_ratio" in r and not r.get("paired_with", "").endswith("@cmp")
+        r["vs_wasm_floor"] = r["paired_ratio"] if against_floor else ratio(r, floor_of(r["name"]))
     ttl1 = [r for r in results if r["name"] in ("ttl1", "ttl1-slow", "swr-slow")]
     for r in ttl1:
         expiries = SECONDS / 1.0
@@ -679,7 +704,13 @@ def report(answer, results):
     lines.append("")
     for name, value, goal, op in targets:
         ok = value >= goal if op == ">=" else value <= goal
-        lines.append(f"{'PASS' if ok else 'MISS'}  {name}: {value:.2f}")
+        lines.append(f"{'PASS' if ok else 'MISS'}  {name}: {value:.3f}")
+    if "paired_ratio" in by.get("wasm-minimum-gw", {}):
+        bound = by["wasm-minimum-gw"]["paired_ratio"]
+        lines.append(f"      wasm-minimum-gw / wasm-floor-gw: {bound:.3f} (the floor plus a cluster read, a clock "
+                     "read and an age header: the nearest any correct cache hit can come to the floor)")
+        if "paired_ratio" in by.get("ttl10-gw", {}):
+            lines.append(f"      ttl10-gw / wasm-minimum-gw: {by['ttl10-gw']['paired_ratio'] / bound:.3f}")
     for r in ttl1:
         lines.append(f"      {r['name']}: {r['origin_requests']} origin requests over {SECONDS} s of 1 s TTL "
                      f"({r['origin_per_expiry']:.2f} per expiry; goal 1)")

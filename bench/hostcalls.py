@@ -27,18 +27,6 @@ CALLS = [
 REPEAT = 10
 
 
-def floor_with(answer, call):
-    text = bench.floor_filter(answer)
-    if not call:
-        return text
-    vm = ("runtime: envoy.wasm.runtime.v8\n"
-          "                  configuration:\n"
-          "                    \"@type\": type.googleapis.com/google.protobuf.StringValue\n"
-          f"                    value: {call}")
-    assert "runtime: envoy.wasm.runtime.v8" in text
-    return text.replace("runtime: envoy.wasm.runtime.v8", vm)
-
-
 def main():
     bench.ports_free()
     answer = bench.fetch_answer()
@@ -53,7 +41,7 @@ def main():
         print(f"round {round_no}/{bench.ROUNDS}", flush=True)
         order = chosen if round_no % 2 else list(reversed(chosen))
         for name, label in order:
-            yaml_text = bench.bootstrap(floor_with(answer, name), bench.ORIGIN_ROUTE)
+            yaml_text = bench.bootstrap(bench.floor_filter(answer, name), bench.ORIGIN_ROUTE)
             r = bench.measure([], yaml_text, {}, work, body_file)
             rps[name].append(r["rps"])
             print(f"  {label:32s} {r['rps']:8.0f} req/s", flush=True)

@@ -6,7 +6,8 @@ floor: the table of bench/gateway/README.md ("Where the cost is") came from runs
 
 A and B are each one of
     floor                  bench/floor answering the gateway's body
-    floor:<vm config>      the same making a host call ten more times (bench/hostcalls.py's names)
+    floor:<vm config>      the same making a host call ten more times (bench/hostcalls.py's names),
+                           or floor:cache_minimum (plus a cluster read, a clock read, an age header)
     floor@<file.wasm>      another build of the floor
     filter                 the filter, {"ttl_seconds": 10}
     filter:<json>          the filter with this configuration
@@ -23,14 +24,13 @@ import tempfile
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 import bench  # noqa: E402
-import hostcalls  # noqa: E402
 
 
 def filters(spec, answer):
     kind, _, rest = spec.partition("@") if "@" in spec else (spec, "", "")
     kind, _, arg = kind.partition(":")
     if kind == "floor":
-        text = hostcalls.floor_with(answer, arg) if arg else bench.floor_filter(answer)
+        text = bench.floor_filter(answer, arg)
         return text.replace(str(bench.FLOOR_WASM), rest) if rest else text
     if kind == "filter":
         text = bench.wasm_filter(json.loads(arg) if arg else {"ttl_seconds": 10})

@@ -116,7 +116,12 @@ impl SetIndex {
     /// Counts one admission decision, halving every recorded frequency each
     /// [`AGE_DECISIONS`] of them.
     pub fn age(&mut self) {
-        self.decisions = self.decisions.saturating_add(1);
+        self.age_by(1);
+    }
+
+    /// Counts `decisions` admission decisions at once (a sample standing for them).
+    pub fn age_by(&mut self, decisions: u8) {
+        self.decisions = self.decisions.saturating_add(decisions);
         if self.decisions >= AGE_DECISIONS {
             self.decisions = 0;
             for way in &mut self.ways {

@@ -56,6 +56,11 @@ const RECORD_SLACK: u8 = 3;
 const MAX_FREQUENCY: u8 = 15;
 /// At most this many entries are evicted to make room for one (bounded work per store).
 const ROOM_EVICTIONS: usize = 8;
+/// A refused newcomer is written to its set's index (its decision counted, the worker's counts
+/// taught) once in this many refusals by a worker, counted as this many decisions: a refusal
+/// otherwise costs a shared-data write, and a key that keeps being refused (a long tail asked
+/// once each, an L2 fill of a full table) is refused on every request.
+const REFUSALS_PER_WRITE: u8 = 8;
 /// The most sets a layout can have (`MAX_SLOTS` of the configuration, in sets of one way), so
 /// that a damaged layout record cannot make a sweep run for ever.
 const MAX_SWEPT_SETS: u32 = 1 << 22;
@@ -104,6 +109,8 @@ pub struct Seen {
     /// Direct-mapped: `fingerprint` with its low 8 bits replaced by the frequency its way last
     /// recorded as far as this worker knows (4 bits) and the way (4 bits).
     ways: Vec<u64>,
+    /// Refusals since this worker last wrote one (see [`REFUSALS_PER_WRITE`]).
+    refusals: u8,
 }
 
 impl Seen {
@@ -112,6 +119,7 @@ impl Seen {
         Seen {
             sketch: FrequencySketch::new(entries),
             ways: vec![0; entries.clamp(64, 1 << 22).next_power_of_two()],
+            refusals: 0,
         }
     }
 
@@ -172,6 +180,12 @@ impl Seen {
         self.ways[slot] = (fingerprint & !0xFF)
             | (u64::from(recorded.min(MAX_FREQUENCY)) << 4)
             | (way as u64 & 0xF);
+    }
+
+    /// Whether this refusal is the one in [`REFUSALS_PER_WRITE`] to be written.
+    fn refusal_written(&mut self) -> bool {
+        self.refusals = (self.refusals + 1) % REFUSALS_PER_WRITE;
+        self.refusals == 0
     }
 
     fn slot(&self, fingerprint: u64) -> usize {
@@ -314,7 +328,7 @@ impl SetTable {
             size: u64::from(size),
             frequency,
         };
-        if !self.may_enter(store, seen, &newcomer, now_ms)? {
+        if !self.may_enter(store, &mut *seen, &newcomer, now_ms)? {
             stored.rejected = true;
             return Ok(stored);
         }
@@ -365,11 +379,12 @@ impl SetTable {
 
     /// Whether the newcomer would find a place in its own set as the set is now, checked before
     /// room is made elsewhere for it (or entries would be evicted for an entry that is then
-    /// refused). A refusal is an admission decision: counted in the set's index there and then.
+    /// refused). A refusal is an admission decision, counted in the set's index (a sample of
+    /// them, each counting for [`REFUSALS_PER_WRITE`]).
     fn may_enter(
         &self,
         store: &impl SharedStore,
-        seen: &Seen,
+        seen: &mut Seen,
         newcomer: &Newcomer,
         now_ms: u64,
     ) -> Result<bool, StoreError> {
@@ -379,10 +394,13 @@ impl SetTable {
         if placed != Placement::Reject {
             return Ok(true);
         }
+        if !seen.refusal_written() {
+            return Ok(false);
+        }
         update(store, &name, |old| {
             let mut index = self.decode_or_empty(old);
             seen.teach(&mut index);
-            index.age();
+            index.age_by(REFUSALS_PER_WRITE);
             Some(index.encode())
         })?;
         Ok(false)
@@ -975,6 +993,50 @@ mod tests {
         // The storer, which counted the key once, now weighs it by the record.
         let way = recorded.ways[recorded.find(h).unwrap()];
         assert_eq!(storer.worth(&way), 15);
+    }
+
+    #[test]
+    fn refusals_write_their_set_s_index_once_in_eight_counting_for_eight() {
+        // One set of one way: a resident asked for twice, then newcomers asked for once each.
+        let store = MapStore::default();
+        let size = entry(&key(0), b"{}", u64::MAX).len() as u64;
+        let table = SetTable::new(Layout::new(1, size), SlotKey::default());
+        let mut seen = Seen::new(table.layout());
+        let resident = key(1);
+        let h = table.hash(&resident);
+        seen.count(h);
+        seen.count(h);
+        let stored = table
+            .insert(
+                &store,
+                &mut seen,
+                &resident,
+                &entry(&resident, b"{}", u64::MAX),
+                0,
+            )
+            .unwrap();
+        assert!(!stored.rejected);
+        let index = SetTable::index_name(table.set_of(h));
+        let writes = || store.0.borrow()[&index].1;
+        let decisions = || {
+            SetIndex::decode(&store.get(&index).unwrap(), 1)
+                .unwrap()
+                .decisions
+        };
+        let (before, decided) = (writes(), decisions());
+        for n in 0..16u64 {
+            let k = key(100 + n);
+            seen.count(table.hash(&k));
+            let stored = table
+                .insert(&store, &mut seen, &k, &entry(&k, b"{}", u64::MAX), 0)
+                .unwrap();
+            assert!(
+                stored.rejected,
+                "asked for once, the newcomer does not displace"
+            );
+        }
+        assert_eq!(writes() - before, 2, "16 refusals, 2 writes");
+        assert_eq!(decisions() - decided, 16, "each write counts for 8");
     }
 
     #[test]
