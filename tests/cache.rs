@@ -547,3 +547,57 @@ fn numbers_spelled_differently_are_different_requests() {
     }
     assert_eq!(origin.count(), 2 * pairs.len() as u64);
 }
+
+/// The shipped minimal configuration's access log: one line per request, with what the cache did.
+#[test]
+fn the_access_log_line_says_what_the_cache_did() {
+    let origin = Origin::start();
+    let envoy = Envoy::start_shipped("minimal.yaml", &origin);
+    let query = "query Home { users { id } requestCount }";
+    let miss = envoy.send(Req::query(query));
+    assert_eq!(miss.cache(), "MISS");
+    let key = miss.header("x-cache-key").unwrap()[..16].to_string();
+    let hit = envoy.send(Req::query(query));
+    assert_eq!(hit.cache(), "HIT");
+    let mutation = envoy.send(Req::query(
+        r#"mutation { updateUser(id: "2", name: "Robert") { id name } }"#,
+    ));
+    assert_eq!(mutation.cache(), "BYPASS");
+    // Envoy writes access logs out on its own schedule (file_flush_interval, 10 s by default).
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let lines = loop {
+        let log = envoy.log();
+        let lines: Vec<String> = log
+            .lines()
+            .filter(|l| l.contains("\"POST /graphql\""))
+            .map(str::to_string)
+            .collect();
+        if lines.len() >= 3 || std::time::Instant::now() > deadline {
+            break lines;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    };
+    assert_eq!(lines.len(), 3, "{lines:#?}");
+    assert!(lines.iter().all(|l| l.contains("\" 200 ")), "{lines:#?}");
+    assert!(
+        lines[0].ends_with(&format!(
+            " status=MISS reason=- operation=Home key={key} age=- bytes=-"
+        )),
+        "{}",
+        lines[0]
+    );
+    let hit_line = &lines[1];
+    assert!(
+        hit_line.contains(&format!(
+            " status=HIT reason=- operation=Home key={key} age="
+        )),
+        "{hit_line}"
+    );
+    let bytes: usize = hit_line.rsplit("bytes=").next().unwrap().parse().unwrap();
+    assert!(bytes > hit.body.len(), "{hit_line}");
+    assert!(
+        lines[2].ends_with(" status=BYPASS reason=mutation operation=- key=- age=- bytes=-"),
+        "{}",
+        lines[2]
+    );
+}

@@ -73,6 +73,9 @@ pub struct Config {
     pub max_entry_bytes: usize,
     /// Adds `x-cache-key` and `x-cache-reason` to responses.
     pub debug_headers: bool,
+    /// Each handled request's cache status, reason, operation, key prefix, age and entry size in
+    /// Envoy's filter state (`wasm.graphql_cache`), for the access log: one host call a request.
+    pub access_log: bool,
     /// Coalesce concurrent identical misses into one upstream fetch.
     pub coalesce: bool,
     /// Number of in-flight records in shared data (concurrently coalesced keys, across workers).
@@ -135,6 +138,7 @@ impl Default for Config {
             cache_slots: 131_072,
             max_entry_bytes: 128 * 1024,
             debug_headers: false,
+            access_log: false,
             coalesce: true,
             flight_slots: 1024,
             fetch_timeout_ms: 10_000,
@@ -228,6 +232,7 @@ impl Config {
             cache_slots: cache.slots,
             max_entry_bytes: cache.max_entry_bytes,
             debug_headers: raw.debug_headers.unwrap_or(d.debug_headers),
+            access_log: raw.access_log.unwrap_or(d.access_log),
             coalesce,
             flight_slots: fetch.flight_slots,
             fetch_timeout_ms: fetch.fetch_timeout_ms,

@@ -147,6 +147,7 @@ fn errors_name_the_field() {
         (r#"{"coalesce":1}"#, "coalesce"),
         (r#"{"key_memo_entries":100000}"#, "key_memo_entries"),
         (r#"{"debug_headers":"yes"}"#, "debug_headers"),
+        (r#"{"access_log":1}"#, "access_log"),
         (r#"{"cache_bytes":1000}"#, "cache_bytes"),
         (r#"{"cache_slots":99999999}"#, "cache_slots"),
         (

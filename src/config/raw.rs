@@ -23,6 +23,7 @@ pub(super) struct RawConfig {
     pub(super) cache_slots: Option<u64>,
     pub(super) max_entry_bytes: Option<u64>,
     pub(super) debug_headers: Option<bool>,
+    pub(super) access_log: Option<bool>,
     pub(super) coalesce: Option<bool>,
     pub(super) flight_slots: Option<u64>,
     pub(super) fetch_timeout_ms: Option<u64>,

@@ -93,6 +93,8 @@ pub struct FakeHost {
     pub refuse_clusters: RefCell<Vec<String>>,
     /// Answers and resumes of paused requests, in order.
     pub answered: RefCell<Vec<Reply>>,
+    /// The last access-log record set.
+    pub log_record: RefCell<Option<String>>,
     pub resumed: RefCell<Vec<u32>>,
     /// Requests whose client went away: answering or resuming them fails.
     pub gone: RefCell<HashSet<u32>>,
@@ -165,6 +167,7 @@ impl FakeHost {
             refuse_dispatch: Cell::new(false),
             refuse_clusters: RefCell::default(),
             answered: RefCell::default(),
+            log_record: RefCell::default(),
             resumed: RefCell::default(),
             gone: RefCell::default(),
             reentry_check: RefCell::new(None),
@@ -430,6 +433,10 @@ impl RequestHost for FakeHost {
             headers: owned(headers),
             body: body.to_vec(),
         });
+    }
+
+    fn set_log_record(&self, record: &str) {
+        *self.log_record.borrow_mut() = Some(record.to_string());
     }
 
     fn set_response_header(&self, name: &str, value: &str) {

@@ -128,6 +128,9 @@ pub trait RequestHost: Host {
 
     fn set_response_header(&self, name: &str, value: &str);
 
+    /// The request's access-log record (Envoy's filter state `wasm.graphql_cache`).
+    fn set_log_record(&self, record: &str);
+
     fn response_headers(&self) -> Vec<(String, Vec<u8>)>;
 
     /// The response body chunk being delivered, `size` bytes.

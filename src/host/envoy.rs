@@ -12,6 +12,9 @@ use std::collections::hash_map::RandomState;
 use std::hash::BuildHasher;
 use std::time::{Duration, UNIX_EPOCH};
 
+/// The access-log record's filter-state name, less Envoy's `wasm.` prefix.
+const LOG_PROPERTY: &str = "graphql_cache";
+
 pub struct Envoy<'a> {
     pub metrics: &'a Metrics,
 }
@@ -153,6 +156,11 @@ impl RequestHost for Envoy<'_> {
 
     fn respond(&self, status: u16, headers: Vec<(&str, &str)>, body: &[u8]) {
         let _ = hostcalls::send_http_response(u32::from(status), headers, Some(body));
+    }
+
+    fn set_log_record(&self, record: &str) {
+        // Envoy keeps it as filter state `wasm.graphql_cache` (set_property prefixes `wasm.`).
+        let _ = hostcalls::set_property(vec![LOG_PROPERTY], Some(record.as_bytes()));
     }
 
     fn set_response_header(&self, name: &str, value: &str) {

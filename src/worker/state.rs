@@ -73,8 +73,12 @@ impl Default for Plugin {
 /// How a paused request was let go, so its own callbacks know what happened.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Outcome {
-    /// Answered with a local reply (`MISS` for the leader, `COALESCED` for followers).
-    Answered,
+    /// Answered with a local reply (`MISS` for the leader, `COALESCED` for followers), labelled
+    /// so (`x-cache` and its reason).
+    Answered {
+        cache: &'static str,
+        reason: Option<&'static str>,
+    },
     /// Resumed to go upstream on its own; the reason shows in the debug header.
     Released(Release),
 }

@@ -144,7 +144,12 @@ pub fn shipped_config(file: &str, origin_port: u16) -> String {
         ),
     ];
     substitutions.iter().fold(text, |t, (from, to)| {
-        assert!(t.contains(from), "{file} no longer contains {from:?}");
+        // The internal listener (8082) is only in the configurations that have a purge API.
+        let optional = *from == "port_value: 8082";
+        assert!(
+            optional || t.contains(from),
+            "{file} no longer contains {from:?}"
+        );
         t.replace(from, to)
     })
 }

@@ -25,7 +25,8 @@ use crate::worker::ctx::Ctx;
 use crate::worker::l2::write::queue_store;
 use crate::worker::request::capture::{Capture, Chunk};
 use crate::worker::request::join::{join, refresh, Joined, Miss, Refresh};
-use crate::worker::request::lookup::{find, serve, Asking, Found};
+use crate::worker::request::log_record::LogRecord;
+use crate::worker::request::lookup::{find, serve, Asking, Found, Served};
 use crate::worker::request::purge::{self, purge_api, AtHeaders};
 use crate::worker::request::read::{read_head, read_identity, read_route};
 use crate::worker::request::shadow::Shadowed;
@@ -83,6 +84,8 @@ pub struct Exchange {
     state: State,
     /// What this request asked, once it is keyed: its TTL, when it looked up, its operation.
     asked: Option<Asked>,
+    /// The entry this request was answered from, if it was.
+    served: Option<Served>,
     /// A mutation's answer keys, mapped while its request was at hand (see `invalidate::shape`).
     mutation_shape: Option<Box<ResponseShape>>,
 }
@@ -106,6 +109,7 @@ impl Exchange {
             context,
             state: State::Ignored,
             asked: None,
+            served: None,
             mutation_shape: None,
         }
     }
@@ -243,8 +247,9 @@ impl Exchange {
             let context = self.context;
             let outcome = cx.try_worker(|w| w.outcomes.remove(&context)).flatten();
             let reason = match outcome {
-                Some(Outcome::Answered) => {
+                Some(Outcome::Answered { cache, reason }) => {
                     self.state = State::Served;
+                    self.log(cx, cache, reason, Some(key));
                     return Flow::Continue;
                 }
                 Some(Outcome::Released(reason)) => reason,
@@ -281,7 +286,48 @@ impl Exchange {
             State::Missed { .. } => self.label_miss(cx, end_of_stream),
             _ => {}
         }
+        self.log_outcome(cx);
         Flow::Continue
+    }
+
+    /// The access-log record of a request this filter handled, once its answer is known.
+    fn log_outcome<H: RequestHost>(&self, cx: &mut Ctx<'_, H>) {
+        let (status, reason, key) = match &self.state {
+            State::Served => match self.served {
+                Some(s) => (s.cache, None, Some(s.key)),
+                None => return,
+            },
+            State::Bypassed(reason) => ("BYPASS", Some(reason.as_str()), None),
+            State::Mutation { .. } => ("BYPASS", Some(Bypass::Mutation.as_str()), None),
+            State::Missed { reason, key, .. } => ("MISS", reason.map(Release::as_str), Some(*key)),
+            State::Shadow { key, .. } => ("SHADOW", None, Some(*key)),
+            _ => return,
+        };
+        self.log(cx, status, reason, key);
+    }
+
+    fn log<H: RequestHost>(
+        &self,
+        cx: &mut Ctx<'_, H>,
+        status: &'static str,
+        reason: Option<&'static str>,
+        key: Option<CacheKey>,
+    ) {
+        if !cx.config().access_log {
+            return;
+        }
+        let record = LogRecord {
+            status,
+            reason,
+            operation: self
+                .asked
+                .as_ref()
+                .and_then(|a| a.operation.name.as_deref()),
+            key: key.as_ref(),
+            age_s: self.served.map(|s| s.age_s),
+            bytes: self.served.map(|s| s.bytes),
+        };
+        cx.host().set_log_record(&record.render());
     }
 
     pub fn on_response_body<H: RequestHost>(
@@ -423,20 +469,25 @@ impl Exchange {
             now_ms,
         };
         match find(cx, &key, now_ms) {
-            Found::Fresh(entry) if serve(cx.plugin(), cx.host(), &asking, &entry, "HIT") => {
-                cx.host().count(Counter::Hits);
-                self.state = State::Served;
-                return Flow::Pause;
+            Found::Fresh(entry) => {
+                if let Some(served) = serve(cx.plugin(), cx.host(), &asking, &entry, "HIT") {
+                    cx.host().count(Counter::Hits);
+                    self.served = Some(served);
+                    self.state = State::Served;
+                    return Flow::Pause;
+                }
             }
             // Stale only while a refresh runs (or has just been started): otherwise a miss.
             Found::Stale(entry)
                 if may_fetch_for_others
-                    && refresh(cx, miss(body.clone())) != Refresh::Impossible
-                    && serve(cx.plugin(), cx.host(), &asking, &entry, "STALE") =>
+                    && refresh(cx, miss(body.clone())) != Refresh::Impossible =>
             {
-                cx.host().count(Counter::StaleServed);
-                self.state = State::Served;
-                return Flow::Pause;
+                if let Some(served) = serve(cx.plugin(), cx.host(), &asking, &entry, "STALE") {
+                    cx.host().count(Counter::StaleServed);
+                    self.served = Some(served);
+                    self.state = State::Served;
+                    return Flow::Pause;
+                }
             }
             _ => {}
         }

@@ -154,21 +154,34 @@ pub struct Asking<'a> {
     pub now_ms: u64,
 }
 
+/// What an answer served from an entry was, for the access log.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Served {
+    pub cache: &'static str,
+    pub key: CacheKey,
+    pub age_s: u64,
+    pub bytes: usize,
+}
+
 /// Answers the running request from a stored entry, labelled `cache` (`HIT` or `STALE`);
-/// `false` if the entry does not decode.
+/// `None` if the entry does not decode.
 pub fn serve(
     plugin: &Plugin,
     host: &impl RequestHost,
     asking: &Asking<'_>,
     bytes: &[u8],
-    cache: &str,
-) -> bool {
+    cache: &'static str,
+) -> Option<Served> {
     let Asking { key, head, now_ms } = *asking;
-    let Ok(entry) = Entry::decode(bytes) else {
-        return false;
+    let entry = Entry::decode(bytes).ok()?;
+    let served = Served {
+        cache,
+        key: *key,
+        age_s: entry.age_s(now_ms),
+        bytes: bytes.len(),
     };
     let mut digits = [0u8; 20];
-    let age = decimal(entry.age_s(now_ms), &mut digits);
+    let age = decimal(served.age_s, &mut digits);
     if not_modified(head, &entry) {
         let mut headers: Vec<(&str, &str)> = entry
             .headers
@@ -179,7 +192,7 @@ pub fn serve(
         headers.push(("age", age));
         headers.push((CACHE_HEADER, cache));
         host.respond(304, headers, b"");
-        return true;
+        return Some(served);
     }
     let mut headers: Vec<(&str, &str)> = Vec::with_capacity(entry.headers.len() + 5);
     headers.extend(entry.headers.iter().copied());
@@ -194,7 +207,7 @@ pub fn serve(
         }
     }
     host.respond(entry.status, headers, entry.body);
-    true
+    Some(served)
 }
 
 #[cfg(test)]

@@ -4,6 +4,7 @@
 pub mod capture;
 pub mod exchange;
 pub mod join;
+pub mod log_record;
 pub mod lookup;
 pub mod purge;
 pub mod read;

@@ -101,7 +101,11 @@ impl<'a> Reply<'a> {
 /// Answers the paused request `context`, waiting for `key`, with `reply`.
 pub fn answer(cx: &mut Ctx<'_, impl Host>, context: u32, key: &CacheKey, reply: Reply<'_>) {
     let Reply { response, label } = reply;
-    cx.worker(|w| w.outcomes.insert(context, Outcome::Answered));
+    let outcome = Outcome::Answered {
+        cache: label.cache,
+        reason: label.reason,
+    };
+    cx.worker(|w| w.outcomes.insert(context, outcome));
     let hex;
     let mut headers: Vec<(&str, &str)> = Vec::with_capacity(response.headers.len() + 4);
     headers.extend(

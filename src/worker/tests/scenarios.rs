@@ -1164,3 +1164,37 @@ fn a_released_request_s_body_after_the_watch_ended_still_passes_through() {
     assert!(a.host.reply_to(1).is_none());
     assert_eq!(a.host.counted(Counter::Bypasses), 1);
 }
+
+#[test]
+fn the_access_log_record_says_what_the_answer_was() {
+    let (a, b) = envoy(r#"{"access_log":true}"#);
+    let query = r#"{"query":"query GetUsers { users { id } }"}"#;
+    a.fill(1, query, ANSWER);
+    let (mut hit, flow) = b.post(2, query, &[]);
+    assert_eq!(flow, Flow::Pause);
+    hit.on_response_headers(&mut b.cx(), false);
+    let record = b.host.log_record.borrow().clone().unwrap();
+    assert!(
+        record.starts_with("status=HIT reason=- operation=GetUsers key="),
+        "{record}"
+    );
+    assert!(record.contains(" age=0 bytes="), "{record}");
+    let bytes: usize = record.rsplit("bytes=").next().unwrap().parse().unwrap();
+    assert!(bytes > ANSWER.len(), "the entry as stored: {record}");
+
+    let (mut mutation, flow) = b.post(3, r#"{"query":"mutation M { a }"}"#, &[]);
+    assert_eq!(flow, Flow::Continue);
+    mutation.on_response_headers(&mut b.cx(), false);
+    let record = b.host.log_record.borrow().clone().unwrap();
+    assert_eq!(
+        record,
+        "status=BYPASS reason=mutation operation=- key=- age=- bytes=-"
+    );
+
+    // Off by default: no record, no host call.
+    let (c, _) = envoy("{}");
+    c.fill(1, query, ANSWER);
+    let (mut hit, _) = c.post(2, query, &[]);
+    hit.on_response_headers(&mut c.cx(), false);
+    assert_eq!(*c.host.log_record.borrow(), None);
+}
