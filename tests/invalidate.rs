@@ -367,3 +367,47 @@ fn mutation_purges_past_the_budget_collapse_to_their_types() {
     assert_purged(&envoy, USER2, &user2);
     assert_kept(&envoy, POST1, &post1);
 }
+
+/// `cdn_tags`: the answer's tags in Fastly's and Cloudflare's headers, on the miss and on hits,
+/// the same names a purge takes.
+#[test]
+fn a_cdn_in_front_gets_the_entry_s_tags() {
+    let (_origin, envoy) = stack(&format!(
+        r#"{{"purge_path": "{PURGE}", "purge_token": "{TOKEN}", "cdn_tags": {{"headers": ["Surrogate-Key", "Cache-Tag"]}}}}"#
+    ));
+    let tags = [
+        "operation:GetUser",
+        "field:user",
+        "field:requestCount",
+        "type:User",
+        "entity:User:1",
+    ];
+    for expected in ["MISS", "HIT"] {
+        let r = envoy.send(Req::query(USER1));
+        assert_eq!(r.cache(), expected);
+        assert_eq!(
+            r.header("surrogate-key"),
+            Some(tags.join(" ").as_str()),
+            "{expected}"
+        );
+        assert_eq!(
+            r.header("cache-tag"),
+            Some(tags.join(",").as_str()),
+            "{expected}"
+        );
+        assert_eq!(r.header("x-cache-tags"), None, "no debug headers asked for");
+    }
+    // The entity selector purges what the CDN knows as `entity:User:1`.
+    let old = envoy.send(Req::query(USER1)).body;
+    assert_eq!(
+        purge(
+            &envoy,
+            TOKEN,
+            r#"[{"kind":"entity","type":"User","id":"1"}]"#
+        )
+        .status,
+        200
+    );
+    assert_purged(&envoy, USER1, &old);
+    assert_eq!(envoy.counter("cdn_tags_left_out"), 0);
+}

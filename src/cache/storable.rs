@@ -128,18 +128,15 @@ pub fn storable_entry(
             stored.push((name.as_str(), value));
         }
     }
-    let tags = if config.invalidation_on() || config.debug_headers {
+    let shown = config.debug_headers || config.cdn_tags.is_some();
+    let tags = if config.invalidation_on() || shown {
         let found = find_in_answer(answer.body, &config.key_fields).unwrap_or_default();
         let op = stamp.operation;
         entry_tags(op.name.as_deref(), &op.root_fields, &found)
     } else {
         Vec::new()
     };
-    let text = if config.debug_headers {
-        tags.join(",")
-    } else {
-        String::new()
-    };
+    let text = if shown { tags.join(",") } else { String::new() };
     let now_ms = stamp.now_ms;
     let entry = Entry {
         digest: key.digest,

@@ -16,6 +16,7 @@
 //! ripples back into what the operator may write.
 
 mod bounds;
+mod cdn;
 mod error;
 mod fetch;
 mod headers;
@@ -29,6 +30,7 @@ mod raw;
 mod requests;
 mod rules;
 
+pub use self::cdn::{CdnHeader, CdnTags};
 pub use self::error::ConfigError;
 pub use self::headers::{carriable, HOP_BY_HOP};
 pub use self::identity::IdentitySource;
@@ -76,6 +78,8 @@ pub struct Config {
     /// Each handled request's cache status, reason, operation, key prefix, age and entry size in
     /// Envoy's filter state (`wasm.graphql_cache`), for the access log: one host call a request.
     pub access_log: bool,
+    /// Entry tags sent on answers for a CDN in front (`Surrogate-Key`, `Cache-Tag`); `None`: not.
+    pub cdn_tags: Option<CdnTags>,
     /// Coalesce concurrent identical misses into one upstream fetch.
     pub coalesce: bool,
     /// Number of in-flight records in shared data (concurrently coalesced keys, across workers).
@@ -139,6 +143,7 @@ impl Default for Config {
             max_entry_bytes: 128 * 1024,
             debug_headers: false,
             access_log: false,
+            cdn_tags: None,
             coalesce: true,
             flight_slots: 1024,
             fetch_timeout_ms: 10_000,
@@ -233,6 +238,7 @@ impl Config {
             max_entry_bytes: cache.max_entry_bytes,
             debug_headers: raw.debug_headers.unwrap_or(d.debug_headers),
             access_log: raw.access_log.unwrap_or(d.access_log),
+            cdn_tags: cdn::parse(raw.cdn_tags.clone())?,
             coalesce,
             flight_slots: fetch.flight_slots,
             fetch_timeout_ms: fetch.fetch_timeout_ms,

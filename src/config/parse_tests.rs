@@ -369,3 +369,48 @@ fn forward_headers_are_read_and_checked() {
         ),
     ]);
 }
+
+#[test]
+fn cdn_tags_names_and_limits() {
+    let c = Config::parse(br#"{"cdn_tags":{"headers":["Surrogate-Key","Cache-Tag"]}}"#)
+        .unwrap()
+        .cdn_tags
+        .unwrap();
+    let seps: Vec<(&str, char)> = c
+        .headers
+        .iter()
+        .map(|h| (h.name.as_str(), h.separator))
+        .collect();
+    assert_eq!(seps, vec![("cache-tag", ','), ("surrogate-key", ' ')]);
+    assert_eq!((c.max_tag_bytes, c.max_header_bytes), (1024, 16384));
+    let c = Config::parse(br#"{"cdn_tags":{}}"#)
+        .unwrap()
+        .cdn_tags
+        .unwrap();
+    assert_eq!(c.headers[0].name, "surrogate-key");
+    assert_eq!(Config::parse(b"{}").unwrap().cdn_tags, None);
+    for (bad, field) in [
+        (r#"{"cdn_tags":{"headers":[]}}"#, "cdn_tags.headers"),
+        (
+            r#"{"cdn_tags":{"headers":["x-cache"]}}"#,
+            "cdn_tags.headers",
+        ),
+        (
+            r#"{"cdn_tags":{"headers":["content-length"]}}"#,
+            "cdn_tags.headers",
+        ),
+        (r#"{"cdn_tags":{"headers":["a b"]}}"#, "cdn_tags.headers"),
+        (
+            r#"{"cdn_tags":{"max_tag_bytes":0}}"#,
+            "cdn_tags.max_tag_bytes",
+        ),
+        (
+            r#"{"cdn_tags":{"max_header_bytes":100000}}"#,
+            "cdn_tags.max_header_bytes",
+        ),
+        (r#"{"cdn_tags":{"header":"x"}}"#, "cdn_tags"),
+    ] {
+        let e = Config::parse(bad.as_bytes()).unwrap_err();
+        assert!(e.to_string().contains(field), "{bad}: {e}");
+    }
+}

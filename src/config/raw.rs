@@ -24,6 +24,7 @@ pub(super) struct RawConfig {
     pub(super) max_entry_bytes: Option<u64>,
     pub(super) debug_headers: Option<bool>,
     pub(super) access_log: Option<bool>,
+    pub(super) cdn_tags: Option<RawCdnTags>,
     pub(super) coalesce: Option<bool>,
     pub(super) flight_slots: Option<u64>,
     pub(super) fetch_timeout_ms: Option<u64>,
@@ -65,6 +66,14 @@ pub(super) struct RawL2 {
     pub(super) fleet_key_env: Option<String>,
     pub(super) purge_skew_ms: Option<u64>,
     pub(super) feed_failsafe_ms: Option<u64>,
+}
+
+#[derive(Deserialize, Clone)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawCdnTags {
+    pub(super) headers: Option<Vec<String>>,
+    pub(super) max_header_bytes: Option<u64>,
+    pub(super) max_tag_bytes: Option<u64>,
 }
 
 #[derive(Deserialize, Clone)]

@@ -42,11 +42,13 @@ pub enum Counter {
     L2PurgeGaps,
     L2PurgesFolded,
     FeedFailSafe,
+    /// Entry tags left out of a `cdn_tags` header (too long, not sendable, or past its size).
+    CdnTagsLeftOut,
 }
 
 impl Counter {
     /// Every counter, in the order of its index.
-    pub const ALL: [Counter; 37] = [
+    pub const ALL: [Counter; 38] = [
         Counter::Hits,
         Counter::Misses,
         Counter::Bypasses,
@@ -84,6 +86,7 @@ impl Counter {
         Counter::L2PurgeGaps,
         Counter::L2PurgesFolded,
         Counter::FeedFailSafe,
+        Counter::CdnTagsLeftOut,
     ];
 
     /// Position in [`Counter::ALL`], for a host that keeps metric ids in an array.
@@ -130,6 +133,7 @@ impl Counter {
             Counter::L2PurgeGaps => "graphql_cache.l2_purge_gaps",
             Counter::L2PurgesFolded => "graphql_cache.l2_purges_folded",
             Counter::FeedFailSafe => "graphql_cache.l2_feed_failsafe",
+            Counter::CdnTagsLeftOut => "graphql_cache.cdn_tags_left_out",
         }
     }
 }

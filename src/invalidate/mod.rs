@@ -4,6 +4,7 @@
 //! aliases cannot steer it). The worker applies them: `worker::request::purge` answers the API
 //! and purges after mutations; lookups ask the marks.
 
+pub mod cdn;
 pub mod marks;
 pub mod mutation;
 pub mod purge_request;

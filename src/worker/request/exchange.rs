@@ -449,8 +449,9 @@ impl Exchange {
         }
         let scope = decided.policy.scope;
         let names_caller = key_names_caller(scope, &config.vary_headers, &head.vary);
+        let context = self.context;
         let miss = |body: Option<Vec<u8>>| Miss {
-            context: self.context,
+            context,
             key,
             head,
             body,
@@ -468,28 +469,19 @@ impl Exchange {
             head,
             now_ms,
         };
-        match find(cx, &key, now_ms) {
-            Found::Fresh(entry) => {
-                if let Some(served) = serve(cx.plugin(), cx.host(), &asking, &entry, "HIT") {
-                    cx.host().count(Counter::Hits);
-                    self.served = Some(served);
-                    self.state = State::Served;
-                    return Flow::Pause;
-                }
-            }
+        let served = match find(cx, &key, now_ms) {
+            Found::Fresh(entry) => self.answer_from(cx, &asking, &entry, "HIT"),
             // Stale only while a refresh runs (or has just been started): otherwise a miss.
             Found::Stale(entry)
                 if may_fetch_for_others
                     && refresh(cx, miss(body.clone())) != Refresh::Impossible =>
             {
-                if let Some(served) = serve(cx.plugin(), cx.host(), &asking, &entry, "STALE") {
-                    cx.host().count(Counter::StaleServed);
-                    self.served = Some(served);
-                    self.state = State::Served;
-                    return Flow::Pause;
-                }
+                self.answer_from(cx, &asking, &entry, "STALE")
             }
-            _ => {}
+            _ => false,
+        };
+        if served {
+            return Flow::Pause;
         }
         cx.host().count(Counter::Misses);
         // The origin answers what may be stored uncompressed (see `coalesce::upstream`).
@@ -510,6 +502,26 @@ impl Exchange {
             reason: None,
         };
         Flow::Continue
+    }
+
+    /// Answers from `entry`, labelled `cache` (`HIT` or `STALE`); `false` if it does not decode.
+    fn answer_from<H: RequestHost>(
+        &mut self,
+        cx: &mut Ctx<'_, H>,
+        asking: &Asking<'_>,
+        entry: &[u8],
+        cache: &'static str,
+    ) -> bool {
+        let Some(served) = serve(cx.plugin(), cx.host(), asking, entry, cache) else {
+            return false;
+        };
+        cx.host().count(match cache {
+            "STALE" => Counter::StaleServed,
+            _ => Counter::Hits,
+        });
+        self.served = Some(served);
+        self.state = State::Served;
+        true
     }
 
     fn label_miss<H: RequestHost>(&mut self, cx: &mut Ctx<'_, H>, end_of_stream: bool) {

@@ -14,7 +14,7 @@ use crate::request::classify::RequestHead;
 use crate::request::key::CacheKey;
 use crate::worker::ctx::Ctx;
 use crate::worker::marks::{refresh_marks, verdict};
-use crate::worker::root::answer::{CACHE_HEADER, KEY_HEADER, TAGS_HEADER};
+use crate::worker::root::answer::{cdn_headers, CACHE_HEADER, KEY_HEADER, TAGS_HEADER};
 use crate::worker::state::Plugin;
 use std::rc::Rc;
 
@@ -206,6 +206,8 @@ pub fn serve(
             headers.push((TAGS_HEADER, entry.tags));
         }
     }
+    let cdn = cdn_headers(&plugin.config, entry.tags, host);
+    headers.extend(cdn.iter().map(|(n, v)| (n.as_str(), v.as_str())));
     host.respond(entry.status, headers, entry.body);
     Some(served)
 }

@@ -4,8 +4,10 @@
 
 use crate::coalesce::relay::Response;
 use crate::coalesce::release::Release;
+use crate::config::Config;
 use crate::effects::counters::Counter;
 use crate::effects::host::Host;
+use crate::invalidate::cdn::header_value;
 use crate::request::key::CacheKey;
 use crate::worker::ctx::Ctx;
 use crate::worker::state::Outcome;
@@ -72,7 +74,11 @@ impl Labels<'_> {
     pub fn fetched(stored: &Stored) -> Labels<'_> {
         Labels {
             leader: Label::miss(stored),
-            followers: Label::COALESCED,
+            // The same tags: a CDN in front stores a follower's answer as it would the leader's.
+            followers: Label {
+                tags: &stored.tags,
+                ..Label::COALESCED
+            },
         }
     }
 
@@ -125,6 +131,8 @@ pub fn answer(cx: &mut Ctx<'_, impl Host>, context: u32, key: &CacheKey, reply: 
             headers.push((TAGS_HEADER, label.tags));
         }
     }
+    let cdn = cdn_headers(cx.config(), label.tags, cx.host());
+    headers.extend(cdn.iter().map(|(n, v)| (n.as_str(), v.as_str())));
     let host = cx.host();
     if host.answer(context, response.status, headers, &response.body) {
         if label.cache == Label::COALESCED.cache {
@@ -145,4 +153,21 @@ pub fn release(cx: &mut Ctx<'_, impl Host>, context: u32, reason: Release) {
     if !cx.host().resume(context) {
         cx.worker(|w| w.outcomes.remove(&context));
     }
+}
+
+/// The `cdn_tags` headers for an answer carrying `tags` (comma-separated), counting the tags
+/// they leave out.
+pub fn cdn_headers(config: &Config, tags: &str, host: &impl Host) -> Vec<(String, String)> {
+    let Some(cdn) = &config.cdn_tags else {
+        return Vec::new();
+    };
+    let mut out = Vec::with_capacity(cdn.headers.len());
+    for header in &cdn.headers {
+        let (value, left_out) = header_value(tags, header, cdn);
+        (0..left_out).for_each(|_| host.count(Counter::CdnTagsLeftOut));
+        if let Some(v) = value {
+            out.push((header.name.clone(), v));
+        }
+    }
+    out
 }
