@@ -12,6 +12,9 @@ pub struct Response {
     pub status: u16,
     pub headers: Vec<(String, String)>,
     pub body: Vec<u8>,
+    /// The tags of the entry it was stored as or read from, comma-separated, where they were
+    /// kept (`debug_headers`, `cdn_tags`): what a relayed answer tells a CDN in front.
+    pub tags: String,
 }
 
 /// Why an answer cannot be relayed as-is to requests other than the one that caused it.
@@ -45,6 +48,7 @@ impl Response {
             status,
             headers: out,
             body,
+            tags: String::new(),
         })
     }
 
@@ -60,6 +64,7 @@ impl Response {
             status: entry.status,
             headers,
             body: entry.body.to_vec(),
+            tags: entry.tags.to_string(),
         }
     }
 
@@ -69,6 +74,7 @@ impl Response {
             status,
             headers: vec![("content-type".to_string(), "text/plain".to_string())],
             body: message.as_bytes().to_vec(),
+            tags: String::new(),
         }
     }
 
@@ -114,7 +120,7 @@ impl Response {
                 .map(|(n, v)| (n.as_str(), v.as_str()))
                 .collect(),
             tag_hashes: Vec::new(),
-            tags: "",
+            tags: &self.tags,
             body: &self.body,
         };
         (entry.encoded_len() <= max_bytes).then(|| entry.encode())
@@ -134,6 +140,7 @@ impl Response {
                 .map(|(n, v)| (n.to_string(), v.to_string()))
                 .collect(),
             body: entry.body.to_vec(),
+            tags: entry.tags.to_string(),
         })
     }
 }

@@ -131,7 +131,11 @@ pub fn answer(cx: &mut Ctx<'_, impl Host>, context: u32, key: &CacheKey, reply: 
             headers.push((TAGS_HEADER, label.tags));
         }
     }
-    let cdn = cdn_headers(cx.config(), label.tags, cx.host());
+    let tags = match label.tags {
+        "" => response.tags.as_str(),
+        tags => tags,
+    };
+    let cdn = cdn_headers(cx.config(), tags, cx.host());
     headers.extend(cdn.iter().map(|(n, v)| (n.as_str(), v.as_str())));
     let host = cx.host();
     if host.answer(context, response.status, headers, &response.body) {

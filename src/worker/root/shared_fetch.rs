@@ -190,6 +190,13 @@ pub fn finish(
     let now_ms = cx.host().now_ms();
     let config = cx.config();
     let key = &fetch.key;
+    // What was stored goes with the answer to every waiter, on this worker or another.
+    let response = response.map(|mut r| {
+        if r.tags.is_empty() {
+            r.tags = labels.leader.tags.to_string();
+        }
+        r
+    });
     let for_followers =
         |r: &Response| followers_may_share(r, &config.vary_headers, fetch.key_names_caller);
     let shareable = response.as_ref().ok().filter(|r| for_followers(r));

@@ -1198,3 +1198,19 @@ fn the_access_log_record_says_what_the_answer_was() {
     hit.on_response_headers(&mut c.cx(), false);
     assert_eq!(*c.host.log_record.borrow(), None);
 }
+
+#[test]
+fn every_waiter_of_a_fetch_tells_a_cdn_the_entry_s_tags() {
+    let (a, b) = envoy(r#"{"cdn_tags":{"headers":["surrogate-key","cache-tag"]}}"#);
+    let token = one_flight_on_two_workers(&a, &b);
+    a.callout_answers(token, ok(ANSWER));
+    b.deliver_queue();
+    for (node, ctx) in [(&a, 1), (&a, 2), (&a, 3), (&b, 11), (&b, 12)] {
+        let reply = node.reply(ctx);
+        assert_eq!(reply.header("surrogate-key"), Some("field:users"), "{ctx}");
+        assert_eq!(reply.header("cache-tag"), Some("field:users"), "{ctx}");
+        assert_eq!(reply.header("x-cache-tags"), None, "{ctx}");
+    }
+    assert!(b.hits(13, QUERY));
+    assert_eq!(b.reply(13).header("surrogate-key"), Some("field:users"));
+}
