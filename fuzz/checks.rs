@@ -385,18 +385,12 @@ pub fn host_pairs(data: &[u8]) {
         return;
     };
     assert!(fields.len() <= data.len() / 10);
-    let mut encoded = (fields.len() as u32).to_le_bytes().to_vec();
-    for (name, value) in &fields {
-        encoded.extend_from_slice(&(name.len() as u32).to_le_bytes());
-        encoded.extend_from_slice(&(value.len() as u32).to_le_bytes());
-    }
-    for (name, value) in &fields {
-        encoded.extend_from_slice(name);
-        encoded.push(0);
-        encoded.extend_from_slice(value);
-        encoded.push(0);
-    }
-    assert_eq!(encoded, data, "decode accepts only what encode writes");
+    let encoded = HeaderBlock::from_pairs(fields.iter().copied());
+    assert_eq!(
+        encoded.as_bytes(),
+        data,
+        "decode accepts only what encode writes"
+    );
     // The request's header map reads the same format in place: the same pairs, in order.
     let block = HeaderBlock::parse(data.to_vec()).expect("a map pairs() reads");
     assert_eq!(block.iter().collect::<Vec<_>>(), fields);

@@ -82,6 +82,11 @@ impl HeaderBlock {
         HeaderBlock::from_pairs(self.iter().chain([(name.as_bytes(), value)]))
     }
 
+    /// The map as the host serializes it.
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.bytes
+    }
+
     pub fn len(&self) -> usize {
         self.count
     }
