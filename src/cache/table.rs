@@ -16,7 +16,7 @@
 use crate::cache::entry::{DecodeError, Entry};
 use crate::cache::set_index::{Placement, SetIndex, Way};
 use crate::cache::sketch::FrequencySketch;
-use crate::effects::store::{update, SharedStore, StoreError};
+use crate::effects::store::{update, update_from, SharedStore, Snapshot, StoreError};
 use crate::request::key::{CacheKey, SlotKey};
 
 #[derive(Debug, PartialEq, Eq)]
@@ -328,10 +328,10 @@ impl SetTable {
             size: u64::from(size),
             frequency,
         };
-        if !self.may_enter(store, &mut *seen, &newcomer, now_ms)? {
+        let Some(index_read) = self.may_enter(store, &mut *seen, &newcomer, now_ms)? else {
             stored.rejected = true;
             return Ok(stored);
-        }
+        };
         if !self.make_room(store, seen, &newcomer, now_ms, &mut stored)? {
             stored.rejected = true;
             return Ok(stored);
@@ -344,7 +344,7 @@ impl SetTable {
             frequency,
         };
         let mut placed = Placement::Reject;
-        update(store, &Self::index_name(set), |old| {
+        update_from(store, &Self::index_name(set), Some(index_read), |old| {
             let mut index = self.decode_or_empty(old);
             seen.teach(&mut index);
             placed = index.place(hash, frequency, now_ms, |w| seen.worth(w));
@@ -381,29 +381,31 @@ impl SetTable {
     /// room is made elsewhere for it (or entries would be evicted for an entry that is then
     /// refused). A refusal is an admission decision, counted in the set's index (a sample of
     /// them, each counting for [`REFUSALS_PER_WRITE`]).
+    /// `Some`: admitted, with the set's index as read (the insert's update starts from it).
     fn may_enter(
         &self,
         store: &impl SharedStore,
         seen: &mut Seen,
         newcomer: &Newcomer,
         now_ms: u64,
-    ) -> Result<bool, StoreError> {
+    ) -> Result<Option<Snapshot>, StoreError> {
         let name = Self::index_name(self.set_of(newcomer.hash));
-        let now = self.decode_or_empty(store.get(&name).as_deref());
+        let read = store.get_cas(&name);
+        let now = self.decode_or_empty(read.0.as_deref());
         let placed = now.place(newcomer.hash, newcomer.frequency, now_ms, |w| seen.worth(w));
         if placed != Placement::Reject {
-            return Ok(true);
+            return Ok(Some(read));
         }
         if !seen.refusal_written() {
-            return Ok(false);
+            return Ok(None);
         }
-        update(store, &name, |old| {
+        update_from(store, &name, Some(read), |old| {
             let mut index = self.decode_or_empty(old);
             seen.teach(&mut index);
             index.age_by(REFUSALS_PER_WRITE);
             Some(index.encode())
         })?;
-        Ok(false)
+        Ok(None)
     }
 
     fn decode_or_empty(&self, bytes: Option<&[u8]>) -> SetIndex {

@@ -38,10 +38,24 @@ const CAS_ATTEMPTS: usize = 64;
 pub fn update(
     store: &impl SharedStore,
     key: &str,
+    next: impl FnMut(Option<&[u8]>) -> Option<Vec<u8>>,
+) -> Result<bool, StoreError> {
+    update_from(store, key, None, next)
+}
+
+/// A value with its CAS, as read.
+pub type Snapshot = (Option<Vec<u8>>, Option<u32>);
+
+/// [`update`], starting from `first` (a read of `key` made just before, for a decision): one
+/// shared-data read less when nothing changed since, a retry from a fresh read when it did.
+pub fn update_from(
+    store: &impl SharedStore,
+    key: &str,
+    mut first: Option<Snapshot>,
     mut next: impl FnMut(Option<&[u8]>) -> Option<Vec<u8>>,
 ) -> Result<bool, StoreError> {
     for _ in 0..CAS_ATTEMPTS {
-        let (value, cas) = store.get_cas(key);
+        let (value, cas) = first.take().unwrap_or_else(|| store.get_cas(key));
         let Some(cas) = cas else {
             // Never created: create it empty (unless another worker just did), then retry.
             if let Err(StoreError::Failed) = store.set_cas(key, b"", Some(CREATE_CAS)) {
