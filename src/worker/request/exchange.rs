@@ -292,6 +292,9 @@ impl Exchange {
 
     /// The access-log record of a request this filter handled, once its answer is known.
     fn log_outcome<H: RequestHost>(&self, cx: &mut Ctx<'_, H>) {
+        if !cx.config().access_log {
+            return;
+        }
         let (status, reason, key) = match &self.state {
             State::Served => match self.served {
                 Some(s) => (s.cache, None, Some(s.key)),
@@ -470,13 +473,13 @@ impl Exchange {
             now_ms,
         };
         let served = match find(cx, &key, now_ms) {
-            Found::Fresh(entry) => self.answer_from(cx, &asking, &entry, "HIT"),
+            Found::Fresh(entry) => self.answer_from(cx, &asking, &entry, ("HIT", Counter::Hits)),
             // Stale only while a refresh runs (or has just been started): otherwise a miss.
             Found::Stale(entry)
                 if may_fetch_for_others
                     && refresh(cx, miss(body.clone())) != Refresh::Impossible =>
             {
-                self.answer_from(cx, &asking, &entry, "STALE")
+                self.answer_from(cx, &asking, &entry, ("STALE", Counter::StaleServed))
             }
             _ => false,
         };
@@ -504,21 +507,20 @@ impl Exchange {
         Flow::Continue
     }
 
-    /// Answers from `entry`, labelled `cache` (`HIT` or `STALE`); `false` if it does not decode.
+    /// Answers from `entry`, labelled (`HIT` or `STALE`) and counted as `as_`; `false` if it
+    /// does not decode.
     fn answer_from<H: RequestHost>(
         &mut self,
         cx: &mut Ctx<'_, H>,
         asking: &Asking<'_>,
         entry: &[u8],
-        cache: &'static str,
+        as_: (&'static str, Counter),
     ) -> bool {
+        let (cache, counter) = as_;
         let Some(served) = serve(cx.plugin(), cx.host(), asking, entry, cache) else {
             return false;
         };
-        cx.host().count(match cache {
-            "STALE" => Counter::StaleServed,
-            _ => Counter::Hits,
-        });
+        cx.host().count(counter);
         self.served = Some(served);
         self.state = State::Served;
         true

@@ -74,11 +74,7 @@ impl Labels<'_> {
     pub fn fetched(stored: &Stored) -> Labels<'_> {
         Labels {
             leader: Label::miss(stored),
-            // The same tags: a CDN in front stores a follower's answer as it would the leader's.
-            followers: Label {
-                tags: &stored.tags,
-                ..Label::COALESCED
-            },
+            followers: Label::COALESCED,
         }
     }
 
@@ -131,11 +127,8 @@ pub fn answer(cx: &mut Ctx<'_, impl Host>, context: u32, key: &CacheKey, reply: 
             headers.push((TAGS_HEADER, label.tags));
         }
     }
-    let tags = match label.tags {
-        "" => response.tags.as_str(),
-        tags => tags,
-    };
-    let cdn = cdn_headers(cx.config(), tags, cx.host());
+    // The response carries its entry's tags, whoever it goes to (see `shared_fetch::finish`).
+    let cdn = cdn_headers(cx.config(), &response.tags, cx.host());
     headers.extend(cdn.iter().map(|(n, v)| (n.as_str(), v.as_str())));
     let host = cx.host();
     if host.answer(context, response.status, headers, &response.body) {
