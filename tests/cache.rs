@@ -600,4 +600,131 @@ fn the_access_log_line_says_what_the_cache_did() {
         "{}",
         lines[2]
     );
+    // The shipped configuration turns the per-operation counters into tagged metrics: `Home`,
+    // or `other` while it has not been asked twice on one worker (`min_requests`).
+    let tagged: Vec<_> = envoy
+        .prometheus("graphql_cache_op_")
+        .into_iter()
+        .filter(|s| matches!(s.label("graphql_operation"), Some("Home" | "other")))
+        .map(|s| {
+            let reason = s.label("graphql_cache_reason").map(str::to_string);
+            (s.name, reason, s.value)
+        })
+        .collect();
+    assert!(
+        tagged.contains(&(
+            "graphql_cache_op_misses".into(),
+            Some("cold".into()),
+            "1".into()
+        )),
+        "{tagged:?}"
+    );
+    assert!(
+        tagged
+            .iter()
+            .any(|(name, reason, _)| name == "graphql_cache_op_hits" && reason.is_none()),
+        "{tagged:?}"
+    );
+}
+
+/// Per-operation counters in `/stats/prometheus`: one metric per counter, tagged with the
+/// operation and the reason, for a mix of operations with more distinct names than `top_k`
+/// (the names past it are `other`). Counts are Envoy-wide: the two workers add into one stat.
+#[test]
+fn per_operation_counters_match_what_was_sent() {
+    let origin = Origin::start();
+    let opts = EnvoyOptions {
+        plugin_config: r#"{"operation_stats":{"top_k":5,"min_requests":1},
+            "rules":[{"operation":"NoCache","cache":false}]}"#
+            .into(),
+        bootstrap_extra: OPERATION_STATS_TAGS.into(),
+        ..Default::default()
+    };
+    let envoy = Envoy::start(&opts, &origin);
+    let send = |q: &str| envoy.send(Req::query(q)).cache().to_string();
+    // The first five names take the five places.
+    let a: Vec<_> = (0..3).map(|_| send("query A { users { id } }")).collect();
+    assert_eq!(a, ["MISS", "HIT", "HIT"]);
+    assert_eq!(send("query B { users { name } }"), "MISS");
+    assert_eq!(
+        send(r#"mutation C { updateUser(id: "2", name: "Bo") { id } }"#),
+        "BYPASS"
+    );
+    for _ in 0..2 {
+        assert_eq!(send("query NoCache { users { id } }"), "BYPASS");
+        // An answer with errors is never stored: the second request is a miss again.
+        assert_eq!(send("query Errs { fail }"), "MISS");
+    }
+    // Past the five: `other`.
+    for q in [
+        "query D { users { email } }",
+        "query E { users { id name } }",
+    ] {
+        assert_eq!(send(q), "MISS");
+        assert_eq!(send(q), "HIT");
+    }
+    assert_eq!(send("{ users { id email } }"), "MISS");
+    let bad = envoy.send(Req::post_raw("application/json", b"{nope"));
+    assert_eq!(bad.cache(), "BYPASS");
+
+    // A key asked before on this worker, and not in the cache, is `evicted`; the second `Errs`
+    // may land on the other worker, where it is a first request (`cold`).
+    let read = || {
+        let mut got = std::collections::BTreeMap::<(String, String, String), u64>::new();
+        for s in envoy.prometheus("graphql_cache_op_") {
+            // The origin's time depends on the machine; checked below.
+            if s.name == "graphql_cache_op_origin_ms_saved" {
+                continue;
+            }
+            let op = s.label("graphql_operation").unwrap_or("?").to_string();
+            let mut reason = s.label("graphql_cache_reason").unwrap_or("").to_string();
+            if op == "Errs" && s.name == "graphql_cache_op_misses" {
+                assert!(reason == "cold" || reason == "evicted", "{s:?}");
+                reason = "cold or evicted".into();
+            }
+            *got.entry((s.name.clone(), op, reason)).or_default() +=
+                s.value.parse::<u64>().unwrap();
+        }
+        got
+    };
+    let want: std::collections::BTreeMap<_, _> = [
+        ("bypasses", "C", "mutation", 1),
+        ("bypasses", "NoCache", "rule-no-cache", 2),
+        ("bypasses", "unknown", "malformed-json", 1),
+        ("hits", "A", "", 2),
+        ("hits", "other", "", 2),
+        ("misses", "A", "cold", 1),
+        ("misses", "B", "cold", 1),
+        ("misses", "Errs", "cold or evicted", 2),
+        ("misses", "anonymous", "cold", 1),
+        ("misses", "other", "cold", 2),
+        ("not_stored", "Errs", "graphql-errors", 2),
+        ("stores", "A", "", 1),
+        ("stores", "B", "", 1),
+        ("stores", "anonymous", "", 1),
+        ("stores", "other", "", 2),
+    ]
+    .iter()
+    .map(|(c, op, r, n)| {
+        let key = (
+            format!("graphql_cache_op_{c}"),
+            op.to_string(),
+            r.to_string(),
+        );
+        (key, *n as u64)
+    })
+    .collect();
+    // Each worker adds its counts to Envoy's stats on its 100 ms timer.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    let mut got = read();
+    while got != want && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        got = read();
+    }
+    assert_eq!(got, want);
+    // Hits saved what the origin took for their entries (a few ms here, possibly 0).
+    let saved = envoy.prometheus("graphql_cache_op_origin_ms_saved");
+    assert!(saved
+        .iter()
+        .all(|s| matches!(s.label("graphql_operation"), Some("A" | "other"))));
 }

@@ -13,7 +13,6 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use graphql_cache::config::Config;
-use graphql_cache::request::bypass::Bypass;
 use graphql_cache::request::canonical::{canonicalize, CanonicalError, Limits};
 use graphql_cache::request::classify::{classify_body, RequestHead};
 use graphql_cache::request::http::{parse_get_query, parse_post_body};
@@ -1033,7 +1032,7 @@ fn show(body: &[u8]) -> String {
 fn classify(body: &[u8]) -> Result<(String, CacheKey), TestCaseError> {
     classify_body(&config(), &head(), body)
         .map(|c| (c.operation.text, c.key))
-        .map_err(|e: Bypass| TestCaseError::fail(format!("{e:?} for body\n  {}", show(body))))
+        .map_err(|e| TestCaseError::fail(format!("{:?} for body\n  {}", e.reason, show(body))))
 }
 
 fn assert_same_key(a: &[u8], b: &[u8]) -> Result<(), TestCaseError> {

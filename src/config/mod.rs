@@ -23,6 +23,7 @@ mod headers;
 mod identity;
 mod l2;
 mod memory;
+mod operation_stats;
 #[cfg(test)]
 mod parse_tests;
 mod purge;
@@ -35,6 +36,7 @@ pub use self::error::ConfigError;
 pub use self::headers::{carriable, HOP_BY_HOP};
 pub use self::identity::IdentitySource;
 pub use self::l2::{Env, FleetKey, Secret, L2, MIN_FLEET_KEY};
+pub use self::operation_stats::OperationStats;
 pub use self::purge::{
     KeyFields, MutationInvalidation, MutationPurges, PurgeApi, TagSource, MIN_PURGE_TOKEN,
 };
@@ -80,6 +82,8 @@ pub struct Config {
     pub access_log: bool,
     /// Entry tags sent on answers for a CDN in front (`Surrogate-Key`, `Cache-Tag`); `None`: not.
     pub cdn_tags: Option<CdnTags>,
+    /// Counters per operation name (top `top_k` names, the rest as `other`).
+    pub operation_stats: OperationStats,
     /// Coalesce concurrent identical misses into one upstream fetch.
     pub coalesce: bool,
     /// Number of in-flight records in shared data (concurrently coalesced keys, across workers).
@@ -144,6 +148,7 @@ impl Default for Config {
             debug_headers: false,
             access_log: false,
             cdn_tags: None,
+            operation_stats: OperationStats::default(),
             coalesce: true,
             flight_slots: 1024,
             fetch_timeout_ms: 10_000,
@@ -239,6 +244,7 @@ impl Config {
             debug_headers: raw.debug_headers.unwrap_or(d.debug_headers),
             access_log: raw.access_log.unwrap_or(d.access_log),
             cdn_tags: cdn::parse(raw.cdn_tags.clone())?,
+            operation_stats: operation_stats::parse(raw.operation_stats.as_ref())?,
             coalesce,
             flight_slots: fetch.flight_slots,
             fetch_timeout_ms: fetch.fetch_timeout_ms,

@@ -414,3 +414,28 @@ fn cdn_tags_names_and_limits() {
         assert!(e.to_string().contains(field), "{bad}: {e}");
     }
 }
+
+#[test]
+fn operation_stats_bounds() {
+    let on = Config::parse(b"{}").unwrap().operation_stats;
+    assert_eq!((on.top_k, on.min_requests), (50, 2));
+    let c = Config::parse(br#"{"operation_stats":{"top_k":0}}"#).unwrap();
+    assert!(!c.operation_stats.on());
+    let c = Config::parse(br#"{"operation_stats":{"top_k":7,"min_requests":1}}"#).unwrap();
+    assert_eq!(
+        (c.operation_stats.top_k, c.operation_stats.min_requests),
+        (7, 1)
+    );
+    assert_fields(&[
+        (
+            r#"{"operation_stats":{"top_k":1001}}"#,
+            "operation_stats.top_k",
+        ),
+        (
+            r#"{"operation_stats":{"min_requests":0}}"#,
+            "operation_stats.min_requests",
+        ),
+    ]);
+    let e = err(r#"{"operation_stats":{"k":3}}"#);
+    assert!(e.to_string().contains("operation_stats"), "{e}");
+}

@@ -25,6 +25,7 @@ pub(super) struct RawConfig {
     pub(super) debug_headers: Option<bool>,
     pub(super) access_log: Option<bool>,
     pub(super) cdn_tags: Option<RawCdnTags>,
+    pub(super) operation_stats: Option<RawOperationStats>,
     pub(super) coalesce: Option<bool>,
     pub(super) flight_slots: Option<u64>,
     pub(super) fetch_timeout_ms: Option<u64>,
@@ -74,6 +75,13 @@ pub(super) struct RawCdnTags {
     pub(super) headers: Option<Vec<String>>,
     pub(super) max_header_bytes: Option<u64>,
     pub(super) max_tag_bytes: Option<u64>,
+}
+
+#[derive(Deserialize, Clone)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawOperationStats {
+    pub(super) top_k: Option<u64>,
+    pub(super) min_requests: Option<u64>,
 }
 
 #[derive(Deserialize, Clone)]

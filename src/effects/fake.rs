@@ -82,6 +82,8 @@ pub struct FakeHost {
     /// Every shared-data write fails (`StoreError::Failed`).
     pub fail_writes: Cell<bool>,
     pub counters: RefCell<HashMap<Counter, u64>>,
+    /// Counters defined by name, one per Envoy like Envoy's (an id is an index).
+    pub named: Rc<RefCell<Vec<(String, u64)>>>,
     pub logs: RefCell<Vec<(LogLevel, String)>>,
     pub dispatched: RefCell<Vec<(u32, Callout)>>,
     next_token: Cell<u32>,
@@ -136,14 +138,25 @@ impl FakeHost {
         )
     }
 
-    /// A worker of the same Envoy as `other`: same shared data, queues and clock.
+    /// A worker of the same Envoy as `other`: same shared data, queues, clock and counters.
     pub fn sibling(other: &FakeHost) -> FakeHost {
-        FakeHost::sharing(
+        let mut host = FakeHost::sharing(
             Rc::clone(&other.store),
             Rc::clone(&other.queues),
             Rc::clone(&other.clock),
             Rc::clone(&other.signal),
-        )
+        );
+        host.named = Rc::clone(&other.named);
+        host
+    }
+
+    /// The value of the counter defined as `name` (0 if never defined).
+    pub fn named_counter(&self, name: &str) -> u64 {
+        self.named
+            .borrow()
+            .iter()
+            .find(|(n, _)| n == name)
+            .map_or(0, |(_, v)| *v)
     }
 
     fn sharing(
@@ -160,6 +173,7 @@ impl FakeHost {
             clock,
             fail_writes: Cell::new(false),
             counters: RefCell::default(),
+            named: Rc::default(),
             logs: RefCell::default(),
             dispatched: RefCell::default(),
             next_token: Cell::new(1),
@@ -276,6 +290,24 @@ impl Host for FakeHost {
 
     fn count(&self, counter: Counter) {
         *self.counters.borrow_mut().entry(counter).or_default() += 1;
+    }
+
+    fn define_counter(&self, name: &str) -> Option<u32> {
+        let mut named = self.named.borrow_mut();
+        let at = match named.iter().position(|(n, _)| n == name) {
+            Some(at) => at,
+            None => {
+                named.push((name.to_string(), 0));
+                named.len() - 1
+            }
+        };
+        u32::try_from(at).ok()
+    }
+
+    fn add_to_counter(&self, id: u32, n: u64) {
+        if let Some((_, v)) = self.named.borrow_mut().get_mut(id as usize) {
+            *v += n;
+        }
     }
 
     fn purge_signal(&self) -> Option<u64> {

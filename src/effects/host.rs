@@ -56,6 +56,13 @@ pub trait Host: SharedStore {
     /// Counting never fails a request: a host that cannot count ignores it.
     fn count(&self, counter: Counter);
 
+    /// Defines the counter `name`, or finds the one defined already: its id, `None` if refused.
+    /// Envoy's counters are process-wide: every worker defining a name counts into one stat.
+    fn define_counter(&self, name: &str) -> Option<u32>;
+
+    /// Adds `n` to a counter of [`Host::define_counter`].
+    fn add_to_counter(&self, id: u32, n: u64);
+
     fn log(&self, level: LogLevel, message: &str);
 
     /// Registers this worker's wake-up queue under `name`; its token, or `None` if refused.

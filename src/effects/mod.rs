@@ -6,6 +6,7 @@
 pub mod counters;
 pub mod header_block;
 pub mod host;
+pub mod operation_stats;
 pub mod store;
 
 #[cfg(test)]

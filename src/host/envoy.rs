@@ -7,7 +7,7 @@ use crate::effects::header_block::HeaderBlock;
 use crate::effects::host::{Callout, Host, LogLevel, Refused, RequestHost, Unserializable};
 use crate::effects::store::{SharedStore, StoreError};
 use proxy_wasm::hostcalls;
-use proxy_wasm::types::{BufferType, MapType, Status};
+use proxy_wasm::types::{BufferType, MapType, MetricType, Status};
 use std::collections::hash_map::RandomState;
 use std::hash::BuildHasher;
 use std::time::{Duration, UNIX_EPOCH};
@@ -48,6 +48,14 @@ impl Host for Envoy<'_> {
 
     fn count(&self, counter: Counter) {
         self.metrics.inc(counter);
+    }
+
+    fn define_counter(&self, name: &str) -> Option<u32> {
+        hostcalls::define_metric(MetricType::Counter, name).ok()
+    }
+
+    fn add_to_counter(&self, id: u32, n: u64) {
+        let _ = hostcalls::increment_metric(id, i64::try_from(n).unwrap_or(i64::MAX));
     }
 
     fn env(&self, name: &str) -> Option<String> {

@@ -68,6 +68,23 @@ pub struct Classified {
 /// The method persisted queries are keyed with, GET or POST alike.
 const PERSISTED_METHOD: &[u8] = b"PERSISTED";
 
+/// A request the filter does not cache: why, and its operation when it was read that far
+/// (`None`: refused before), so that bypasses can be counted per operation.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Bypassed {
+    pub reason: Bypass,
+    pub operation: Option<Rc<OperationTags>>,
+}
+
+impl From<Bypass> for Bypassed {
+    fn from(reason: Bypass) -> Self {
+        Bypassed {
+            reason,
+            operation: None,
+        }
+    }
+}
+
 /// What the filter keeps of a classification: small enough to memoize.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Decided {
@@ -164,7 +181,7 @@ pub fn classify_headers(
     match head.method.as_slice() {
         b"GET" => match classify_get(config, head, path, query_string, &no_persisted_queries) {
             Ok(c) => HeadersVerdict::Ready(c),
-            Err(b) => HeadersVerdict::Bypass(b),
+            Err(b) => HeadersVerdict::Bypass(b.reason),
         },
         b"POST" => {
             if !head
@@ -211,9 +228,9 @@ pub fn classify_get(
     path: &str,
     query_string: Option<&str>,
     persisted: Resolve<'_>,
-) -> Result<Classified, Bypass> {
-    parse_get_query(query_string.unwrap_or_default())
-        .and_then(|req| identify(config, head, path, req, persisted))
+) -> Result<Classified, Bypassed> {
+    let req = parse_get_query(query_string.unwrap_or_default())?;
+    identify(config, head, path, req, persisted)
 }
 
 /// Finds the query text of a persisted-query hash (`request::apq`), for hash-only requests.
@@ -229,7 +246,7 @@ pub fn classify_body(
     config: &Config,
     head: &RequestHead,
     body: &[u8],
-) -> Result<Classified, Bypass> {
+) -> Result<Classified, Bypassed> {
     classify_post(config, head, body, &no_persisted_queries)
 }
 
@@ -239,9 +256,9 @@ pub fn classify_post(
     head: &RequestHead,
     body: &[u8],
     persisted: Resolve<'_>,
-) -> Result<Classified, Bypass> {
+) -> Result<Classified, Bypassed> {
     if body.len() > config.max_body_bytes {
-        return Err(Bypass::BodyTooLarge);
+        return Err(Bypass::BodyTooLarge.into());
     }
     // The whole path, query string included: some servers let URL parameters override the body.
     let full_path = std::str::from_utf8(&head.path).map_err(|_| Bypass::BadQueryString)?;
@@ -326,7 +343,7 @@ fn identify(
     path: &str,
     mut req: GraphQlRequest,
     persisted: Resolve<'_>,
-) -> Result<Classified, Bypass> {
+) -> Result<Classified, Bypassed> {
     let hash_only = req.persisted.as_ref().is_some_and(|p| !p.with_query);
     let teaches = resolve_persisted(&mut req, persisted)?;
     let operation = canonicalize(&req.query, req.operation_name.as_deref(), config.limits())
@@ -338,10 +355,17 @@ fn identify(
             CanonicalError::UnknownFragment => Bypass::UnknownFragment,
             CanonicalError::Unsupported => Bypass::UnsupportedString,
         })?;
+    let refused = |reason| Bypassed {
+        reason,
+        operation: Some(Rc::new(OperationTags {
+            name: operation.name.clone(),
+            root_fields: operation.root_fields.clone(),
+        })),
+    };
     match operation.kind {
         OperationKind::Query => {}
-        OperationKind::Mutation => return Err(Bypass::Mutation),
-        OperationKind::Subscription => return Err(Bypass::Subscription),
+        OperationKind::Mutation => return Err(refused(Bypass::Mutation)),
+        OperationKind::Subscription => return Err(refused(Bypass::Subscription)),
     }
     let policy = request_policy(
         config.lifetimes(),
@@ -349,7 +373,8 @@ fn identify(
         &config.rules,
         &operation,
         head.route,
-    )?;
+    )
+    .map_err(refused)?;
     let mut context = key_context(config, head, path);
     // A persisted query's hash-only request (usually a GET) and its full-text twin (usually the
     // POST after `PersistedQueryNotFound`) ask the same thing: one key for both.
@@ -566,7 +591,20 @@ mod tests {
         let body = br#"{"query":"{ a }"}"#;
         assert_eq!(classify_body(&c, &h, body).unwrap().policy.ttl_seconds, 3);
         h.route.disabled = true;
-        assert_eq!(classify_body(&c, &h, body), Err(Bypass::RouteDisabled));
+        let refused = classify_body(&c, &h, body).unwrap_err();
+        assert_eq!(refused.reason, Bypass::RouteDisabled);
+        assert_eq!(refused.operation.unwrap().name, None, "anonymous, read");
+    }
+
+    #[test]
+    fn a_bypass_after_parsing_names_its_operation_and_one_before_does_not() {
+        let c = Config::default();
+        let h = head("POST", "/graphql");
+        let m = classify_body(&c, &h, br#"{"query":"mutation Save { a }"}"#).unwrap_err();
+        assert_eq!(m.reason, Bypass::Mutation);
+        assert_eq!(m.operation.unwrap().name.as_deref(), Some("Save"));
+        let bad = classify_body(&c, &h, b"{nope").unwrap_err();
+        assert_eq!(bad.operation, None);
     }
 
     #[test]
@@ -626,14 +664,12 @@ mod tests {
     fn bad_bodies_bypass() {
         let c = Config::default();
         let h = head("POST", "/graphql");
-        assert_eq!(classify_body(&c, &h, b"{nope"), Err(Bypass::MalformedJson));
-        assert_eq!(
-            classify_body(&c, &h, br#"{"query":"{"}"#),
-            Err(Bypass::InvalidGraphql)
-        );
+        let reason = |body: &[u8]| classify_body(&c, &h, body).map_err(|b| b.reason);
+        assert_eq!(reason(b"{nope"), Err(Bypass::MalformedJson));
+        assert_eq!(reason(br#"{"query":"{"}"#), Err(Bypass::InvalidGraphql));
         let big = vec![b' '; c.max_body_bytes + 1];
-        assert_eq!(classify_body(&c, &h, &big), Err(Bypass::BodyTooLarge));
+        assert_eq!(reason(&big), Err(Bypass::BodyTooLarge));
         let deep = format!(r#"{{"query":"{}{}"}}"#, "{a".repeat(40), "}".repeat(40));
-        assert_eq!(classify_body(&c, &h, deep.as_bytes()), Err(Bypass::TooDeep));
+        assert_eq!(reason(deep.as_bytes()), Err(Bypass::TooDeep));
     }
 }

@@ -28,6 +28,7 @@ pub mod callout;
 pub mod ctx;
 pub mod l2;
 pub mod marks;
+pub mod operation_counts;
 pub mod request;
 pub mod root;
 pub mod state;

@@ -9,13 +9,13 @@ use crate::coalesce::release::Release;
 use crate::coalesce::upstream::SharedFetch;
 use crate::coalesce::waiters::LocalFlights;
 use crate::config::Config;
+use crate::effects::operation_stats::OperationStats;
 use crate::fast_hash::{FastMap, FastSet};
 use crate::fleet::calls::L2Calls;
 use crate::invalidate::marks::{PurgeTable, PurgeView};
 use crate::invalidate::mutation::PurgeBudget;
 use crate::request::apq::ApqTable;
-use crate::request::bypass::Bypass;
-use crate::request::classify::Decided;
+use crate::request::classify::{Bypassed, Decided};
 use crate::request::key::{CacheKey, SlotKey};
 use crate::request::memo::Memo;
 use crate::worker::watchdog::BodyWatchdog;
@@ -102,7 +102,7 @@ pub struct Worker {
     pub outcomes: FastMap<u32, Outcome>,
     pub watchdog: BodyWatchdog,
     /// Raw request bytes to classification.
-    pub memo: Memo<Result<Decided, Bypass>>,
+    pub memo: Memo<Result<Decided, Bypassed>>,
     /// Recently served entries, in front of shared data, each checked against the purge marks
     /// of some epoch (checked again once the epoch moves).
     pub hot: HotCache,
@@ -123,6 +123,8 @@ pub struct Worker {
     /// it would cost every mutation a compare-and-swap in shared data, and the point is a bound
     /// (an Envoy's is the worker count times the rate), not a precise one.
     pub mutation_budget: PurgeBudget,
+    /// Which operation names have their own counters, and the ids of those defined here.
+    pub operations: OperationStats,
 }
 
 /// At most `capacity` keys, the oldest forgotten first.
@@ -178,6 +180,7 @@ impl Worker {
             too_large: BoundedSet::new(TOO_LARGE_KEPT),
             l2: L2Calls::default(),
             mutation_budget: PurgeBudget::new(&config.mutation_purges),
+            operations: OperationStats::new(config.operation_stats),
         }
     }
 
@@ -188,6 +191,7 @@ impl Worker {
         self.seen = Seen::new(&layout(config));
         self.purges = PurgeView::default();
         self.mutation_budget = PurgeBudget::new(&config.mutation_purges);
+        self.operations = OperationStats::new(config.operation_stats);
     }
 }
 

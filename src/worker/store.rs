@@ -6,9 +6,11 @@ use crate::cache::storable::{storable_entry, Answer, Asked, Stamp};
 use crate::cache::table;
 use crate::effects::counters::Counter;
 use crate::effects::host::Host;
+use crate::effects::operation_stats::OpCounter;
 use crate::effects::store::StoreError;
 use crate::request::key::CacheKey;
 use crate::worker::ctx::Ctx;
+use crate::worker::operation_counts::{count_operation, operation_of, Tally};
 
 /// What storing did, for the debug headers.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -51,6 +53,7 @@ pub fn store_answer(
         Ok(bytes) => bytes,
         Err(why) => {
             host.count(Counter::StoreSkipped);
+            count_store(cx, asked, Some(why.as_str()));
             return Stored::not(why.as_str());
         }
     };
@@ -58,8 +61,12 @@ pub fn store_answer(
     let not_stored = match outcome {
         Ok(stored) if stored.rejected => Some("not-admitted"),
         Ok(_) => None,
-        Err(_) => return Stored::not("store-failed"),
+        Err(_) => Some("store-failed"),
     };
+    count_store(cx, asked, not_stored);
+    if outcome.is_err() {
+        return Stored::not("store-failed");
+    }
     let tags = Entry::decode(&bytes)
         .map(|e| e.tags.to_string())
         .unwrap_or_default();
@@ -68,6 +75,15 @@ pub fn store_answer(
         tags,
         entry: bytes,
     }
+}
+
+/// Counts what storing an answer did for its operation (`None`: stored).
+pub fn count_store(cx: &mut Ctx<'_, impl Host>, asked: &Asked, not_stored: Option<&'static str>) {
+    let tally = match not_stored {
+        None => Tally::one(OpCounter::Stores),
+        Some(why) => Tally::because(OpCounter::NotStored, why),
+    };
+    count_operation(cx, operation_of(Some(&asked.operation)), &[tally]);
 }
 
 /// Puts an encoded entry in the table, counting what that did (admitted or not, what it

@@ -287,6 +287,17 @@ impl Envoy {
             .collect()
     }
 
+    /// The samples of `/stats/prometheus` whose metric name starts with `prefix`: the name, its
+    /// labels (sorted) and the value.
+    pub fn prometheus(&self, prefix: &str) -> Vec<PromSample> {
+        let r = http(self.admin_port, Req::get("/stats/prometheus"));
+        String::from_utf8_lossy(&r.body)
+            .lines()
+            .filter(|l| l.starts_with(prefix))
+            .filter_map(PromSample::parse)
+            .collect()
+    }
+
     /// A filter counter, `wasmcustom.graphql_cache.<name>`.
     pub fn counter(&self, name: &str) -> u64 {
         self.stat(&format!("wasmcustom.graphql_cache.{name}"))
@@ -322,3 +333,52 @@ fn name_position(config: &str, name: &str) -> Option<usize> {
             .is_none_or(|c| !(c.is_ascii_alphanumeric() || c == '_'))
     })
 }
+
+/// One sample of Prometheus' text format.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct PromSample {
+    pub name: String,
+    pub labels: Vec<(String, String)>,
+    pub value: String,
+}
+
+impl PromSample {
+    fn parse(line: &str) -> Option<PromSample> {
+        let (series, value) = line.rsplit_once(' ')?;
+        let (name, labels) = match series.split_once('{') {
+            Some((name, rest)) => (name, rest.strip_suffix('}')?),
+            None => (series, ""),
+        };
+        let mut labels: Vec<(String, String)> = labels
+            .split("\",")
+            .filter(|l| !l.is_empty())
+            .filter_map(|l| {
+                let (k, v) = l.split_once("=\"")?;
+                Some((k.to_string(), v.trim_end_matches('"').to_string()))
+            })
+            .collect();
+        labels.sort();
+        Some(PromSample {
+            name: name.to_string(),
+            labels,
+            value: value.to_string(),
+        })
+    }
+
+    pub fn label(&self, name: &str) -> Option<&str> {
+        self.labels
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+/// The bootstrap's `stats_config` that turns the per-operation counters' names into tags (the
+/// same block the shipped configurations carry).
+pub const OPERATION_STATS_TAGS: &str = r#"stats_config:
+  stats_tags:
+  - tag_name: graphql_operation
+    regex: "(graphql_operation=\\.=(.*?);\\.;)"
+  - tag_name: graphql_cache_reason
+    regex: "(graphql_cache_reason=\\.=(.*?);\\.;)"
+"#;

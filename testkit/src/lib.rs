@@ -16,8 +16,8 @@ mod redis_server;
 
 pub use client::{concurrently, demo_token, gql, http, send, try_http, Req, Resp};
 pub use envoy::{
-    cluster_yaml, render_envoy_yaml, shipped_config, Envoy, EnvoyOptions, FLEET_KEY, FLEET_SECRETS,
-    L2_SECRET,
+    cluster_yaml, render_envoy_yaml, shipped_config, Envoy, EnvoyOptions, PromSample, FLEET_KEY,
+    FLEET_SECRETS, L2_SECRET, OPERATION_STATS_TAGS,
 };
 pub use l2::L2;
 pub use origin::Origin;

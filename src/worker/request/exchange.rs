@@ -3,6 +3,7 @@
 //! plain miss for the cache. The host adapter calls one method per Envoy callback.
 
 use crate::cache::entry::Entry;
+use crate::cache::not_stored::NotStored;
 use crate::cache::storable::Asked;
 use crate::coalesce::release::Release;
 use crate::coalesce::sharing::key_names_caller;
@@ -11,22 +12,25 @@ use crate::config::{Lifetimes, Scope};
 use crate::config::{MutationInvalidation, PurgeApi};
 use crate::effects::counters::Counter;
 use crate::effects::host::{status, LogLevel, RequestHost};
+use crate::effects::operation_stats::OpCounter;
 use crate::invalidate::mutation::header_tags;
 use crate::invalidate::purge_request::Refusal;
 use crate::invalidate::shape::ResponseShape;
+use crate::invalidate::tags::OperationTags;
 use crate::request::bypass::Bypass;
 use crate::request::classify::{
     classify_get, classify_headers, classify_post, handles, memo_input, mutation_shape_of,
-    scope_key, Classified, Decided, HeadersVerdict, RequestHead,
+    scope_key, Bypassed, Classified, Decided, HeadersVerdict, RequestHead,
 };
 use crate::request::http::split_path;
 use crate::request::key::CacheKey;
 use crate::worker::ctx::Ctx;
 use crate::worker::l2::write::queue_store;
+use crate::worker::operation_counts::{count_operation, operation_of, Tally};
 use crate::worker::request::capture::{Capture, Chunk};
 use crate::worker::request::join::{join, refresh, Joined, Miss, Refresh};
 use crate::worker::request::log_record::LogRecord;
-use crate::worker::request::lookup::{find, serve, Asking, Found, Served};
+use crate::worker::request::lookup::{find, serve, Asking, Found, MissReason, Served};
 use crate::worker::request::purge::{self, purge_api, AtHeaders};
 use crate::worker::request::read::{read_head, read_identity, read_route};
 use crate::worker::request::shadow::Shadowed;
@@ -34,6 +38,14 @@ use crate::worker::root::answer::{CACHE_HEADER, KEY_HEADER, REASON_HEADER};
 use crate::worker::root::shared_fetch::request_dispatch;
 use crate::worker::state::Outcome;
 use crate::worker::watchdog::{BodyArrival, OPTION_OFF_LOG};
+use std::rc::Rc;
+
+/// No count (a tally's second place, when there is none).
+const NOTHING: Tally = Tally {
+    counter: OpCounter::Hits,
+    reason: None,
+    amount: 0,
+};
 
 /// What the callback tells Envoy.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -88,6 +100,10 @@ pub struct Exchange {
     served: Option<Served>,
     /// A mutation's answer keys, mapped while its request was at hand (see `invalidate::shape`).
     mutation_shape: Option<Box<ResponseShape>>,
+    /// The operation, once read (for the per-operation counters).
+    operation: Option<Rc<OperationTags>>,
+    /// Why the lookup found nothing to serve.
+    missed: Option<MissReason>,
 }
 
 /// What storing the answer to a request `decided` so, born at `born_us`, must know.
@@ -111,6 +127,8 @@ impl Exchange {
             asked: None,
             served: None,
             mutation_shape: None,
+            operation: None,
+            missed: None,
         }
     }
 
@@ -249,7 +267,7 @@ impl Exchange {
             let reason = match outcome {
                 Some(Outcome::Answered { cache, reason }) => {
                     self.state = State::Served;
-                    self.log(cx, cache, reason, Some(key));
+                    self.report(cx, cache, reason, Some(key));
                     return Flow::Continue;
                 }
                 Some(Outcome::Released(reason)) => reason,
@@ -286,13 +304,15 @@ impl Exchange {
             State::Missed { .. } => self.label_miss(cx, end_of_stream),
             _ => {}
         }
-        self.log_outcome(cx);
+        self.report_outcome(cx);
         Flow::Continue
     }
 
-    /// The access-log record of a request this filter handled, once its answer is known.
-    fn log_outcome<H: RequestHost>(&self, cx: &mut Ctx<'_, H>) {
-        if !cx.config().access_log {
+    /// What a request this filter handled did, once its answer is known: for the access log and
+    /// the per-operation counters.
+    fn report_outcome<H: RequestHost>(&self, cx: &mut Ctx<'_, H>) {
+        let config = cx.config();
+        if !config.access_log && !config.operation_stats.on() {
             return;
         }
         let (status, reason, key) = match &self.state {
@@ -306,7 +326,47 @@ impl Exchange {
             State::Shadow { key, .. } => ("SHADOW", None, Some(*key)),
             _ => return,
         };
+        self.report(cx, status, reason, key);
+    }
+
+    fn report<H: RequestHost>(
+        &self,
+        cx: &mut Ctx<'_, H>,
+        status: &'static str,
+        reason: Option<&'static str>,
+        key: Option<CacheKey>,
+    ) {
         self.log(cx, status, reason, key);
+        self.tally(cx, status, reason);
+    }
+
+    /// Counts the request for its operation, by what `x-cache` says.
+    fn tally<H: RequestHost>(
+        &self,
+        cx: &mut Ctx<'_, H>,
+        status: &'static str,
+        reason: Option<&'static str>,
+    ) {
+        if !cx.config().operation_stats.on() {
+            return;
+        }
+        let saved = Tally {
+            amount: self.served.map_or(0, |s| s.origin_ms),
+            ..Tally::one(OpCounter::OriginMsSaved)
+        };
+        let missed = self.missed.unwrap_or(MissReason::Collision).as_str();
+        let tallies = match status {
+            "HIT" => [Tally::one(OpCounter::Hits), saved],
+            "STALE" => [Tally::one(OpCounter::Stale), saved],
+            "COALESCED" => [Tally::one(OpCounter::Coalesced), NOTHING],
+            "MISS" => [Tally::because(OpCounter::Misses, missed), NOTHING],
+            "BYPASS" => [
+                Tally::because(OpCounter::Bypasses, reason.unwrap_or("-")),
+                NOTHING,
+            ],
+            _ => return,
+        };
+        count_operation(cx, operation_of(self.operation.as_deref()), &tallies);
     }
 
     fn log<H: RequestHost>(
@@ -322,10 +382,7 @@ impl Exchange {
         let record = LogRecord {
             status,
             reason,
-            operation: self
-                .asked
-                .as_ref()
-                .and_then(|a| a.operation.name.as_deref()),
+            operation: self.operation.as_ref().and_then(|o| o.name.as_deref()),
             key: key.as_ref(),
             age_s: self.served.map(|s| s.age_s),
             bytes: self.served.map(|s| s.bytes),
@@ -355,6 +412,7 @@ impl Exchange {
         };
         if c.chunk(cx.plugin(), cx.host(), body_size) == Chunk::TooLarge {
             *capture = None;
+            self.not_stored(cx, NotStored::TooLarge.as_str());
             return Flow::Continue;
         }
         if end_of_stream {
@@ -372,9 +430,16 @@ impl Exchange {
         if let State::Missed { capture, .. } = &mut self.state {
             if capture.take().is_some() {
                 cx.host().count(Counter::StoreSkipped);
+                self.not_stored(cx, "trailers");
             }
         }
         Flow::Continue
+    }
+
+    /// Counts the origin's answer to this request as not stored, for its operation.
+    fn not_stored<H: RequestHost>(&self, cx: &mut Ctx<'_, H>, why: &'static str) {
+        let operation = operation_of(self.operation.as_deref());
+        count_operation(cx, operation, &[Tally::because(OpCounter::NotStored, why)]);
     }
 
     /// The request ended. A client that left while waiting must not be answered later.
@@ -412,18 +477,23 @@ impl Exchange {
     fn lookup_scoped<H: RequestHost>(
         &mut self,
         cx: &mut Ctx<'_, H>,
-        decided: Result<Decided, Bypass>,
+        decided: Result<Decided, Bypassed>,
         head: &RequestHead,
         body: Option<Vec<u8>>,
     ) -> Flow {
         let config = cx.config();
         let scoped = decided.and_then(|d| match d.policy.scope {
             Scope::Public => Ok(d),
-            Scope::Private => scope_key(d, read_identity(config, cx.host(), head).as_deref()),
+            Scope::Private => {
+                let operation = Some(Rc::clone(&d.operation));
+                let identity = read_identity(config, cx.host(), head);
+                scope_key(d, identity.as_deref()).map_err(|reason| Bypassed { reason, operation })
+            }
         });
         match scoped {
             Ok(d) => self.lookup(cx, d, head, body),
-            Err(reason) => {
+            Err(Bypassed { reason, operation }) => {
+                self.operation = operation;
                 if reason == Bypass::Mutation {
                     self.map_mutation(cx, head, body.as_deref());
                 }
@@ -446,6 +516,7 @@ impl Exchange {
         let now_ms = now_us / 1000;
         let asked = asked(&decided, now_us);
         self.asked = Some(asked.clone());
+        self.operation = Some(Rc::clone(&decided.operation));
         let config = cx.config();
         if config.shadow {
             return self.shadow_lookup(cx, key, now_ms);
@@ -481,7 +552,8 @@ impl Exchange {
             {
                 self.answer_from(cx, &asking, &entry, ("STALE", Counter::StaleServed))
             }
-            _ => false,
+            Found::Stale(_) => self.not_served(MissReason::Expired),
+            Found::Nothing(why) => self.not_served(why),
         };
         if served {
             return Flow::Pause;
@@ -505,6 +577,12 @@ impl Exchange {
             reason: None,
         };
         Flow::Continue
+    }
+
+    /// Remembers why the lookup served nothing (for the per-operation counters); `false`.
+    fn not_served(&mut self, why: MissReason) -> bool {
+        self.missed = Some(why);
+        false
     }
 
     /// Answers from `entry`, labelled (`HIT` or `STALE`) and counted as `as_`; `false` if it
@@ -548,6 +626,7 @@ impl Exchange {
             }
             Err(why) => {
                 cx.host().count(Counter::StoreSkipped);
+                self.not_stored(cx, why.as_str());
                 Some(reason.map_or(why.as_str(), Release::as_str))
             }
         };
@@ -748,15 +827,15 @@ fn decide<H: RequestHost>(
     cx: &mut Ctx<'_, H>,
     head: &RequestHead,
     body: &[u8],
-    classify: impl FnOnce(&H) -> Result<Classified, Bypass>,
-) -> Result<Decided, Bypass> {
+    classify: impl FnOnce(&H) -> Result<Classified, Bypassed>,
+) -> Result<Decided, Bypassed> {
     let input = memo_input(head, body);
     if let Some(known) = cx.worker(|w| w.memo.get(&input)) {
         return known;
     }
     let decided = classify(cx.host()).map(Decided::from);
     // An unknown persisted query may be taught any moment: asked again, not remembered.
-    if decided != Err(Bypass::PersistedQueryUnknown) {
+    if !matches!(&decided, Err(b) if b.reason == Bypass::PersistedQueryUnknown) {
         let remembered = decided.clone();
         cx.worker(|w| w.memo.insert(input, remembered));
     }

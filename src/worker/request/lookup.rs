@@ -6,7 +6,7 @@
 
 use crate::cache::conditional::not_modified;
 use crate::cache::entry::Entry;
-use crate::cache::table::Lookup;
+use crate::cache::table::{Lookup, MissKind};
 use crate::effects::counters::Counter;
 use crate::effects::host::RequestHost;
 use crate::invalidate::marks::Verdict;
@@ -25,7 +25,44 @@ pub enum Found {
     /// Expired (or soft-purged) but within its stale-while-revalidate window: served `STALE`
     /// while one refresh runs.
     Stale(Rc<[u8]>),
-    Nothing,
+    Nothing(MissReason),
+}
+
+/// Why a lookup found nothing to serve.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MissReason {
+    /// Not in the cache, and not asked for here lately: a first request.
+    Cold,
+    /// Not in the cache, though asked for here lately: evicted, refused by admission, or its
+    /// last answer was not stored.
+    Evicted,
+    /// Its place holds another key's entry.
+    Collision,
+    /// Expired (past any stale window that would serve it).
+    Expired,
+    /// Purged (or soft-purged with no stale window).
+    Purged,
+}
+
+impl MissReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            MissReason::Cold => "cold",
+            MissReason::Evicted => "evicted",
+            MissReason::Collision => "collision",
+            MissReason::Expired => "expired",
+            MissReason::Purged => "purged",
+        }
+    }
+
+    fn of(kind: MissKind, asked_before: bool) -> MissReason {
+        match kind {
+            MissKind::Empty if asked_before => MissReason::Evicted,
+            MissKind::Empty => MissReason::Cold,
+            MissKind::Expired => MissReason::Expired,
+            MissKind::Collision | MissKind::Foreign => MissReason::Collision,
+        }
+    }
 }
 
 /// A fresh entry for `key`: this worker's copy, else shared data (then copied here); or a stale
@@ -65,7 +102,11 @@ pub fn find(cx: &mut Ctx<'_, impl RequestHost>, key: &CacheKey, now_ms: u64) -> 
     let (bytes, expired) = match found {
         Lookup::Hit(bytes) => (bytes, false),
         Lookup::Stale(bytes) => (bytes, true),
-        Lookup::Miss(_) => return Found::Nothing,
+        Lookup::Miss(kind) => {
+            // Counted once already, by this request.
+            let asked_before = cx.worker(|w| w.seen.frequency(hash) > 1);
+            return Found::Nothing(MissReason::of(kind, asked_before));
+        }
     };
     record_frequency(cx, hash);
     let marks = if invalidation {
@@ -76,7 +117,7 @@ pub fn find(cx: &mut Ctx<'_, impl RequestHost>, key: &CacheKey, now_ms: u64) -> 
     let host = cx.host();
     if marks == Verdict::Purged {
         host.count(Counter::PurgedMisses);
-        return Found::Nothing;
+        return Found::Nothing(MissReason::Purged);
     }
     if expired || marks == Verdict::Stale {
         return match may_serve_stale(&bytes, now_ms, marks) {
@@ -84,8 +125,9 @@ pub fn find(cx: &mut Ctx<'_, impl RequestHost>, key: &CacheKey, now_ms: u64) -> 
             false => {
                 if marks == Verdict::Stale {
                     host.count(Counter::StaleMisses);
+                    return Found::Nothing(MissReason::Purged);
                 }
-                Found::Nothing
+                Found::Nothing(MissReason::Expired)
             }
         };
     }
@@ -161,6 +203,8 @@ pub struct Served {
     pub key: CacheKey,
     pub age_s: u64,
     pub bytes: usize,
+    /// How long the origin took to produce the entry: what serving it saved.
+    pub origin_ms: u64,
 }
 
 /// Answers the running request from a stored entry, labelled `cache` (`HIT` or `STALE`);
@@ -179,6 +223,7 @@ pub fn serve(
         key: *key,
         age_s: entry.age_s(now_ms),
         bytes: bytes.len(),
+        origin_ms: entry.stored_at_ms.saturating_sub(entry.born_us / 1000),
     };
     let mut digits = [0u8; 20];
     let age = decimal(served.age_s, &mut digits);

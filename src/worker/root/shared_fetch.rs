@@ -2,6 +2,7 @@
 //! and when the answer (or a failure) comes back it stores it if it may, tells watching workers,
 //! and answers or releases this worker's waiters.
 
+use crate::cache::not_stored::NotStored;
 use crate::cache::storable::Answer;
 use crate::coalesce::relay::Response;
 use crate::coalesce::release::Release;
@@ -16,7 +17,7 @@ use crate::worker::ctx::Ctx;
 use crate::worker::l2::write::{after_origin, release_later};
 use crate::worker::root::answer::{answer, release, Label, Labels, Reply};
 use crate::worker::root::stale::{instead_of_error, is_failure};
-use crate::worker::store::{store_answer, Stored};
+use crate::worker::store::{count_store, store_answer, Stored};
 
 /// What came back for a callout.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -131,6 +132,7 @@ pub fn on_fetch_response(cx: &mut Ctx<'_, impl Host>, token: u32, result: FetchR
         }
         FetchResult::TooLarge { status } => {
             cx.host().count(Counter::StoreSkipped);
+            count_store(cx, &fetch.asked, Some(NotStored::TooLarge.as_str()));
             // Remembered for answers the key gives normally; one large error page proves nothing.
             if status == Some(200) {
                 cx.worker(|w| w.too_large.insert(fetch.key));

@@ -11,6 +11,7 @@ use crate::request::key::CacheKey;
 use crate::worker::ctx::Ctx;
 use crate::worker::l2::feed;
 use crate::worker::l2::write::flush;
+use crate::worker::operation_counts;
 use crate::worker::root::answer::release;
 use crate::worker::root::followers::check;
 use crate::worker::root::shared_fetch::abandon;
@@ -28,6 +29,7 @@ pub fn on_tick(cx: &mut Ctx<'_, impl Host>) {
     // Callouts first: everything below may answer requests.
     feed::poll(cx, now_ms);
     flush(cx);
+    operation_counts::flush(cx);
     heartbeat(cx, now_ms);
     release_hung_bodies(cx, now_ms);
     release_expired(cx, now_ms);

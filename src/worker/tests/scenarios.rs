@@ -1188,7 +1188,7 @@ fn the_access_log_record_says_what_the_answer_was() {
     let record = b.host.log_record.borrow().clone().unwrap();
     assert_eq!(
         record,
-        "status=BYPASS reason=mutation operation=- key=- age=- bytes=-"
+        "status=BYPASS reason=mutation operation=M key=- age=- bytes=-"
     );
 
     // Off by default: no record, no host call.
@@ -1213,4 +1213,78 @@ fn every_waiter_of_a_fetch_tells_a_cdn_the_entry_s_tags() {
     }
     assert!(b.hits(13, QUERY));
     assert_eq!(b.reply(13).header("surrogate-key"), Some("field:users"));
+}
+
+#[test]
+fn each_operation_is_counted_by_what_happened_to_it_and_names_past_k_are_other() {
+    let (a, b) = envoy(r#"{"operation_stats":{"top_k":2,"min_requests":1}}"#);
+    // Each worker adds its counts to Envoy's stats on its timer.
+    let stat = |counter: &str, op: &str, reason: Option<&str>| {
+        a.tick();
+        b.tick();
+        let reason = reason.map_or(String::new(), |r| format!("graphql_cache_reason=.={r};.;"));
+        a.host.named_counter(&format!(
+            "graphql_cache.op.{counter}.graphql_operation=.={op};.;{reason}"
+        ))
+    };
+    let users = r#"{"query":"query GetUsers { users { id } }"}"#;
+    // A miss that leads the fetch, answered 40 ms later; the leader's own callbacks then run.
+    let (mut leader, _) = a.post(1, users, &[]);
+    a.deliver_queue();
+    a.host.advance(40);
+    a.callout_answers(a.tokens()[0], ok(ANSWER));
+    leader.on_response_headers(&mut a.cx(), false);
+    assert_eq!(stat("misses", "GetUsers", Some("cold")), 1);
+    assert_eq!(stat("stores", "GetUsers", None), 1);
+    // Two hits on the other worker: each saved the origin's 40 ms.
+    for ctx in [2, 3] {
+        let (mut hit, _) = b.post(ctx, users, &[]);
+        hit.on_response_headers(&mut b.cx(), false);
+    }
+    assert_eq!(stat("hits", "GetUsers", None), 2);
+    assert_eq!(stat("origin_ms_saved", "GetUsers", None), 80);
+    // A mutation takes the second place; a third name is `other`.
+    let (mut save, _) = a.post(4, r#"{"query":"mutation Save { a }"}"#, &[]);
+    save.on_response_headers(&mut a.cx(), false);
+    assert_eq!(stat("bypasses", "Save", Some("mutation")), 1);
+    let (mut third, flow) = b.post(5, r#"{"query":"query Third { b }"}"#, &[]);
+    assert_eq!(flow, Flow::Pause, "leads its fetch");
+    b.deliver_queue();
+    let no_store = [
+        ("content-type", "application/json"),
+        ("cache-control", "no-store"),
+    ];
+    b.callout_answers(b.tokens()[0], answer(200, &no_store, ANSWER));
+    third.on_response_headers(&mut b.cx(), false);
+    assert_eq!(stat("misses", "other", Some("cold")), 1);
+    assert_eq!(stat("not_stored", "other", Some("no-store")), 1);
+    assert_eq!(stat("misses", "Third", Some("cold")), 0);
+    // Asked again after an answer that was not stored: not a first request any more.
+    let (mut again, _) = b.post(6, r#"{"query":"query Third { b }"}"#, &[]);
+    b.deliver_queue();
+    b.callout_answers(*b.tokens().last().unwrap(), ok(ANSWER));
+    again.on_response_headers(&mut b.cx(), false);
+    assert_eq!(stat("misses", "other", Some("evicted")), 1);
+    // Without a name, and before the name could be read.
+    let (mut anon, _) = a.post(7, r#"{"query":"{ c }"}"#, &[]);
+    a.deliver_queue();
+    a.callout_answers(
+        *a.tokens().last().unwrap(),
+        ok(r#"{"errors":[{"message":"no"}]}"#),
+    );
+    anon.on_response_headers(&mut a.cx(), false);
+    assert_eq!(stat("misses", "anonymous", Some("cold")), 1);
+    assert_eq!(stat("not_stored", "anonymous", Some("graphql-errors")), 1);
+    let (mut bad, _) = a.post(8, "{nope", &[]);
+    bad.on_response_headers(&mut a.cx(), false);
+    assert_eq!(stat("bypasses", "unknown", Some("malformed-json")), 1);
+    a.assert_host_rules_kept();
+    b.assert_host_rules_kept();
+
+    // `top_k: 0` turns them off: no stat is defined.
+    let (c, _) = envoy(r#"{"operation_stats":{"top_k":0}}"#);
+    let (mut hit, _) = c.post(1, users, &[]);
+    hit.on_response_headers(&mut c.cx(), false);
+    c.tick();
+    assert!(c.host.named.borrow().is_empty());
 }
