@@ -264,3 +264,114 @@ fn the_purge_api_is_served_on_the_internal_listener_only() {
     assert_ne!(after.body, first.body);
     assert_eq!(origin.count(), 2, "no purge request reached the origin");
 }
+
+/// The explain endpoint beside the purge API (same token): what the cache would do with a
+/// described request, and why, without forwarding or counting it.
+#[test]
+fn the_explain_endpoint_says_why() {
+    let (origin, envoy) = chain();
+    let internal = envoy.listener_port("graphql_internal");
+    let explain = |token: &str, described: serde_json::Value| {
+        http(
+            internal,
+            Req::post_json(&described.to_string())
+                .path("/graphql-cache/explain")
+                .header("authorization", &format!("Bearer {token}")),
+        )
+    };
+    let token = "demo-purge-token-change-me";
+    let describe = |query: &str| {
+        serde_json::json!({
+            "authority": "localhost",
+            "headers": {"accept": "application/json"},
+            "body": {"query": query},
+            "cluster": "origin",
+            "identity": "alice",
+            "issuer": "https://demo.graphql-cache.local",
+        })
+    };
+    let public = "{ users { id name } requestCount }";
+    assert_eq!(
+        explain("wrong-token-0123456789", describe(public)).status,
+        401
+    );
+    assert_eq!(
+        http(
+            internal,
+            Req::post_json("{}").path("/graphql-cache/explain")
+        )
+        .status,
+        401
+    );
+
+    // Cacheable: the key the real request got, its entry, its rules.
+    let sent = envoy.send(
+        Req::query(public)
+            .token("alice")
+            .header("accept", "application/json")
+            .header("host", "localhost"),
+    );
+    assert_eq!(sent.cache(), "MISS", "{}", sent.text());
+    let e = explain(token, describe(public));
+    assert_eq!(e.status, 200, "{}", e.text());
+    let e = e.json();
+    assert_eq!(e["decision"], "lookup", "{e}");
+    assert_eq!(e["x_cache"], "HIT", "{e}");
+    assert_eq!(
+        e["key"]["digest"],
+        sent.header("x-cache-key").unwrap(),
+        "{e}"
+    );
+    assert_eq!(e["policy"]["scope"], "public", "{e}");
+    assert_eq!(e["rules"][0]["field"], "users", "{e}");
+    assert_eq!(e["entry"]["state"], "fresh", "{e}");
+    assert!(
+        e["entry"]["ttl_remaining_seconds"].as_u64().unwrap() <= 30,
+        "{e}"
+    );
+    assert!(
+        e["entry"]["tags"]
+            .as_array()
+            .unwrap()
+            .contains(&"field:users".into()),
+        "{e}"
+    );
+
+    // Private, without an identity: not cached.
+    let mut anonymous = describe("{ me { id } }");
+    anonymous.as_object_mut().unwrap().remove("identity");
+    anonymous.as_object_mut().unwrap().remove("issuer");
+    let e = explain(token, anonymous).json();
+    assert_eq!(
+        (e["decision"].as_str(), e["reason"].as_str()),
+        (Some("bypass"), Some("no-identity")),
+        "{e}"
+    );
+
+    // An answer with errors, and one too large to store: why each was not stored.
+    for (query, why) in [
+        ("{ users { id } fail }", "graphql-errors"),
+        ("{ users { id } big(size: 300000) }", "too-large"),
+    ] {
+        let r = envoy.send(
+            Req::query(query)
+                .token("alice")
+                .header("accept", "application/json")
+                .header("host", "localhost"),
+        );
+        assert_eq!((r.status, r.cache()), (200, "MISS"), "{query}");
+        let e = explain(token, describe(query)).json();
+        assert_eq!(e["key"]["digest"], r.header("x-cache-key").unwrap(), "{e}");
+        assert_eq!(e["x_cache"], "MISS", "{e}");
+        assert_eq!(e["entry"], serde_json::Value::Null, "{e}");
+        assert_eq!(e["last_not_stored"]["reason"], why, "{query}: {e}");
+    }
+    // Explaining never reached the origin, nor counted as a lookup. (The too-large answer was
+    // fetched twice: by the shared fetch, which could not relay it, then by the request itself.)
+    assert_eq!(origin.count(), 4);
+    assert_eq!(envoy.counter("hits"), 0);
+    // A bad description is a 400 that names what is wrong.
+    let bad = explain(token, serde_json::json!({"path": "graphql"}));
+    assert_eq!(bad.status, 400);
+    assert!(bad.text().contains("path"), "{}", bad.text());
+}

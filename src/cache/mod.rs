@@ -12,6 +12,7 @@ pub mod headers;
 pub mod hot;
 pub mod not_stored;
 pub mod peer;
+pub mod refusals;
 pub mod set_index;
 pub mod sketch;
 pub mod storable;

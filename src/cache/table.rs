@@ -256,6 +256,28 @@ impl SetTable {
             .unwrap_or(Lookup::Miss(MissKind::Collision))
     }
 
+    /// The entry stored for `key`, whatever its freshness, read without counting anything (for
+    /// the explain endpoint). `hash` is [`SetTable::hash`] of `key`.
+    pub fn peek(
+        &self,
+        store: &impl SharedStore,
+        key: &CacheKey,
+        hash: u64,
+    ) -> Result<Vec<u8>, MissKind> {
+        let set = self.set_of(hash);
+        let index = store.get(&Self::index_name(set)).ok_or(MissKind::Empty)?;
+        let index =
+            SetIndex::decode(&index, self.layout.ways as usize).map_err(|_| MissKind::Foreign)?;
+        let way = index.find(hash).ok_or(MissKind::Empty)?;
+        let bytes = store
+            .get(&Self::way_name(set, way))
+            .ok_or(MissKind::Collision)?;
+        match Entry::peek(&bytes) {
+            Ok(p) if p.digest == key.digest => Ok(bytes),
+            _ => Err(MissKind::Collision),
+        }
+    }
+
     /// `None` when the way holds another key (or nothing readable).
     fn read_way(
         &self,

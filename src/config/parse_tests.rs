@@ -60,6 +60,7 @@ fn invalidation_fields() {
         c.purge,
         Some(PurgeApi {
             path: "/graphql-cache/purge".into(),
+            explain_path: "/graphql-cache/explain".into(),
             token: Secret::new("0123456789abcdef".into())
         })
     );
@@ -438,4 +439,32 @@ fn operation_stats_bounds() {
     ]);
     let e = err(r#"{"operation_stats":{"k":3}}"#);
     assert!(e.to_string().contains("operation_stats"), "{e}");
+}
+
+#[test]
+fn the_explain_path_sits_beside_the_purge_path_unless_given() {
+    let token = r#""purge_token":"0123456789abcdef""#;
+    let explain_path = |extra: &str| {
+        let json = format!(r#"{{{token},{extra}}}"#);
+        Config::parse(json.as_bytes()).map(|c| c.purge.unwrap().explain_path)
+    };
+    assert_eq!(
+        explain_path(r#""purge_path":"/purge""#).unwrap(),
+        "/explain"
+    );
+    assert_eq!(
+        explain_path(r#""purge_path":"/admin/purge","explain_path":"/admin/why""#).unwrap(),
+        "/admin/why"
+    );
+    for bad in [
+        r#""purge_path":"/p","explain_path":"/p""#,
+        r#""purge_path":"/p","explain_path":"why""#,
+    ] {
+        assert_eq!(
+            explain_path(bad).unwrap_err().field,
+            "explain_path",
+            "{bad}"
+        );
+    }
+    assert_eq!(err(r#"{"explain_path":"/why"}"#).field, "explain_path");
 }

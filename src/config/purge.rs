@@ -11,6 +11,8 @@ use std::collections::HashMap;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PurgeApi {
     pub path: String,
+    /// The explain endpoint (same token): `explain_path`, else `explain` beside the purge path.
+    pub explain_path: String,
     pub token: Secret,
 }
 
@@ -131,7 +133,12 @@ pub(super) fn invalidation(
         raw.purge_token_env.clone(),
         env,
     )?;
-    let purge = parse_purge(raw.purge_path.clone(), token)?;
+    let purge = parse_purge(raw.purge_path.clone(), token)?
+        .map(|api| with_explain_path(api, raw.explain_path.clone()))
+        .transpose()?;
+    if purge.is_none() && raw.explain_path.is_some() {
+        return Err(field_error("explain_path", "only applies with purge_path"));
+    }
     let mutation_invalidation = match raw.mutation_invalidation.as_deref() {
         None | Some("entity") => MutationInvalidation::Entity,
         Some("type") => MutationInvalidation::Type,
@@ -228,11 +235,34 @@ fn parse_purge(
                 ));
             }
             Ok(Some(PurgeApi {
+                explain_path: String::new(),
                 path,
                 token: Secret::new(token),
             }))
         }
     }
+}
+
+/// The explain endpoint's path: as given, else the purge path's last segment replaced by
+/// `explain` (`/graphql-cache/purge` gives `/graphql-cache/explain`).
+fn with_explain_path(mut api: PurgeApi, given: Option<String>) -> Result<PurgeApi, ConfigError> {
+    let path = match given {
+        Some(p) => p,
+        None => {
+            let parent = api.path.rsplit_once('/').map_or("", |(parent, _)| parent);
+            format!("{parent}/explain")
+        }
+    };
+    if !path.starts_with('/') || path.contains('?') || path.contains('#') || path == api.path {
+        return Err(field_error(
+            "explain_path",
+            format!(
+                "{path:?} must start with '/', contain no '?' or '#', and differ from purge_path"
+            ),
+        ));
+    }
+    api.explain_path = path;
+    Ok(api)
 }
 
 #[cfg(test)]

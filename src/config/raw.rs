@@ -41,6 +41,7 @@ pub(super) struct RawConfig {
     pub(super) key_by_cluster: Option<bool>,
     pub(super) key_fields: Option<HashMap<String, Vec<String>>>,
     pub(super) purge_path: Option<String>,
+    pub(super) explain_path: Option<String>,
     pub(super) purge_token: Option<String>,
     pub(super) purge_token_env: Option<String>,
     pub(super) mutation_invalidation: Option<String>,

@@ -46,6 +46,38 @@ pub struct RequestHead {
     pub route: RouteOverride,
 }
 
+/// The request head of `headers` (a request's, or one described to the explain endpoint).
+pub fn head_of(config: &Config, headers: HeaderBlock) -> RequestHead {
+    let vary_names = &config.vary_headers;
+    let mut head = RequestHead {
+        vary: vec![None; vary_names.len()],
+        ..RequestHead::default()
+    };
+    for (name, value) in headers.iter() {
+        let slot = match name {
+            b":method" => &mut head.method,
+            b":path" => &mut head.path,
+            b":authority" => &mut head.authority,
+            b"content-type" => head.content_type.get_or_insert_with(Vec::new),
+            b"content-encoding" => head.content_encoding.get_or_insert_with(Vec::new),
+            b"content-length" => head.content_length.get_or_insert_with(Vec::new),
+            b"accept" => head.accept.get_or_insert_with(Vec::new),
+            b"if-none-match" => head.if_none_match.get_or_insert_with(Vec::new),
+            b"if-modified-since" => head.if_modified_since.get_or_insert_with(Vec::new),
+            other => match vary_names.iter().position(|v| v.as_bytes() == other) {
+                Some(i) => head.vary[i].get_or_insert_with(Vec::new),
+                None => continue,
+            },
+        };
+        if !slot.is_empty() {
+            slot.push(b',');
+        }
+        slot.extend_from_slice(value);
+    }
+    head.headers = headers;
+    head
+}
+
 impl RequestHead {
     /// Whether the request carries validators (`if-none-match`, `if-modified-since`).
     pub fn conditional(&self) -> bool {

@@ -10,6 +10,7 @@ pub mod apq;
 pub mod bypass;
 pub mod canonical;
 pub mod classify;
+pub mod explain;
 pub mod http;
 pub mod json;
 pub mod key;

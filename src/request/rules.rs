@@ -12,9 +12,14 @@ use crate::request::canonical::CanonicalOperation;
 
 /// Whether a rule applies to this operation.
 fn matches(rule: &Rule, op: &CanonicalOperation) -> bool {
+    rule_matches(rule, op.name.as_deref(), &op.root_fields)
+}
+
+/// Whether `rule` applies to the operation named `name` selecting `root_fields`.
+pub fn rule_matches(rule: &Rule, name: Option<&str>, root_fields: &[String]) -> bool {
     match &rule.matcher {
-        Matcher::Operation(name) => op.name.as_deref() == Some(name.as_str()),
-        Matcher::Field(field) => op.root_fields.iter().any(|f| f == field),
+        Matcher::Operation(n) => name == Some(n.as_str()),
+        Matcher::Field(field) => root_fields.iter().any(|f| f == field),
     }
 }
 

@@ -2,12 +2,14 @@
 //! miss captured as it streamed to its client.
 
 use crate::cache::entry::Entry;
+use crate::cache::refusals;
 use crate::cache::storable::{storable_entry, Answer, Asked, Stamp};
 use crate::cache::table;
 use crate::effects::counters::Counter;
 use crate::effects::host::Host;
 use crate::effects::operation_stats::OpCounter;
 use crate::effects::store::StoreError;
+use crate::invalidate::tags::OperationTags;
 use crate::request::key::CacheKey;
 use crate::worker::ctx::Ctx;
 use crate::worker::operation_counts::{count_operation, operation_of, Tally};
@@ -53,7 +55,7 @@ pub fn store_answer(
         Ok(bytes) => bytes,
         Err(why) => {
             host.count(Counter::StoreSkipped);
-            count_store(cx, asked, Some(why.as_str()));
+            account_store(cx, key, Some(&asked.operation), Some(why.as_str()));
             return Stored::not(why.as_str());
         }
     };
@@ -63,7 +65,7 @@ pub fn store_answer(
         Ok(_) => None,
         Err(_) => Some("store-failed"),
     };
-    count_store(cx, asked, not_stored);
+    account_store(cx, key, Some(&asked.operation), not_stored);
     if outcome.is_err() {
         return Stored::not("store-failed");
     }
@@ -77,13 +79,23 @@ pub fn store_answer(
     }
 }
 
-/// Counts what storing an answer did for its operation (`None`: stored).
-pub fn count_store(cx: &mut Ctx<'_, impl Host>, asked: &Asked, not_stored: Option<&'static str>) {
+/// Accounts for what storing the answer for `key` did (`None`: stored): counted for its
+/// operation and, when not stored, remembered for the explain endpoint.
+pub fn account_store(
+    cx: &mut Ctx<'_, impl Host>,
+    key: &CacheKey,
+    operation: Option<&OperationTags>,
+    not_stored: Option<&'static str>,
+) {
     let tally = match not_stored {
         None => Tally::one(OpCounter::Stores),
         Some(why) => Tally::because(OpCounter::NotStored, why),
     };
-    count_operation(cx, operation_of(Some(&asked.operation)), &[tally]);
+    count_operation(cx, operation_of(operation), &[tally]);
+    if let (Some(why), Some(_)) = (not_stored, &cx.config().purge) {
+        let host = cx.host();
+        refusals::remember(host, key, why, host.now_ms());
+    }
 }
 
 /// Puts an encoded entry in the table, counting what that did (admitted or not, what it

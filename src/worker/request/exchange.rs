@@ -28,15 +28,17 @@ use crate::worker::ctx::Ctx;
 use crate::worker::l2::write::queue_store;
 use crate::worker::operation_counts::{count_operation, operation_of, Tally};
 use crate::worker::request::capture::{Capture, Chunk};
+use crate::worker::request::explain::explain;
 use crate::worker::request::join::{join, refresh, Joined, Miss, Refresh};
 use crate::worker::request::log_record::LogRecord;
 use crate::worker::request::lookup::{find, serve, Asking, Found, MissReason, Served};
-use crate::worker::request::purge::{self, purge_api, AtHeaders};
+use crate::worker::request::purge::{self, admin_api, Admin, AtHeaders};
 use crate::worker::request::read::{read_head, read_identity, read_route};
 use crate::worker::request::shadow::Shadowed;
 use crate::worker::root::answer::{CACHE_HEADER, KEY_HEADER, REASON_HEADER};
 use crate::worker::root::shared_fetch::request_dispatch;
 use crate::worker::state::Outcome;
+use crate::worker::store::account_store;
 use crate::worker::watchdog::{BodyArrival, OPTION_OFF_LOG};
 use std::rc::Rc;
 
@@ -72,8 +74,8 @@ enum State {
     },
     /// Answered by the filter; the response callbacks must leave it alone.
     Served,
-    /// An authorized purge request, reading its selectors.
-    PurgeBody,
+    /// An authorized admin request (purge, explain), reading its body.
+    AdminBody(Admin),
     /// Shadow mode: looked up, sent upstream, its answer compared and stored.
     Shadow {
         key: CacheKey,
@@ -142,8 +144,8 @@ impl Exchange {
         // every path, all headers are read at once (one host call less for every request).
         if !config.paths.is_empty() {
             let path = cx.host().request_header(":path").unwrap_or_default();
-            if let Some(api) = purge_api(config, &path) {
-                return self.purge_headers(cx, api, end_of_stream);
+            if let Some(admin) = admin_api(config, &path) {
+                return self.admin_headers(cx, admin, end_of_stream);
             }
             if !handles(config, &path) {
                 return Flow::Continue;
@@ -151,8 +153,8 @@ impl Exchange {
         }
         let mut head = read_head(config, cx.host());
         if config.paths.is_empty() {
-            if let Some(api) = purge_api(config, &head.path) {
-                return self.purge_headers(cx, api, end_of_stream);
+            if let Some(admin) = admin_api(config, &head.path) {
+                return self.admin_headers(cx, admin, end_of_stream);
             }
         }
         if head.method == b"GET" && handles(config, &head.path) {
@@ -201,7 +203,7 @@ impl Exchange {
         end_of_stream: bool,
     ) -> Flow {
         match self.state {
-            State::AwaitingBody(_) | State::PurgeBody => {
+            State::AwaitingBody(_) | State::AdminBody(_) => {
                 // Let go by the watchdog: the request is upstream already, whatever comes now.
                 let context = self.context;
                 let (released, watching) =
@@ -221,8 +223,8 @@ impl Exchange {
             State::Waiting { .. } | State::Served => return Flow::Pause,
             _ => return Flow::Continue,
         }
-        if matches!(self.state, State::PurgeBody) {
-            return self.purge_body(cx, body_size, end_of_stream);
+        if let State::AdminBody(call) = self.state {
+            return self.admin_body(cx, call, body_size, end_of_stream);
         }
         if body_size > cx.config().max_body_bytes {
             return self.bypass(cx, Bypass::BodyTooLarge);
@@ -247,7 +249,7 @@ impl Exchange {
         if matches!(self.state, State::AwaitingBody(_)) {
             return self.bypass(cx, Bypass::EmptyBody);
         }
-        if matches!(self.state, State::PurgeBody) {
+        if matches!(self.state, State::AdminBody(_)) {
             // Never upstream: a purge request is answered here, whatever its shape.
             self.state = State::Served;
             purge::refuse(cx.host(), &trailers_refused());
@@ -412,7 +414,8 @@ impl Exchange {
         };
         if c.chunk(cx.plugin(), cx.host(), body_size) == Chunk::TooLarge {
             *capture = None;
-            self.not_stored(cx, NotStored::TooLarge.as_str());
+            let key = *key;
+            self.not_stored(cx, &key, NotStored::TooLarge.as_str());
             return Flow::Continue;
         }
         if end_of_stream {
@@ -427,19 +430,19 @@ impl Exchange {
     }
 
     pub fn on_response_trailers<H: RequestHost>(&mut self, cx: &mut Ctx<'_, H>) -> Flow {
-        if let State::Missed { capture, .. } = &mut self.state {
+        if let State::Missed { capture, key, .. } = &mut self.state {
             if capture.take().is_some() {
                 cx.host().count(Counter::StoreSkipped);
-                self.not_stored(cx, "trailers");
+                let key = *key;
+                self.not_stored(cx, &key, "trailers");
             }
         }
         Flow::Continue
     }
 
-    /// Counts the origin's answer to this request as not stored, for its operation.
-    fn not_stored<H: RequestHost>(&self, cx: &mut Ctx<'_, H>, why: &'static str) {
-        let operation = operation_of(self.operation.as_deref());
-        count_operation(cx, operation, &[Tally::because(OpCounter::NotStored, why)]);
+    /// Accounts for the origin's answer to this request, keyed `key`, as not stored.
+    fn not_stored<H: RequestHost>(&self, cx: &mut Ctx<'_, H>, key: &CacheKey, why: &'static str) {
+        account_store(cx, key, self.operation.as_deref(), Some(why));
     }
 
     /// The request ended. A client that left while waiting must not be answered later.
@@ -626,7 +629,7 @@ impl Exchange {
             }
             Err(why) => {
                 cx.host().count(Counter::StoreSkipped);
-                self.not_stored(cx, why.as_str());
+                self.not_stored(cx, &key, why.as_str());
                 Some(reason.map_or(why.as_str(), Release::as_str))
             }
         };
@@ -638,17 +641,17 @@ impl Exchange {
 
 impl Exchange {
     /// A request to the purge API: refused here, or held for its selectors.
-    fn purge_headers<H: RequestHost>(
+    fn admin_headers<H: RequestHost>(
         &mut self,
         cx: &mut Ctx<'_, H>,
-        api: &PurgeApi,
+        admin: (Admin, &PurgeApi),
         end_of_stream: bool,
     ) -> Flow {
         self.state = State::Served;
-        if purge::at_headers(api, cx.host(), end_of_stream) == AtHeaders::Answered {
+        if purge::at_headers(admin, cx.host(), end_of_stream) == AtHeaders::Answered {
             return Flow::Pause;
         }
-        self.state = State::PurgeBody;
+        self.state = State::AdminBody(admin.0);
         let context = self.context;
         let watching = cx.worker(|w| {
             w.held_purges.insert(context);
@@ -661,7 +664,13 @@ impl Exchange {
         Flow::Pause
     }
 
-    fn purge_body<H: RequestHost>(&mut self, cx: &mut Ctx<'_, H>, size: usize, end: bool) -> Flow {
+    fn admin_body<H: RequestHost>(
+        &mut self,
+        cx: &mut Ctx<'_, H>,
+        call: Admin,
+        size: usize,
+        end: bool,
+    ) -> Flow {
         if size > cx.config().max_body_bytes {
             self.state = State::Served;
             purge::refuse(cx.host(), &too_large());
@@ -674,7 +683,10 @@ impl Exchange {
         let context = self.context;
         cx.worker(|w| w.held_purges.remove(&context));
         let body = cx.host().request_body(size).unwrap_or_default();
-        purge::with_body(cx, &body);
+        match call {
+            Admin::Purge => purge::with_body(cx, &body),
+            Admin::Explain => explain(cx, &body),
+        }
         Flow::Pause
     }
 

@@ -3,6 +3,7 @@
 
 pub mod capture;
 pub mod exchange;
+pub mod explain;
 pub mod join;
 pub mod log_record;
 pub mod lookup;

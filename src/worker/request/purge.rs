@@ -26,18 +26,53 @@ pub enum AtHeaders {
 
 /// The purge API's path, if `path` (with its query string) is it.
 pub fn purge_api<'a>(config: &'a Config, raw_path: &[u8]) -> Option<&'a PurgeApi> {
+    admin_api(config, raw_path).and_then(|(call, api)| (call == Admin::Purge).then_some(api))
+}
+
+/// The admin endpoints, behind one bearer token: purge, and explain.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Admin {
+    Purge,
+    Explain,
+}
+
+impl Admin {
+    fn name(self) -> &'static str {
+        match self {
+            Admin::Purge => "the purge API",
+            Admin::Explain => "the explain endpoint",
+        }
+    }
+
+    fn body(self) -> &'static str {
+        match self {
+            Admin::Purge => "a JSON array of selectors",
+            Admin::Explain => "a JSON object describing a request",
+        }
+    }
+}
+
+/// Which admin endpoint `raw_path` names, if any.
+pub fn admin_api<'a>(config: &'a Config, raw_path: &[u8]) -> Option<(Admin, &'a PurgeApi)> {
     let api = config.purge.as_ref()?;
-    let path = std::str::from_utf8(raw_path).ok()?;
-    (split_path(path).0 == api.path).then_some(api)
+    let path = split_path(std::str::from_utf8(raw_path).ok()?).0;
+    if path == api.path {
+        return Some((Admin::Purge, api));
+    }
+    (path == api.explain_path).then_some((Admin::Explain, api))
 }
 
 /// Checks a purge request's method and token; refusals are answered here.
-pub fn at_headers(api: &PurgeApi, host: &impl RequestHost, end_of_stream: bool) -> AtHeaders {
+pub fn at_headers(
+    (call, api): (Admin, &PurgeApi),
+    host: &impl RequestHost,
+    end_of_stream: bool,
+) -> AtHeaders {
     let method = host.request_header(":method").unwrap_or_default();
     let refusal = if method != b"POST" {
         Some(Refusal {
             status: 405,
-            message: "the purge API takes POST".into(),
+            message: format!("{} takes POST", call.name()),
         })
     } else if !authorized(
         host.request_header("authorization").as_deref(),
@@ -50,7 +85,7 @@ pub fn at_headers(api: &PurgeApi, host: &impl RequestHost, end_of_stream: bool) 
     } else if end_of_stream {
         Some(Refusal {
             status: 400,
-            message: "the body must be a JSON array of selectors".into(),
+            message: format!("the body must be {}", call.body()),
         })
     } else {
         None
@@ -140,7 +175,7 @@ pub fn refuse(host: &impl RequestHost, refusal: &Refusal) {
     host.respond(refusal.status, headers, body.as_bytes());
 }
 
-fn json_headers() -> Vec<(&'static str, &'static str)> {
+pub fn json_headers() -> Vec<(&'static str, &'static str)> {
     vec![
         ("content-type", "application/json"),
         ("cache-control", "no-store"),

@@ -5,7 +5,7 @@
 use crate::config::{Config, IdentitySource};
 use crate::effects::header_block::pairs;
 use crate::effects::host::RequestHost;
-use crate::request::classify::RequestHead;
+use crate::request::classify::{head_of, RequestHead};
 use crate::request::route_metadata::route_override;
 use crate::request::rules::RouteOverride;
 
@@ -14,35 +14,7 @@ const CLUSTER: [&str; 2] = ["xds", "cluster_name"];
 /// The request head, from one read of every header. Repeated headers are joined, so every value
 /// takes part in the decision and the key.
 pub fn read_head(config: &Config, host: &impl RequestHost) -> RequestHead {
-    let vary_names = &config.vary_headers;
-    let headers = host.request_headers();
-    let mut head = RequestHead {
-        vary: vec![None; vary_names.len()],
-        ..RequestHead::default()
-    };
-    for (name, value) in headers.iter() {
-        let slot = match name {
-            b":method" => &mut head.method,
-            b":path" => &mut head.path,
-            b":authority" => &mut head.authority,
-            b"content-type" => head.content_type.get_or_insert_with(Vec::new),
-            b"content-encoding" => head.content_encoding.get_or_insert_with(Vec::new),
-            b"content-length" => head.content_length.get_or_insert_with(Vec::new),
-            b"accept" => head.accept.get_or_insert_with(Vec::new),
-            b"if-none-match" => head.if_none_match.get_or_insert_with(Vec::new),
-            b"if-modified-since" => head.if_modified_since.get_or_insert_with(Vec::new),
-            other => match vary_names.iter().position(|v| v.as_bytes() == other) {
-                Some(i) => head.vary[i].get_or_insert_with(Vec::new),
-                None => continue,
-            },
-        };
-        if !slot.is_empty() {
-            slot.push(b',');
-        }
-        slot.extend_from_slice(value);
-    }
-    head.headers = headers;
-    head
+    head_of(config, host.request_headers())
 }
 
 /// What the route says, for a request that will be keyed.
@@ -80,15 +52,7 @@ pub fn read_identity(
     match &config.identity {
         None => None,
         // Repeated values are joined: every one of them takes part in the scope.
-        Some(IdentitySource::Header(name)) => {
-            let values: Vec<&[u8]> = head
-                .headers
-                .iter()
-                .filter(|(n, _)| *n == name.as_bytes())
-                .map(|(_, v)| v)
-                .collect();
-            (!values.is_empty()).then(|| values.join(&b","[..]))
-        }
+        Some(IdentitySource::Header(name)) => header_identity(name, head),
         // Keyed by issuer and claim: two providers writing one payload key may both have a
         // `sub` "1234" for two different people.
         Some(source @ IdentitySource::JwtClaim { .. }) => {
@@ -102,8 +66,19 @@ pub fn read_identity(
     }
 }
 
+/// The identity an `identity.header` source reads: every value of the header, joined.
+pub fn header_identity(name: &str, head: &RequestHead) -> Option<Vec<u8>> {
+    let values: Vec<&[u8]> = head
+        .headers
+        .iter()
+        .filter(|(n, _)| *n == name.as_bytes())
+        .map(|(_, v)| v)
+        .collect();
+    (!values.is_empty()).then(|| values.join(&b","[..]))
+}
+
 /// Issuer and claim in one unambiguous byte string (the issuer's length first).
-fn issued_identity(issuer: &[u8], claim: &[u8]) -> Vec<u8> {
+pub fn issued_identity(issuer: &[u8], claim: &[u8]) -> Vec<u8> {
     let mut id = Vec::with_capacity(4 + issuer.len() + claim.len());
     id.extend_from_slice(&(issuer.len() as u32).to_le_bytes());
     id.extend_from_slice(issuer);

@@ -17,7 +17,7 @@ use crate::worker::ctx::Ctx;
 use crate::worker::l2::write::{after_origin, release_later};
 use crate::worker::root::answer::{answer, release, Label, Labels, Reply};
 use crate::worker::root::stale::{instead_of_error, is_failure};
-use crate::worker::store::{count_store, store_answer, Stored};
+use crate::worker::store::{account_store, store_answer, Stored};
 
 /// What came back for a callout.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -132,7 +132,8 @@ pub fn on_fetch_response(cx: &mut Ctx<'_, impl Host>, token: u32, result: FetchR
         }
         FetchResult::TooLarge { status } => {
             cx.host().count(Counter::StoreSkipped);
-            count_store(cx, &fetch.asked, Some(NotStored::TooLarge.as_str()));
+            let too_large = Some(NotStored::TooLarge.as_str());
+            account_store(cx, &fetch.key, Some(&fetch.asked.operation), too_large);
             // Remembered for answers the key gives normally; one large error page proves nothing.
             if status == Some(200) {
                 cx.worker(|w| w.too_large.insert(fetch.key));
