@@ -26,6 +26,7 @@ pub mod cache;
 pub mod coalesce;
 pub mod config;
 pub mod effects;
+pub mod entities;
 pub mod fast_hash;
 pub mod fleet;
 pub mod invalidate;

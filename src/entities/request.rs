@@ -1,0 +1,315 @@
+//! An `_entities` request, read: which root fields ask for entities, under which response key
+//! and variable, with what selection, and the representations each one asks for (deduplicated:
+//! gateways send one representation per reference, so a batch often names an entity many times).
+
+use crate::request::canonical::{canonicalize, Limits, OperationKind};
+use crate::request::http::parse_post_body;
+use graphql_parser::query::{
+    parse_query, Definition, Document, OperationDefinition, Selection, SelectionSet, Value,
+};
+use serde_json::{Map, Value as Json};
+
+/// Why a request is not an entities request the filter splits (it is then cached whole, or not).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NotEntities {
+    /// Not a GraphQL POST body the filter reads (see `request::http`), or not valid GraphQL.
+    Unreadable,
+    /// Not a query, or a root field other than `_entities`, or `_entities` used in a way the
+    /// filter does not split (directives, a literal list, another argument).
+    OtherShape,
+    /// A representation without a string `__typename`, or a variable that is not a list of
+    /// objects.
+    BadRepresentations,
+}
+
+/// One representation, as asked.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Representation {
+    pub typename: String,
+    /// Its JSON with object members sorted, compact: equal representations, equal text.
+    pub canonical: String,
+    /// As the gateway sent it (what goes upstream again).
+    pub value: Json,
+}
+
+/// One `_entities` root field.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EntitiesField {
+    /// Where its answer goes in `data`: the alias, else `_entities`.
+    pub response_key: String,
+    /// The variable holding its representations.
+    pub variable: String,
+    /// Its selection set, printed (with the document's fragments): part of each entity's key.
+    pub selection: String,
+    /// The distinct representations, in the order first asked.
+    pub distinct: Vec<Representation>,
+    /// For each position the gateway asked, the index in `distinct`.
+    pub positions: Vec<usize>,
+}
+
+/// A whole `_entities` request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EntitiesRequest {
+    pub query: String,
+    pub operation_name: Option<String>,
+    /// Every variable, as sent.
+    pub variables: Map<String, Json>,
+    pub extensions: Option<String>,
+    pub fields: Vec<EntitiesField>,
+    /// The variables other than the representations, canonical: part of each entity's key
+    /// (a selection may read them, `@requires` arguments or field arguments).
+    pub other_variables: String,
+}
+
+impl EntitiesRequest {
+    /// Reads `body` (a POST's); `Err` when it is not a request the filter splits.
+    pub fn read(body: &[u8], limits: Limits) -> Result<EntitiesRequest, NotEntities> {
+        let req = parse_post_body(body).map_err(|_| NotEntities::Unreadable)?;
+        if req.persisted.is_some() || req.extra.is_some() {
+            return Err(NotEntities::OtherShape);
+        }
+        let op = canonicalize(&req.query, req.operation_name.as_deref(), limits)
+            .map_err(|_| NotEntities::Unreadable)?;
+        if op.kind != OperationKind::Query || op.root_fields.iter().any(|f| f != "_entities") {
+            return Err(NotEntities::OtherShape);
+        }
+        let variables: Map<String, Json> = match &req.variables {
+            Some(text) => serde_json::from_str(text).map_err(|_| NotEntities::Unreadable)?,
+            None => Map::new(),
+        };
+        let doc = parse_query::<&str>(&req.query).map_err(|_| NotEntities::Unreadable)?;
+        let fields = entities_fields(&doc, req.operation_name.as_deref())?
+            .into_iter()
+            .map(|(key, variable, selection)| split(&variables, key, variable, selection))
+            .collect::<Result<Vec<_>, _>>()?;
+        let mut others = variables.clone();
+        for f in &fields {
+            others.remove(&f.variable);
+        }
+        Ok(EntitiesRequest {
+            other_variables: Json::Object(others).to_string(),
+            query: req.query,
+            operation_name: req.operation_name,
+            variables,
+            extensions: req.extensions,
+            fields,
+        })
+    }
+
+    /// The body to send upstream asking, for each field, only the representations `sent[f]`
+    /// (indices in that field's `distinct`, in the order they will come back).
+    pub fn rewritten(&self, sent: &[Vec<usize>]) -> Vec<u8> {
+        let mut variables = self.variables.clone();
+        for (f, field) in self.fields.iter().enumerate() {
+            let asked = sent.get(f).map(Vec::as_slice).unwrap_or_default();
+            let reps = asked
+                .iter()
+                .filter_map(|i| field.distinct.get(*i).map(|r| r.value.clone()))
+                .collect();
+            variables.insert(field.variable.clone(), Json::Array(reps));
+        }
+        let mut body = Map::new();
+        body.insert("query".into(), Json::String(self.query.clone()));
+        if let Some(name) = &self.operation_name {
+            body.insert("operationName".into(), Json::String(name.clone()));
+        }
+        body.insert("variables".into(), Json::Object(variables));
+        if let Some(ext) = self
+            .extensions
+            .as_deref()
+            .and_then(|e| serde_json::from_str(e).ok())
+        {
+            body.insert("extensions".into(), ext);
+        }
+        Json::Object(body).to_string().into_bytes()
+    }
+}
+
+/// The `_entities` root fields of the selected operation: response key, variable, selection.
+fn entities_fields<'a>(
+    doc: &Document<'a, &'a str>,
+    operation_name: Option<&str>,
+) -> Result<Vec<(String, String, String)>, NotEntities> {
+    let selection = selected(doc, operation_name).ok_or(NotEntities::OtherShape)?;
+    let fragments: String = doc
+        .definitions
+        .iter()
+        .filter_map(|d| match d {
+            Definition::Fragment(f) => Some(format!("{f}")),
+            Definition::Operation(_) => None,
+        })
+        .collect();
+    let mut out = Vec::new();
+    for item in &selection.items {
+        let Selection::Field(field) = item else {
+            return Err(NotEntities::OtherShape);
+        };
+        let variable = match field.arguments.as_slice() {
+            [("representations", Value::Variable(v))] => v.to_string(),
+            _ => return Err(NotEntities::OtherShape),
+        };
+        if field.name != "_entities" || !field.directives.is_empty() {
+            return Err(NotEntities::OtherShape);
+        }
+        let key = field.alias.unwrap_or(field.name).to_string();
+        if out
+            .iter()
+            .any(|(k, v, _): &(String, String, String)| *k == key || *v == variable)
+        {
+            return Err(NotEntities::OtherShape);
+        }
+        out.push((key, variable, format!("{}{fragments}", field.selection_set)));
+    }
+    if out.is_empty() {
+        return Err(NotEntities::OtherShape);
+    }
+    Ok(out)
+}
+
+/// The root selection of the operation a request runs (the document is valid: `canonicalize`
+/// read it first).
+fn selected<'d, 'a>(
+    doc: &'d Document<'a, &'a str>,
+    name: Option<&str>,
+) -> Option<&'d SelectionSet<'a, &'a str>> {
+    doc.definitions.iter().find_map(|d| match d {
+        Definition::Operation(OperationDefinition::Query(q))
+            if name.is_none() || q.name == name =>
+        {
+            Some(&q.selection_set)
+        }
+        Definition::Operation(OperationDefinition::SelectionSet(s)) if name.is_none() => Some(s),
+        _ => None,
+    })
+}
+
+fn split(
+    variables: &Map<String, Json>,
+    response_key: String,
+    variable: String,
+    selection: String,
+) -> Result<EntitiesField, NotEntities> {
+    let Some(Json::Array(reps)) = variables.get(&variable) else {
+        return Err(NotEntities::BadRepresentations);
+    };
+    let mut distinct: Vec<Representation> = Vec::new();
+    let mut positions = Vec::with_capacity(reps.len());
+    for rep in reps {
+        let Some(Json::String(typename)) = rep.as_object().and_then(|o| o.get("__typename")) else {
+            return Err(NotEntities::BadRepresentations);
+        };
+        // serde_json's maps are ordered by key: printing sorts the members.
+        let canonical = rep.to_string();
+        let at = match distinct.iter().position(|d| d.canonical == canonical) {
+            Some(at) => at,
+            None => {
+                distinct.push(Representation {
+                    typename: typename.clone(),
+                    canonical,
+                    value: rep.clone(),
+                });
+                distinct.len() - 1
+            }
+        };
+        positions.push(at);
+    }
+    Ok(EntitiesField {
+        response_key,
+        variable,
+        selection,
+        distinct,
+        positions,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const LIMITS: Limits = Limits {
+        max_depth: 32,
+        max_fields: 2000,
+    };
+
+    fn read(body: &serde_json::Value) -> Result<EntitiesRequest, NotEntities> {
+        EntitiesRequest::read(body.to_string().as_bytes(), LIMITS)
+    }
+
+    #[test]
+    fn apollo_gateway_s_request_is_split_and_duplicates_asked_once() {
+        let r = read(&serde_json::json!({
+            "query": "query Q__reviews__1($representations:[_Any!]!){_entities(representations:$representations){...on User{name}}}",
+            "operationName": "Q__reviews__1",
+            "variables": {"representations": [
+                {"__typename": "User", "id": "2"},
+                {"id": "1", "__typename": "User"},
+                {"__typename": "User", "id": "2"}
+            ]}
+        }))
+        .unwrap();
+        assert_eq!(r.fields.len(), 1);
+        let f = &r.fields[0];
+        assert_eq!(
+            (f.response_key.as_str(), f.variable.as_str()),
+            ("_entities", "representations")
+        );
+        assert_eq!(f.distinct.len(), 2);
+        assert_eq!(f.positions, vec![0, 1, 0]);
+        assert_eq!(f.distinct[1].canonical, r#"{"__typename":"User","id":"1"}"#);
+        assert!(f.selection.contains("on User"));
+        assert_eq!(r.other_variables, "{}");
+    }
+
+    #[test]
+    fn batched_aliased_fields_are_read_each_with_its_variable() {
+        let r = read(&serde_json::json!({
+            "query": "query($_v0_representations:[_Any!]!,$_v1_representations:[_Any!]!,$x:Int){_v0__entities:_entities(representations:$_v0_representations){...on Product{name}} _v1__entities:_entities(representations:$_v1_representations){...on User{name}}}",
+            "variables": {
+                "_v0_representations": [{"__typename": "Product", "id": "1"}],
+                "_v1_representations": [{"__typename": "User", "id": "1"}],
+                "x": 3
+            }
+        }))
+        .unwrap();
+        let keys: Vec<_> = r
+            .fields
+            .iter()
+            .map(|f| (f.response_key.as_str(), f.variable.as_str()))
+            .collect();
+        assert_eq!(
+            keys,
+            [
+                ("_v0__entities", "_v0_representations"),
+                ("_v1__entities", "_v1_representations")
+            ]
+        );
+        assert_eq!(r.other_variables, r#"{"x":3}"#);
+        let body = r.rewritten(&[vec![], vec![0]]);
+        let sent: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(
+            sent["variables"]["_v0_representations"],
+            serde_json::json!([])
+        );
+        assert_eq!(sent["variables"]["_v1_representations"][0]["id"], "1");
+        assert_eq!(sent["variables"]["x"], 3);
+        assert_eq!(sent["query"], r.query.as_str());
+    }
+
+    #[test]
+    fn other_shapes_are_not_split() {
+        let reps = serde_json::json!({"r": [{"__typename": "T", "id": 1}]});
+        for (query, vars, why) in [
+            ("{ products { id } }", serde_json::json!({}), NotEntities::OtherShape),
+            ("query($r:[_Any!]!){_entities(representations:$r){...on T{id}} products{id}}", reps.clone(), NotEntities::OtherShape),
+            ("query($r:[_Any!]!){_entities(representations:$r) @include(if:true){...on T{id}}}", reps.clone(), NotEntities::OtherShape),
+            ("mutation($r:[_Any!]!){_entities(representations:$r){...on T{id}}}", reps.clone(), NotEntities::OtherShape),
+            ("query($r:[_Any!]!){_entities(representations:$r){...on T{id}}}", serde_json::json!({"r": [{"id": 1}]}), NotEntities::BadRepresentations),
+            ("query($r:[_Any!]!){_entities(representations:$r){...on T{id}}}", serde_json::json!({"r": {"__typename": "T"}}), NotEntities::BadRepresentations),
+            ("query($r:[_Any!]!){a:_entities(representations:$r){...on T{id}} b:_entities(representations:$r){...on T{id}}}", reps.clone(), NotEntities::OtherShape),
+            ("query($r:[_Any!]!){_entities(representations:$r){...on T{id}}", reps.clone(), NotEntities::Unreadable),
+        ] {
+            let body = serde_json::json!({"query": query, "variables": vars});
+            assert_eq!(read(&body), Err(why), "{query}");
+        }
+    }
+}
