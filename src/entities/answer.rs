@@ -131,7 +131,7 @@ impl<'a> Fetched<'a> {
                 continue;
             };
             let (Some(field), Some(distinct)) =
-                (req.fields.get(f), sent[f..].first().and_then(|s| s.get(i)))
+                (req.fields.get(f), sent.get(f).and_then(|s| s.get(i)))
             else {
                 continue;
             };
