@@ -32,6 +32,8 @@ use graphql_cache::invalidate::mutation::{
 use graphql_cache::invalidate::purge_request::{authorized, parse_selectors};
 use graphql_cache::invalidate::shape::find_in_shaped_answer;
 use graphql_cache::invalidate::tags::{entry_tags, find_in_answer, OperationTags, MAX_TAGS};
+use graphql_cache::entities::answer::{assemble, Fetched};
+use graphql_cache::entities::request::EntitiesRequest;
 use graphql_cache::request::apq;
 use graphql_cache::request::canonical::{canonicalize, mutation_shape, Limits};
 use graphql_cache::request::classify::{
@@ -70,6 +72,8 @@ pub const TARGETS: &[(&str, Check)] = &[
     ("origin_answer", origin_answer),
     ("set_index", set_index),
     ("request_head", request_head),
+    ("entities_request", entities_request),
+    ("entities_answer", entities_answer),
 ];
 
 fn head(method: &str, path: &str) -> RequestHead {
@@ -919,6 +923,137 @@ pub fn request_head(data: &[u8]) {
             if head.if_modified_since.is_none() {
                 assert!(!fresh);
             }
+        }
+    }
+}
+
+const ENTITY_LIMITS: Limits = Limits {
+    max_depth: 32,
+    max_fields: 2000,
+};
+
+/// The entity a test subgraph answers for field `f`'s distinct representation `d`: an object,
+/// or `null` for every third.
+fn test_entity(f: usize, d: usize) -> String {
+    match d % 3 {
+        2 => "null".to_string(),
+        _ => format!(r#"{{"f":{f},"d":{d}}}"#),
+    }
+}
+
+/// An `_entities` request: split, rewritten for its misses, and answered half from entries and
+/// half from a subgraph (one entity of each field failing), merges into what the subgraph would
+/// have answered to the whole batch, error paths included.
+pub fn entities_request(data: &[u8]) {
+    let Ok(req) = EntitiesRequest::read(data, ENTITY_LIMITS) else {
+        return;
+    };
+    for field in &req.fields {
+        let asked = req.variables[&field.variable].as_array().map_or(0, Vec::len);
+        assert_eq!(field.positions.len(), asked, "a position lost");
+        assert!(field.positions.iter().all(|d| *d < field.distinct.len()));
+        let mut texts: Vec<&str> = field.distinct.iter().map(|r| r.canonical.as_str()).collect();
+        texts.sort_unstable();
+        texts.dedup();
+        assert_eq!(texts.len(), field.distinct.len(), "a representation asked twice");
+    }
+    // Everything sent again: the same split.
+    let all: Vec<Vec<usize>> = req.fields.iter().map(|f| (0..f.distinct.len()).collect()).collect();
+    let again = EntitiesRequest::read(&req.rewritten(&all), ENTITY_LIMITS)
+        .unwrap_or_else(|e| panic!("a rewritten request does not read: {e:?}"));
+    for (a, b) in req.fields.iter().zip(&again.fields) {
+        assert_eq!(a.distinct, b.distinct, "rewriting changed the representations");
+    }
+    // Odd distinct representations fetched, even ones from entries; each field's first fetched
+    // one fails.
+    let sent: Vec<Vec<usize>> = req
+        .fields
+        .iter()
+        .map(|f| (0..f.distinct.len()).filter(|d| d % 2 == 1).collect())
+        .collect();
+    let mut answer = serde_json::Map::new();
+    let mut errors = Vec::new();
+    for (f, field) in req.fields.iter().enumerate() {
+        let list: Vec<serde_json::Value> = sent[f]
+            .iter()
+            .map(|d| serde_json::from_str(&test_entity(f, *d)).unwrap())
+            .collect();
+        answer.insert(field.response_key.clone(), list.into());
+        if !sent[f].is_empty() {
+            errors.push(serde_json::json!({"message": "boom", "path": [field.response_key, 0]}));
+        }
+    }
+    let body = serde_json::json!({"data": answer, "errors": errors}).to_string();
+    let fetched = Fetched::read(body.as_bytes(), &req, &sent)
+        .unwrap_or_else(|e| panic!("a well-formed answer is refused: {e:?}"));
+    let texts: Vec<Vec<String>> = req
+        .fields
+        .iter()
+        .enumerate()
+        .map(|(f, field)| (0..field.distinct.len()).map(|d| test_entity(f, d)).collect())
+        .collect();
+    let entities: Vec<Vec<&str>> = texts.iter().map(|t| t.iter().map(String::as_str).collect()).collect();
+    let merged: serde_json::Value =
+        serde_json::from_slice(&assemble(&req, &entities, Some((&fetched, &sent))))
+            .unwrap_or_else(|e| panic!("a merged answer is not JSON: {e}"));
+    let mut whole = serde_json::Map::new();
+    let mut whole_errors = Vec::new();
+    for (f, field) in req.fields.iter().enumerate() {
+        let list: Vec<serde_json::Value> = field
+            .positions
+            .iter()
+            .map(|d| serde_json::from_str(&test_entity(f, *d)).unwrap())
+            .collect();
+        whole.insert(field.response_key.clone(), list.into());
+        if let Some(failing) = sent[f].first() {
+            for (p, d) in field.positions.iter().enumerate() {
+                if d == failing {
+                    whole_errors.push(serde_json::json!({"message": "boom", "path": [field.response_key, p]}));
+                }
+            }
+        }
+    }
+    let mut expected = serde_json::json!({"data": whole});
+    if !whole_errors.is_empty() {
+        expected["errors"] = whole_errors.into();
+    }
+    assert_eq!(merged, expected, "the merge differs from the whole batch's answer");
+}
+
+/// Any answer to a fixed split request (three representations, one asked twice; two sent):
+/// read without panicking; when read, its merge is JSON with every position the gateway asked.
+pub fn entities_answer(data: &[u8]) {
+    let body = serde_json::json!({
+        "query": "query($r:[_Any!]!){e:_entities(representations:$r){...on T{a}}}",
+        "variables": {"r": [
+            {"__typename": "T", "id": 1},
+            {"__typename": "T", "id": 2},
+            {"__typename": "T", "id": 1},
+            {"__typename": "T", "id": 3}
+        ]}
+    });
+    let req = EntitiesRequest::read(body.to_string().as_bytes(), ENTITY_LIMITS).unwrap();
+    let sent = vec![vec![1, 2]];
+    let Ok(fetched) = Fetched::read(data, &req, &sent) else {
+        return;
+    };
+    assert_eq!(fetched.entities[0].len(), 2);
+    let cached = r#"{"a":0}"#;
+    let got: Vec<&str> = fetched.entities[0]
+        .iter()
+        .map(|g| g.map_or("null", |g| g.raw))
+        .collect();
+    let entities = vec![vec![cached, got[0], got[1]]];
+    let merged: serde_json::Value =
+        serde_json::from_slice(&assemble(&req, &entities, Some((&fetched, &sent))))
+            .unwrap_or_else(|e| panic!("a merged answer is not JSON: {e}"));
+    if let Some(list) = merged["data"]["e"].as_array() {
+        assert_eq!(list.len(), 4);
+        assert_eq!(list[0], list[2], "one representation, two answers");
+    }
+    for e in merged["errors"].as_array().into_iter().flatten() {
+        if let (Some("e"), Some(p)) = (e["path"][0].as_str(), e["path"][1].as_u64()) {
+            assert!(p < 4 || !e["path"].is_array(), "an error path past the batch");
         }
     }
 }

@@ -1,0 +1,6 @@
+#![no_main]
+#[path = "../checks.rs"]
+#[allow(dead_code)]
+mod checks;
+
+libfuzzer_sys::fuzz_target!(|data: &[u8]| checks::entities_answer(data));
