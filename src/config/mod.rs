@@ -17,6 +17,7 @@
 
 mod bounds;
 mod cdn;
+mod entities;
 mod error;
 mod fetch;
 mod headers;
@@ -32,6 +33,7 @@ mod requests;
 mod rules;
 
 pub use self::cdn::{CdnHeader, CdnTags};
+pub use self::entities::{Entities, EntityType};
 pub use self::error::ConfigError;
 pub use self::headers::{carriable, HOP_BY_HOP};
 pub use self::identity::IdentitySource;
@@ -84,6 +86,8 @@ pub struct Config {
     pub cdn_tags: Option<CdnTags>,
     /// Counters per operation name (top `top_k` names, the rest as `other`).
     pub operation_stats: OperationStats,
+    /// Entity caching of `_entities` requests (a listener in front of a subgraph); `None`: off.
+    pub entities: Option<Entities>,
     /// Coalesce concurrent identical misses into one upstream fetch.
     pub coalesce: bool,
     /// Number of in-flight records in shared data (concurrently coalesced keys, across workers).
@@ -149,6 +153,7 @@ impl Default for Config {
             access_log: false,
             cdn_tags: None,
             operation_stats: OperationStats::default(),
+            entities: None,
             coalesce: true,
             flight_slots: 1024,
             fetch_timeout_ms: 10_000,
@@ -245,6 +250,7 @@ impl Config {
             access_log: raw.access_log.unwrap_or(d.access_log),
             cdn_tags: cdn::parse(raw.cdn_tags.clone())?,
             operation_stats: operation_stats::parse(raw.operation_stats.as_ref())?,
+            entities: entities::parse(raw.entities.as_ref(), lifetimes.ttl_seconds, default_scope)?,
             coalesce,
             flight_slots: fetch.flight_slots,
             fetch_timeout_ms: fetch.fetch_timeout_ms,

@@ -468,3 +468,32 @@ fn the_explain_path_sits_beside_the_purge_path_unless_given() {
     }
     assert_eq!(err(r#"{"explain_path":"/why"}"#).field, "explain_path");
 }
+
+#[test]
+fn entities_types_and_bounds() {
+    assert_eq!(Config::parse(b"{}").unwrap().entities, None);
+    let c = Config::parse(
+        br#"{"ttl_seconds":30,"entities":{"types":{"Product":{"ttl_seconds":300},"User":{"scope":"private"}}}}"#,
+    )
+    .unwrap()
+    .entities
+    .unwrap();
+    assert_eq!(c.policy("Product"), (300, Scope::Public));
+    assert_eq!(c.policy("User"), (30, Scope::Private));
+    assert_eq!(c.policy("Review"), (30, Scope::Public));
+    assert_eq!(c.null_ttl_seconds, 0);
+    assert_fields(&[
+        (
+            r#"{"entities":{"types":{"P":{"scope":"shared"}}}}"#,
+            "entities.types.P.scope",
+        ),
+        (
+            r#"{"entities":{"types":{"a b":{}}}}"#,
+            "entities.types.a b",
+        ),
+        (
+            r#"{"entities":{"max_answer_bytes":1}}"#,
+            "entities.max_answer_bytes",
+        ),
+    ]);
+}

@@ -26,6 +26,7 @@ pub(super) struct RawConfig {
     pub(super) access_log: Option<bool>,
     pub(super) cdn_tags: Option<RawCdnTags>,
     pub(super) operation_stats: Option<RawOperationStats>,
+    pub(super) entities: Option<RawEntities>,
     pub(super) coalesce: Option<bool>,
     pub(super) flight_slots: Option<u64>,
     pub(super) fetch_timeout_ms: Option<u64>,
@@ -76,6 +77,22 @@ pub(super) struct RawCdnTags {
     pub(super) headers: Option<Vec<String>>,
     pub(super) max_header_bytes: Option<u64>,
     pub(super) max_tag_bytes: Option<u64>,
+}
+
+#[derive(Deserialize, Clone)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawEntities {
+    pub(super) ttl_seconds: Option<u64>,
+    pub(super) null_ttl_seconds: Option<u64>,
+    pub(super) max_answer_bytes: Option<u64>,
+    pub(super) types: Option<HashMap<String, RawEntityType>>,
+}
+
+#[derive(Deserialize, Clone)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawEntityType {
+    pub(super) ttl_seconds: Option<u64>,
+    pub(super) scope: Option<String>,
 }
 
 #[derive(Deserialize, Clone)]

@@ -86,7 +86,7 @@ pub(super) fn default_scope(raw: Option<String>, identity: bool) -> Result<Scope
     }
 }
 
-fn parse_scope(field: &str, value: &str) -> Result<Scope, ConfigError> {
+pub(super) fn parse_scope(field: &str, value: &str) -> Result<Scope, ConfigError> {
     match value {
         "public" => Ok(Scope::Public),
         "private" => Ok(Scope::Private),
