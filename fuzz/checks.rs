@@ -18,6 +18,8 @@ use graphql_cache::config::Lifetimes;
 use graphql_cache::config::{MutationInvalidation, MutationPurges};
 use graphql_cache::effects::header_block::{pairs, HeaderBlock};
 use graphql_cache::effects::store::{SharedStore, StoreError};
+use graphql_cache::entities::answer::{assemble, Fetched};
+use graphql_cache::entities::request::EntitiesRequest;
 use graphql_cache::fleet::follower::{self, FeedState, FEED_KEY};
 use graphql_cache::fleet::outbox::{self, Outbox, MAX_PENDING, MAX_PENDING_BYTES, OUTBOX_KEY};
 use graphql_cache::fleet::purge_log::{
@@ -32,8 +34,6 @@ use graphql_cache::invalidate::mutation::{
 use graphql_cache::invalidate::purge_request::{authorized, parse_selectors};
 use graphql_cache::invalidate::shape::find_in_shaped_answer;
 use graphql_cache::invalidate::tags::{entry_tags, find_in_answer, OperationTags, MAX_TAGS};
-use graphql_cache::entities::answer::{assemble, Fetched};
-use graphql_cache::entities::request::EntitiesRequest;
 use graphql_cache::request::apq;
 use graphql_cache::request::canonical::{canonicalize, mutation_shape, Limits};
 use graphql_cache::request::classify::{
@@ -949,20 +949,37 @@ pub fn entities_request(data: &[u8]) {
         return;
     };
     for field in &req.fields {
-        let asked = req.variables[&field.variable].as_array().map_or(0, Vec::len);
+        let asked = req.variables[&field.variable]
+            .as_array()
+            .map_or(0, Vec::len);
         assert_eq!(field.positions.len(), asked, "a position lost");
         assert!(field.positions.iter().all(|d| *d < field.distinct.len()));
-        let mut texts: Vec<&str> = field.distinct.iter().map(|r| r.canonical.as_str()).collect();
+        let mut texts: Vec<&str> = field
+            .distinct
+            .iter()
+            .map(|r| r.canonical.as_str())
+            .collect();
         texts.sort_unstable();
         texts.dedup();
-        assert_eq!(texts.len(), field.distinct.len(), "a representation asked twice");
+        assert_eq!(
+            texts.len(),
+            field.distinct.len(),
+            "a representation asked twice"
+        );
     }
     // Everything sent again: the same split.
-    let all: Vec<Vec<usize>> = req.fields.iter().map(|f| (0..f.distinct.len()).collect()).collect();
+    let all: Vec<Vec<usize>> = req
+        .fields
+        .iter()
+        .map(|f| (0..f.distinct.len()).collect())
+        .collect();
     let again = EntitiesRequest::read(&req.rewritten(&all), ENTITY_LIMITS)
         .unwrap_or_else(|e| panic!("a rewritten request does not read: {e:?}"));
     for (a, b) in req.fields.iter().zip(&again.fields) {
-        assert_eq!(a.distinct, b.distinct, "rewriting changed the representations");
+        assert_eq!(
+            a.distinct, b.distinct,
+            "rewriting changed the representations"
+        );
     }
     // Odd distinct representations fetched, even ones from entries; each field's first fetched
     // one fails.
@@ -990,9 +1007,16 @@ pub fn entities_request(data: &[u8]) {
         .fields
         .iter()
         .enumerate()
-        .map(|(f, field)| (0..field.distinct.len()).map(|d| test_entity(f, d)).collect())
+        .map(|(f, field)| {
+            (0..field.distinct.len())
+                .map(|d| test_entity(f, d))
+                .collect()
+        })
         .collect();
-    let entities: Vec<Vec<&str>> = texts.iter().map(|t| t.iter().map(String::as_str).collect()).collect();
+    let entities: Vec<Vec<&str>> = texts
+        .iter()
+        .map(|t| t.iter().map(String::as_str).collect())
+        .collect();
     let merged: serde_json::Value =
         serde_json::from_slice(&assemble(&req, &entities, Some((&fetched, &sent))))
             .unwrap_or_else(|e| panic!("a merged answer is not JSON: {e}"));
@@ -1008,7 +1032,9 @@ pub fn entities_request(data: &[u8]) {
         if let Some(failing) = sent[f].first() {
             for (p, d) in field.positions.iter().enumerate() {
                 if d == failing {
-                    whole_errors.push(serde_json::json!({"message": "boom", "path": [field.response_key, p]}));
+                    whole_errors.push(
+                        serde_json::json!({"message": "boom", "path": [field.response_key, p]}),
+                    );
                 }
             }
         }
@@ -1017,7 +1043,10 @@ pub fn entities_request(data: &[u8]) {
     if !whole_errors.is_empty() {
         expected["errors"] = whole_errors.into();
     }
-    assert_eq!(merged, expected, "the merge differs from the whole batch's answer");
+    assert_eq!(
+        merged, expected,
+        "the merge differs from the whole batch's answer"
+    );
 }
 
 /// Any answer to a fixed split request (three representations, one asked twice; two sent):
@@ -1053,7 +1082,10 @@ pub fn entities_answer(data: &[u8]) {
     }
     for e in merged["errors"].as_array().into_iter().flatten() {
         if let (Some("e"), Some(p)) = (e["path"][0].as_str(), e["path"][1].as_u64()) {
-            assert!(p < 4 || !e["path"].is_array(), "an error path past the batch");
+            assert!(
+                p < 4 || !e["path"].is_array(),
+                "an error path past the batch"
+            );
         }
     }
 }

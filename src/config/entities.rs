@@ -50,7 +50,13 @@ pub(super) fn parse(
     let Some(raw) = raw else {
         return Ok(None);
     };
-    let ttl = bounded("entities.ttl_seconds", raw.ttl_seconds, ttl_seconds, 0, MAX_TTL_SECONDS)?;
+    let ttl = bounded(
+        "entities.ttl_seconds",
+        raw.ttl_seconds,
+        ttl_seconds,
+        0,
+        MAX_TTL_SECONDS,
+    )?;
     let null_ttl = bounded(
         "entities.null_ttl_seconds",
         raw.null_ttl_seconds,
@@ -85,7 +91,15 @@ fn entity_type(name: &str, raw: &RawEntityType) -> Result<EntityType, ConfigErro
     }
     let ttl_seconds = raw
         .ttl_seconds
-        .map(|t| bounded(&format!("{field}.ttl_seconds"), Some(t), 0, 0, MAX_TTL_SECONDS))
+        .map(|t| {
+            bounded(
+                &format!("{field}.ttl_seconds"),
+                Some(t),
+                0,
+                0,
+                MAX_TTL_SECONDS,
+            )
+        })
         .transpose()?;
     let scope = raw
         .scope

@@ -487,10 +487,7 @@ fn entities_types_and_bounds() {
             r#"{"entities":{"types":{"P":{"scope":"shared"}}}}"#,
             "entities.types.P.scope",
         ),
-        (
-            r#"{"entities":{"types":{"a b":{}}}}"#,
-            "entities.types.a b",
-        ),
+        (r#"{"entities":{"types":{"a b":{}}}}"#, "entities.types.a b"),
         (
             r#"{"entities":{"max_answer_bytes":1}}"#,
             "entities.max_answer_bytes",

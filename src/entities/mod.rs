@@ -6,4 +6,5 @@
 //! subgraph's answer, says which entities may be stored, and assembles what the client gets.
 
 pub mod answer;
+pub mod entry;
 pub mod request;

@@ -99,6 +99,40 @@ impl KeyWriter {
     }
 }
 
+/// What one entity of an `_entities` request is keyed by, beside its HTTP context.
+#[derive(Debug, Clone, Copy)]
+pub struct EntityAsk<'a> {
+    /// The selection its field asks, printed.
+    pub selection: &'a str,
+    /// The representation, canonical JSON.
+    pub representation: &'a str,
+    /// The request's other variables, canonical JSON.
+    pub other_variables: &'a str,
+    pub extensions: Option<&'a str>,
+}
+
+/// The key of one entity: the subgraph (cluster, authority, path), the selection asked, the
+/// representation, and the headers of the key; never the batch it came in.
+pub fn build_entity_key(ctx: &KeyContext, ask: &EntityAsk) -> CacheKey {
+    let mut w = KeyWriter(Sha256::new());
+    w.field(1, b"graphql-cache/entity/v1");
+    w.field(3, ctx.authority);
+    w.field(4, ctx.path);
+    w.optional(14, ctx.cluster);
+    w.optional(5, ctx.accept.map(trim));
+    for (name, value) in &ctx.vary {
+        w.field(7, name.as_bytes());
+        w.optional(8, *value);
+    }
+    w.field(15, ask.selection.as_bytes());
+    w.field(16, ask.representation.as_bytes());
+    w.field(11, ask.other_variables.as_bytes());
+    w.optional(12, ask.extensions.map(str::as_bytes));
+    CacheKey {
+        digest: w.0.finalize().into(),
+    }
+}
+
 /// Builds the key for a parsed, canonicalized request in its HTTP context.
 pub fn build_key(ctx: &KeyContext, req: &GraphQlRequest, op: &CanonicalOperation) -> CacheKey {
     let mut w = KeyWriter(Sha256::new());
