@@ -14,6 +14,10 @@
    counters from PER_OPERATION below. Counters are read through rate()/increase() (a range), gauges
    never; a legend's {{label}} must be a label the query keeps; every filter counter is on the
    dashboard (or in NOT_ON_DASHBOARD).
+4. Meaning: the ratio and sum panels evaluated by `promtool test rules` over synthetic counters
+   (SYNTHETIC) must give the values EXPECTED says (e.g. a hit ratio of 0.5, an operation that only
+   missed at 0, not absent); this also runs every one of them, so a query Prometheus refuses at
+   evaluation (not at parsing) fails here.
 
 Usage: check.py [--dashboard FILE] [--promtool PATH] [--skip-schema]
 """
@@ -356,6 +360,9 @@ def check_metrics(dash, metrics, errors):
                     errors.append(f"{where}: counter {name} read without rate()/increase() over a range")
                 if m.kind == "gauge" and s.ranged:
                     errors.append(f"{where}: gauge {name} read over a range (rate of a gauge?)")
+            if s.ranged and len(s.names) > 1:
+                errors.append(f"{where}: rate()/increase() over several metrics at once ({'|'.join(s.names)}): "
+                              "Prometheus 2 refuses it (one label set once the names are dropped)")
         for label in grouping:
             if label not in labels_here:
                 errors.append(f"{where}: groups by {label!r}, a label none of its metrics has")
@@ -408,6 +415,95 @@ def check_promql(dash, promtool, errors):
     return len(rules)
 
 
+# --- what the key panels compute -----------------------------------------------------------------
+
+# Synthetic counters, one sample a minute for ten minutes (promtool's `a+bxn`: from a, b more each
+# minute): per second, globally 1 hit, 0.5 stale, 1.5 misses (of them 0.5 coalesced, 0.25 from the
+# L2), 1/3 bypass; per operation: Home 1 hit, 1 stale, 0.5 coalesced, 1.5 misses (0.5 cold,
+# 1 expired), 1 bypass; Search only misses (1 cold); Cached only hits (1).
+SYNTHETIC = {
+    'graphql_cache_hits{instance="envoy-a"}': "0+60x10",
+    'graphql_cache_stale_served{instance="envoy-a"}': "0+30x10",
+    'graphql_cache_misses{instance="envoy-a"}': "0+90x10",
+    'graphql_cache_coalesced{instance="envoy-a"}': "0+30x10",
+    'graphql_cache_l2_hits{instance="envoy-a"}': "0+15x10",
+    'graphql_cache_bypasses{instance="envoy-a"}': "0+20x10",
+    'graphql_cache_op_hits{instance="envoy-a",graphql_operation="Home"}': "0+60x10",
+    'graphql_cache_op_stale{instance="envoy-a",graphql_operation="Home"}': "0+60x10",
+    'graphql_cache_op_coalesced{instance="envoy-a",graphql_operation="Home"}': "0+30x10",
+    'graphql_cache_op_misses{instance="envoy-a",graphql_operation="Home",graphql_cache_reason="cold"}': "0+30x10",
+    'graphql_cache_op_misses{instance="envoy-a",graphql_operation="Home",graphql_cache_reason="expired"}': "0+60x10",
+    'graphql_cache_op_bypasses{instance="envoy-a",graphql_operation="Home",graphql_cache_reason="mutation"}': "0+60x10",
+    'graphql_cache_op_misses{instance="envoy-a",graphql_operation="Search",graphql_cache_reason="cold"}': "0+60x10",
+    'graphql_cache_op_hits{instance="envoy-a",graphql_operation="Cached"}': "0+60x10",
+}
+PER_OP = lambda home, search, cached: [  # noqa: E731
+    ('{graphql_operation="Home"}', home), ('{graphql_operation="Search"}', search),
+    ('{graphql_operation="Cached"}', cached)]
+# (panel type, panel title, refId) -> the samples its query must give at the end of SYNTHETIC.
+EXPECTED = {
+    ("stat", "Hit ratio", "A"): [("{}", 0.5)],
+    ("stat", "Served without an origin trip", "A"): [("{}", 0.75)],
+    ("stat", "Lookups per second", "A"): [("{}", 3)],
+    ("stat", "Bypassed share", "A"): [("{}", 0.1)],
+    ("timeseries", "Hit ratio", "A"): [("{}", 0.5)],
+    ("timeseries", "Hit ratio", "B"): [("{}", 0.75)],
+    ("timeseries", "Hit ratio per operation", "A"): PER_OP(0.5, 0, 1),
+    ("bargauge", "Hit ratio per operation, time range", "A"): PER_OP(0.5, 0, 1),
+    ("timeseries", "Served without an origin trip per operation", "A"): PER_OP(0.625, 0, 1),
+    ("timeseries", "Requests per operation", "A"): PER_OP(5, 1, 1),
+    ("timeseries", "Miss reasons", "A"): [('{graphql_cache_reason="cold"}', 1.5),
+                                          ('{graphql_cache_reason="expired"}', 1)],
+}
+
+
+def check_semantics(dash, promtool, errors):
+    values = variable_values(dash)
+    subs = {"__rate_interval": "5m", "__range": "5m", "__interval": "1m"}
+    tests, found, keys = [], set(), []
+    for p in all_panels(dash):
+        for t in p.get("targets", []):
+            key = (p.get("type"), p.get("title"), t.get("refId"))
+            if key not in EXPECTED:
+                continue
+            expr = re.sub(r"\$(__\w+)", lambda m: subs.get(m.group(1), m.group(0)), t.get("expr", ""))
+            try:
+                expr = substitute(expr, values)
+            except ValueError as e:
+                errors.append(f"{key}: {e}")
+                continue
+            found.add(key)
+            keys.append(key)
+            tests.append({"expr": expr, "eval_time": "10m",
+                          "exp_samples": [{"labels": lab, "value": v} for lab, v in EXPECTED[key]]})
+    for key in sorted(set(EXPECTED) - found):
+        errors.append(f"no {key[0]} panel {key[1]!r} with a query {key[2]} (EXPECTED names it)")
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "dashboard-test.yml")
+        with open(path, "w") as f:
+            json.dump({"evaluation_interval": "1m", "tests": [{
+                "interval": "1m",
+                "input_series": [{"series": k, "values": v} for k, v in SYNTHETIC.items()],
+                "promql_expr_test": tests}]}, f, indent=1)
+        run = subprocess.run([promtool, "test", "rules", path], capture_output=True, text=True)
+        if run.returncode != 0:
+            out = (run.stdout + run.stderr).strip()
+            for block in re.split(r"\n(?=\s*expr: )", out):
+                m = re.search(r'expr: "(.*?)", time', block)
+                where = ""
+                if m:
+                    for k, t in zip(keys, tests):
+                        if json.dumps(t["expr"])[1:-1] == m.group(1):
+                            where = f"{k[0]} panel {k[1]!r} query {k[2]}: "
+                    block = block.replace(m.group(0), "time")
+                if "FAILED" in block or "Unit Testing" in block or not block.strip():
+                    continue
+                errors.append("meaning (promtool test rules): " + where + " ".join(block.split()))
+            if not any(e.startswith("meaning") for e in errors):
+                errors.append("meaning (promtool test rules): " + " ".join(out.split())[:600])
+    return len(tests)
+
+
 def check_schema(dashboard_path, errors):
     node = "node"
     gen = subprocess.run([node, os.path.join(HERE, "gen.mjs"), dashboard_path], capture_output=True, text=True)
@@ -439,6 +535,7 @@ def main(argv=None):
     check_variables(dash, errors)
     used = check_metrics(dash, exported_metrics(), errors)
     n = check_promql(dash, args.promtool, errors)
+    m = check_semantics(dash, args.promtool, errors)
     rel = os.path.relpath(args.dashboard, ROOT)
     if errors:
         for e in errors:
@@ -446,7 +543,8 @@ def main(argv=None):
         print(f"{rel}: {len(errors)} problem(s)")
         return 1
     panels = sum(1 for p in all_panels(dash) if p.get("type") != "row")
-    print(f"{rel}: {panels} panels, {n} queries parsed by promtool, {len(used)} metrics all exported"
+    print(f"{rel}: {panels} panels, {n} queries parsed by promtool, {m} evaluated on synthetic counters as "
+          f"expected, {len(used)} metrics all exported"
           + ("" if args.skip_schema else ", Grafana's schema (@grafana/schema) satisfied"))
     return 0
 

@@ -36,6 +36,7 @@ def problems(d):
     check.check_variables(d, errors)
     check.check_metrics(d, METRICS, errors)
     check.check_promql(d, PROMTOOL, errors)
+    check.check_semantics(d, PROMTOOL, errors)
     return errors
 
 
@@ -103,8 +104,8 @@ def _legend_label_dropped(d):
 BROKEN = [
     ("metric name typo", _expr("Coalescing", "A", lambda e: e.replace("graphql_cache_leaders", "graphql_cache_leader")),
      r"graphql_cache_leader is not a metric"),
-    ("metric name typo inside a __name__ regex",
-     _expr("Hit ratio", "A", lambda e: e.replace("(hits|stale_served)", "(hits|stale_serves)")),
+    ("metric name typo in a sum",
+     _expr("Hit ratio", "A", lambda e: e.replace("graphql_cache_stale_served", "graphql_cache_stale_serves")),
      r"graphql_cache_stale_serves is not a metric"),
     ("per-operation metric typo", _expr("Coalesced per operation", "A", lambda e: e.replace("op_coalesced", "op_coalesce")),
      r"graphql_cache_op_coalesce is not a metric"),
@@ -123,6 +124,25 @@ BROKEN = [
      r"promtool: panel \d+ 'Hit ratio' query A: .*parse error"),
     ("unknown function (promtool)", _expr("Coalescing", "A", lambda e: e.replace("rate(", "rates(")),
      r"promtool: panel \d+ 'Coalescing' query A: .*unknown function"),
+    ("several metrics in one rate() (Prometheus 2 refuses it)",
+     _expr("Requests per operation", "A",
+           lambda e: 'sum by (graphql_operation) (rate({__name__=~"graphql_cache_op_(hits|stale)"}[$__rate_interval]))'),
+     r"over several metrics at once"),
+    ("the same, caught when evaluated",
+     _expr("Requests per operation", "A",
+           lambda e: 'sum by (graphql_operation) (rate({__name__=~"graphql_cache_op_(hits|stale)"}[$__rate_interval]))'),
+     r"meaning .*'Requests per operation' query A: .*same labelset"),
+    ("per-operation hit ratio counting misses as served",
+     _expr("Hit ratio per operation", "A", lambda e: e.replace(" * 0", "")),
+     r"meaning .*timeseries panel 'Hit ratio per operation' query A"),
+    ("an operation that only missed left out of its hit ratio",
+     _expr("Served without an origin trip per operation", "A",
+           lambda e: e.replace(' or label_replace(rate(graphql_cache_op_misses{instance=~"$instance", '
+                               'graphql_operation=~"$operation"}[$__rate_interval]) * 0, "counter", "misses", "", "")', "")),
+     r"meaning .*'Served without an origin trip per operation'"),
+    ("overall hit ratio over bypasses instead of misses",
+     _expr("Hit ratio", "A", lambda e: e.replace("graphql_cache_misses", "graphql_cache_bypasses")),
+     r"meaning .*panel 'Hit ratio' query A"),
     ("undefined variable", _expr("Coalescing", "A", lambda e: e.replace("$instance", "$instanse")),
      r"\$instanse .*is not a variable"),
     ("gridPos missing", _drop_gridpos, r"'Coalescing': gridPos must have"),
