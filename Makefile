@@ -206,6 +206,15 @@ dashboard-check: envoy/grafana/check/node_modules $(if $(SYSTEM_PROMTOOL),,$(PRO
 	python3 envoy/grafana/check/check.py --promtool $(PROMTOOL)
 	PROMTOOL=$(PROMTOOL) python3 -m unittest discover -s envoy/grafana/check -p 'test_*.py'
 
+# docs/images/dashboard.png: the fleet of demo-cluster (Redis, the L2, the origin, two Envoys on
+# envoy/fleet.yaml, free ports on 127.0.0.1) under a mixed load of named operations for
+# PICTURE_SECONDS, scraped by a real Prometheus every 2 s, then the dashboard's own panels and
+# queries drawn from it by envoy/grafana/render.py (matplotlib; not a Grafana screenshot). ~2 min.
+PICTURE_SECONDS ?= 75
+dashboard-picture: tools build $(REDIS) prometheus
+	@$(VENV)/bin/python -c 'import matplotlib' 2>/dev/null || $(VENV)/bin/pip install --quiet --disable-pip-version-check matplotlib
+	$(VENV)/bin/python envoy/grafana/picture.py --prometheus $(PROMETHEUS) --seconds $(PICTURE_SECONDS)
+
 # --- Kubernetes (envoy/k8s/) -------------------------------------------------------------------
 .PHONY: oci k8s-check
 OCI_DIR := target/oci
