@@ -111,7 +111,7 @@ l2:
 build: wasm origin l2
 
 # --- test -------------------------------------------------------------------------------------
-lint: $(TOOLS)/.rust-target
+lint: $(TOOLS)/.rust-target dashboard-check
 	$(CARGO) fmt --all -- --check
 	cd fuzz && $(CARGO) fmt -- --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
@@ -164,6 +164,56 @@ test: lint unit validate k8s-check integration demo-check demo-cluster-check
 # honoured on B within a second.
 demo-cluster-check: tools build $(REDIS)
 	DEMO_SECONDS=0 ENVOY=$(ENVOY) WASM=$(WASM) ORIGIN=$(ORIGIN) L2=$(L2) envoy/demo-cluster.sh >/dev/null
+
+# --- Grafana dashboard (envoy/grafana/) ---------------------------------------------------------
+.PHONY: prometheus dashboard-check dashboard-picture
+# Prometheus: promtool parses the dashboard's queries (make dashboard-check, part of lint); the
+# server scrapes Envoy for make dashboard-picture. Ones on PATH are used as they are; without
+# them, Debian's `prometheus` package is fetched with `apt-get download` (no install, no root
+# needed; with a private copy of the package lists when the system has none) and its two binaries
+# unpacked under .tools/prometheus/bin. Debian or Ubuntu only; elsewhere, put Prometheus 2 or 3
+# (prometheus and promtool) on PATH.
+PROM_DIR := $(TOOLS)/prometheus
+SYSTEM_PROMTOOL := $(shell command -v promtool 2>/dev/null)
+SYSTEM_PROMETHEUS := $(shell command -v prometheus 2>/dev/null)
+PROMTOOL := $(or $(SYSTEM_PROMTOOL),$(PROM_DIR)/bin/promtool)
+PROMETHEUS := $(or $(SYSTEM_PROMETHEUS),$(PROM_DIR)/bin/prometheus)
+PROM_APT := -o Dir::State::Lists=$(PROM_DIR)/apt/lists -o Dir::Cache=$(PROM_DIR)/apt/cache -o Debug::NoLocking=1
+
+$(PROM_DIR)/.installed:
+	@command -v apt-get >/dev/null && command -v dpkg-deb >/dev/null || { echo "no apt-get: put Prometheus (prometheus and promtool) on PATH"; exit 1; }
+	@rm -rf $(PROM_DIR) && mkdir -p $(PROM_DIR)/deb $(PROM_DIR)/bin $(PROM_DIR)/apt/lists/partial $(PROM_DIR)/apt/cache/archives/partial
+	cd $(PROM_DIR)/deb && { apt-get download -qq prometheus 2>/dev/null || \
+	  { apt-get $(PROM_APT) update -qq && apt-get $(PROM_APT) download -qq prometheus; }; }
+	dpkg-deb -x $(PROM_DIR)/deb/prometheus_*.deb $(PROM_DIR)/deb/root
+	mv $(PROM_DIR)/deb/root/usr/bin/prometheus $(PROM_DIR)/deb/root/usr/bin/promtool $(PROM_DIR)/bin/
+	rm -rf $(PROM_DIR)/deb $(PROM_DIR)/apt
+	$(PROM_DIR)/bin/promtool --version | head -n 1 && touch $@
+
+prometheus: $(if $(and $(SYSTEM_PROMTOOL),$(SYSTEM_PROMETHEUS)),,$(PROM_DIR)/.installed)
+	@echo "$(PROMTOOL): $$($(PROMTOOL) --version 2>&1 | head -n 1)"
+	@echo "$(PROMETHEUS): $$($(PROMETHEUS) --version 2>&1 | head -n 1)"
+
+# The checker's pinned TypeScript and Grafana schema (@grafana/schema), by envoy/grafana/check/package-lock.json.
+envoy/grafana/check/node_modules: envoy/grafana/check/package-lock.json
+	npm ci --prefix envoy/grafana/check --no-audit --no-fund --loglevel=error
+	@touch $@
+
+# envoy/grafana/graphql-cache.json against Grafana's schema (tsc over @grafana/schema's types), its
+# queries through promtool, its metric names against what the filter and the L2 export; then the
+# checker's own tests (broken dashboards must fail). A few seconds.
+dashboard-check: envoy/grafana/check/node_modules $(if $(SYSTEM_PROMTOOL),,$(PROM_DIR)/.installed)
+	python3 envoy/grafana/check/check.py --promtool $(PROMTOOL)
+	PROMTOOL=$(PROMTOOL) python3 -m unittest discover -s envoy/grafana/check -p 'test_*.py'
+
+# docs/images/dashboard.png: the fleet of demo-cluster (Redis, the L2, the origin, two Envoys on
+# envoy/fleet.yaml, free ports on 127.0.0.1) under a mixed load of named operations for
+# PICTURE_SECONDS, scraped by a real Prometheus every 2 s, then the dashboard's own panels and
+# queries drawn from it by envoy/grafana/render.py (matplotlib; not a Grafana screenshot). ~2 min.
+PICTURE_SECONDS ?= 75
+dashboard-picture: tools build $(REDIS) prometheus
+	@$(VENV)/bin/python -c 'import matplotlib' 2>/dev/null || $(VENV)/bin/pip install --quiet --disable-pip-version-check matplotlib
+	$(VENV)/bin/python envoy/grafana/picture.py --prometheus $(PROMETHEUS) --seconds $(PICTURE_SECONDS)
 
 # --- Kubernetes (envoy/k8s/) -------------------------------------------------------------------
 .PHONY: oci k8s-check
