@@ -36,18 +36,27 @@ DASHBOARD = os.path.join(ROOT, "envoy", "grafana", "graphql-cache.json")
 COUNTERS_RS = os.path.join(ROOT, "src", "effects", "counters.rs")
 L2_METRICS_RS = os.path.join(ROOT, "l2", "src", "metrics.rs")
 
-# The filter's per-operation counters (Envoy's stats_tags turn the operation into the
-# graphql_operation label; see docs/observability.md) and their labels.
-PER_OPERATION = {
-    "graphql_cache_op_hits": {"graphql_operation"},
-    "graphql_cache_op_stale": {"graphql_operation"},
-    "graphql_cache_op_coalesced": {"graphql_operation"},
-    "graphql_cache_op_misses": {"graphql_operation", "graphql_cache_reason"},
-    "graphql_cache_op_bypasses": {"graphql_operation", "graphql_cache_reason"},
-    "graphql_cache_op_not_stored": {"graphql_operation", "graphql_cache_reason"},
-    "graphql_cache_op_stores": {"graphql_operation"},
-    "graphql_cache_op_origin_ms_saved": {"graphql_operation"},
-}
+OPERATION_STATS_RS = os.path.join(ROOT, "src", "effects", "operation_stats.rs")
+
+
+def per_operation(root=ROOT):
+    """The filter's per-operation counters and their labels, read from the source
+    (src/effects/operation_stats.rs): Envoy's stats_tags turn the operation into the
+    graphql_operation label, and the reason of a counter by reason into graphql_cache_reason."""
+    with open(os.path.join(root, "src", "effects", "operation_stats.rs")) as f:
+        text = f.read()
+    names = dict(re.findall(r'OpCounter::(\w+) => "([a-z_]+)"', text))
+    plain_block = re.search(r"const PLAIN: \[OpCounter; \d+\] = \[(.*?)\];", text, re.S)
+    if len(names) < 5 or not plain_block:
+        raise SystemExit(f"{OPERATION_STATS_RS}: counter names not found; has the file changed?")
+    plain = set(re.findall(r"OpCounter::(\w+)", plain_block.group(1)))
+    return {
+        f"graphql_cache_op_{name}": {"graphql_operation"} | (set() if variant in plain else {"graphql_cache_reason"})
+        for variant, name in names.items()
+    }
+
+
+PER_OPERATION = per_operation()
 # Filter counters deliberately left off the dashboard.
 NOT_ON_DASHBOARD = {
     "graphql_cache_shadow_hits": "shadow mode is a trial before turning the cache on",

@@ -2,6 +2,7 @@
 //! let go only the request it belongs to; work for other requests is queued for the root.
 
 pub mod capture;
+pub mod entities;
 pub mod exchange;
 pub mod explain;
 pub mod join;

@@ -1,0 +1,403 @@
+//! One `_entities` request through entity mode (`entities`): each distinct representation looked
+//! up on its own; all found, answered here (`HIT`); some found, the rest fetched by this request's
+//! own callout with only the missing representations and merged back (`PARTIAL`); none found, or
+//! anything odd about the partial fetch, the gateway's own request goes upstream untouched (`MISS`)
+//! and its answer is split into entries as it streams back.
+
+use crate::cache::entry::Entry;
+use crate::config::{Lifetimes, Scope};
+use crate::effects::host::{status, Callout, RequestHost};
+use crate::entities::answer::{assemble, Fetched};
+use crate::entities::entry::{entity_entry, Source};
+use crate::entities::request::EntitiesRequest;
+use crate::request::classify::{key_context, RequestHead};
+use crate::request::key::{build_entity_key, CacheKey, EntityAsk};
+use crate::worker::callout::Returned;
+use crate::worker::ctx::Ctx;
+use crate::worker::request::lookup::{find, Found};
+use crate::worker::request::read::{fetch_cluster, read_identity};
+use crate::worker::root::answer::CACHE_HEADER;
+use crate::worker::store::insert;
+use std::rc::Rc;
+
+/// With `debug_headers`: how many distinct entities came from entries, and how many were fetched.
+pub const ENTITIES_HEADER: &str = "x-cache-entities";
+
+/// One entity of the request: its key (`None`: not cacheable, a private type without an
+/// identity), its lifetime, and the entry found for it.
+#[derive(Debug, Clone)]
+struct Slot {
+    key: Option<CacheKey>,
+    ttl_seconds: u64,
+    found: Option<Rc<[u8]>>,
+}
+
+/// An entities request in flight.
+#[derive(Debug)]
+pub struct EntityExchange {
+    req: EntitiesRequest,
+    /// Per field, per distinct representation.
+    slots: Vec<Vec<Slot>>,
+    /// Per field, the distinct representations the upstream answer holds, in its order.
+    sent: Vec<Vec<usize>>,
+    born_us: u64,
+    /// The partial fetch's callout.
+    pub token: Option<u32>,
+    /// The forwarded answer, copied as it streams (`None`: not stored).
+    capture: Option<(Vec<(String, Vec<u8>)>, Vec<u8>)>,
+}
+
+/// What a request in entity mode does next.
+#[derive(Debug)]
+pub enum Next {
+    /// Answered from entries.
+    Answered,
+    /// Paused for its partial fetch.
+    Fetching(Box<EntityExchange>),
+    /// Sent upstream untouched; its answer is split into entries.
+    Forwarded(Box<EntityExchange>),
+}
+
+/// Looks every representation up, and answers, fetches the missing ones, or forwards.
+pub fn start(cx: &mut Ctx<'_, impl RequestHost>, head: &RequestHead, req: EntitiesRequest) -> Next {
+    let now_us = cx.host().now_us();
+    let slots = look_up(cx, head, &req, now_us / 1000);
+    let missing: Vec<Vec<usize>> = slots
+        .iter()
+        .map(|f| (0..f.len()).filter(|d| f[*d].found.is_none()).collect())
+        .collect();
+    let mut x = EntityExchange {
+        req,
+        slots,
+        sent: Vec::new(),
+        born_us: now_us,
+        token: None,
+        capture: None,
+    };
+    if missing.iter().all(Vec::is_empty) {
+        answer_from_entries(cx, &x, now_us / 1000);
+        return Next::Answered;
+    }
+    cx.host().set_request_header("accept-encoding", "identity");
+    let found_any = x.slots.iter().flatten().any(|s| s.found.is_some());
+    if found_any {
+        if let Some(token) = dispatch_partial(cx, head, &x, &missing) {
+            x.token = Some(token);
+            x.sent = missing;
+            return Next::Fetching(Box::new(x));
+        }
+    }
+    Next::Forwarded(Box::new(forwarded(x)))
+}
+
+/// The request goes upstream as the gateway sent it: its answer holds every position.
+fn forwarded(mut x: EntityExchange) -> EntityExchange {
+    x.sent = x.req.fields.iter().map(|f| f.positions.clone()).collect();
+    x.token = None;
+    x
+}
+
+fn look_up(
+    cx: &mut Ctx<'_, impl RequestHost>,
+    head: &RequestHead,
+    req: &EntitiesRequest,
+    now_ms: u64,
+) -> Vec<Vec<Slot>> {
+    let config = cx.config();
+    let Some(entities) = &config.entities else {
+        return Vec::new();
+    };
+    let full = String::from_utf8_lossy(&head.path).into_owned();
+    let ctx = key_context(config, head, &full);
+    let mut identity: Option<Option<Vec<u8>>> = None;
+    let mut slots = Vec::with_capacity(req.fields.len());
+    for field in &req.fields {
+        let mut row = Vec::with_capacity(field.distinct.len());
+        for rep in &field.distinct {
+            let (ttl_seconds, scope) = entities.policy(&rep.typename);
+            let ask = EntityAsk {
+                selection: &field.selection,
+                representation: &rep.canonical,
+                other_variables: &req.other_variables,
+                extensions: req.extensions.as_deref(),
+            };
+            let key = build_entity_key(&ctx, &ask);
+            let key = match scope {
+                Scope::Public => Some(key),
+                Scope::Private => identity
+                    .get_or_insert_with(|| read_identity(config, cx.host(), head))
+                    .as_deref()
+                    .filter(|id| !id.is_empty())
+                    .map(|id| key.scoped(id)),
+            };
+            let found = match key {
+                Some(k) if ttl_seconds > 0 => match find(cx, &k, now_ms) {
+                    Found::Fresh(entry) => Some(entry),
+                    _ => None,
+                },
+                _ => None,
+            };
+            row.push(Slot {
+                key,
+                ttl_seconds,
+                found,
+            });
+        }
+        slots.push(row);
+    }
+    slots
+}
+
+/// The entity JSON of every entry found, per field and distinct representation (`null` where
+/// none was found or one does not decode).
+fn entries<'a>(decoded: &'a [Vec<Option<Entry<'a>>>]) -> Vec<Vec<&'a str>> {
+    decoded
+        .iter()
+        .map(|f| {
+            f.iter()
+                .map(|e| {
+                    e.as_ref()
+                        .and_then(|e| std::str::from_utf8(e.body).ok())
+                        .unwrap_or("null")
+                })
+                .collect()
+        })
+        .collect()
+}
+
+fn decode_found(x: &EntityExchange) -> Vec<Vec<Option<Entry<'_>>>> {
+    x.slots
+        .iter()
+        .map(|f| {
+            f.iter()
+                .map(|s| s.found.as_deref().and_then(|b| Entry::decode(b).ok()))
+                .collect()
+        })
+        .collect()
+}
+
+/// The smallest remaining lifetime among the entries, in seconds.
+fn remaining_s(decoded: &[Vec<Option<Entry<'_>>>], now_ms: u64) -> Option<u64> {
+    decoded
+        .iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.expires_at_ms.saturating_sub(now_ms) / 1000)
+        .min()
+}
+
+fn answer_from_entries(cx: &mut Ctx<'_, impl RequestHost>, x: &EntityExchange, now_ms: u64) {
+    let decoded = decode_found(x);
+    let body = assemble(&x.req, &entries(&decoded), None);
+    let max_age = remaining_s(&decoded, now_ms).unwrap_or(0);
+    let hits = decoded.iter().flatten().flatten().count();
+    respond(cx, x, &body, (max_age, "HIT"), (hits, 0));
+}
+
+fn respond(
+    cx: &mut Ctx<'_, impl RequestHost>,
+    x: &EntityExchange,
+    body: &[u8],
+    (max_age, label): (u64, &str),
+    (hits, fetched): (usize, usize),
+) {
+    let private = x.slots.iter().flatten().any(|s| s.key.is_some())
+        && x.req.fields.iter().flat_map(|f| &f.distinct).any(|r| {
+            cx.config()
+                .entities
+                .as_ref()
+                .is_some_and(|e| e.policy(&r.typename).1 == Scope::Private)
+        });
+    let cache_control = match private {
+        true => format!("private, max-age={max_age}"),
+        false => format!("max-age={max_age}"),
+    };
+    let counts = format!("hit={hits} fetched={fetched}");
+    let mut headers = vec![
+        ("content-type", "application/json"),
+        ("cache-control", cache_control.as_str()),
+        ("age", "0"),
+        (CACHE_HEADER, label),
+    ];
+    if cx.config().debug_headers {
+        headers.push((ENTITIES_HEADER, counts.as_str()));
+    }
+    cx.host().respond(200, headers, body);
+}
+
+/// Sends the rewritten request for the `missing` representations; its token, or `None` when it
+/// cannot be sent (then the gateway's request goes upstream whole).
+fn dispatch_partial(
+    cx: &mut Ctx<'_, impl RequestHost>,
+    head: &RequestHead,
+    x: &EntityExchange,
+    missing: &[Vec<usize>],
+) -> Option<u32> {
+    let config = cx.config();
+    let cluster = fetch_cluster(config, cx.host(), head)?;
+    let text = |v: &[u8]| std::str::from_utf8(v).ok().map(str::to_string);
+    let mut headers = vec![
+        (":method".to_string(), text(&head.method)?),
+        (":path".to_string(), text(&head.path)?),
+        (":authority".to_string(), text(&head.authority)?),
+    ];
+    for (name, value) in head.headers.iter() {
+        let Ok(name) = std::str::from_utf8(name) else {
+            continue;
+        };
+        if crate::config::carriable(name) && name != "content-length" {
+            headers.push((name.to_string(), text(value)?));
+        }
+    }
+    headers.push(("accept-encoding".to_string(), "identity".to_string()));
+    let callout = Callout {
+        cluster,
+        headers,
+        body: Some(x.req.rewritten(missing)),
+    };
+    cx.host().dispatch(&callout, config.fetch_timeout_ms).ok()
+}
+
+/// The partial fetch came back: merged and answered (`None`), or given up on, the request then
+/// let go upstream whole (`Some`, to capture its answer).
+pub fn on_partial(
+    cx: &mut Ctx<'_, impl RequestHost>,
+    context: u32,
+    x: Box<EntityExchange>,
+    returned: &Returned,
+) -> Option<Box<EntityExchange>> {
+    let limit = cx.config().entities.as_ref().map_or(0, |e| e.max_answer_bytes);
+    let body = match &returned.headers {
+        Some(headers) if returned.status() == Some(200) && returned.body_size <= limit => {
+            cx.host().callout_body(returned.body_size).map(|b| (headers.clone(), b))
+        }
+        _ => None,
+    };
+    let merged = body.and_then(|(headers, body)| merge(cx, &x, &headers, &body));
+    if merged.is_none() {
+        cx.host().resume(context);
+        return Some(Box::new(forwarded(*x)));
+    }
+    None
+}
+
+/// Stores what the partial answer brought and answers the merged batch; `None` if the answer
+/// cannot be merged.
+fn merge(
+    cx: &mut Ctx<'_, impl RequestHost>,
+    x: &EntityExchange,
+    headers: &[(String, Vec<u8>)],
+    body: &[u8],
+) -> Option<()> {
+    let fetched = Fetched::read(body, &x.req, &x.sent).ok()?;
+    let stored_s = store(cx, x, headers, &fetched);
+    let decoded = decode_found(x);
+    let mut texts = entries(&decoded);
+    for (f, list) in fetched.entities.iter().enumerate() {
+        for (i, got) in list.iter().enumerate() {
+            let (Some(d), Some(got)) = (x.sent[f].get(i), got) else {
+                continue;
+            };
+            if let Some(slot) = texts.get_mut(f).and_then(|t| t.get_mut(*d)) {
+                *slot = got.raw;
+            }
+        }
+    }
+    let merged = assemble(&x.req, &texts, Some((&fetched, &x.sent)));
+    let now_ms = cx.host().now_ms();
+    let max_age = [remaining_s(&decoded, now_ms), stored_s].into_iter().flatten().min().unwrap_or(0);
+    let hits = decoded.iter().flatten().flatten().count();
+    let fetched_count = x.sent.iter().map(Vec::len).sum();
+    respond(cx, x, &merged, (max_age, "PARTIAL"), (hits, fetched_count));
+    Some(())
+}
+
+/// Stores every entity of `fetched` that may be; the shortest lifetime stored, in seconds, or 0
+/// when an entity could not be stored (the answer then says so: nothing in it may be reused).
+fn store(
+    cx: &mut Ctx<'_, impl RequestHost>,
+    x: &EntityExchange,
+    headers: &[(String, Vec<u8>)],
+    fetched: &Fetched<'_>,
+) -> Option<u64> {
+    let config = cx.config();
+    let now_ms = cx.host().now_ms();
+    let source = Source {
+        status: status(headers).unwrap_or(0),
+        headers,
+        born_us: x.born_us,
+        now_ms,
+    };
+    let unplaced = fetched.has_unplaced_errors();
+    let mut shortest: Option<u64> = None;
+    let mut done: Vec<(usize, usize)> = Vec::new();
+    for (f, list) in fetched.entities.iter().enumerate() {
+        for (i, got) in list.iter().enumerate() {
+            let Some(d) = x.sent.get(f).and_then(|s| s.get(i)).copied() else {
+                continue;
+            };
+            let (Some(got), Some(slot)) = (got, x.slots.get(f).and_then(|s| s.get(d))) else {
+                continue;
+            };
+            if done.contains(&(f, d)) {
+                continue;
+            }
+            done.push((f, d));
+            let rep = &x.req.fields[f].distinct[d];
+            let ttl = if got.raw == "null" {
+                config.entities.as_ref().map_or(0, |e| e.null_ttl_seconds)
+            } else {
+                slot.ttl_seconds
+            };
+            let allowed = Lifetimes {
+                ttl_seconds: ttl,
+                ..Lifetimes::default()
+            };
+            let storable = (got.storable() || (got.raw == "null" && !got.errored)) && !unplaced;
+            let entry = match (slot.key, storable && ttl > 0) {
+                (Some(key), true) => entity_entry(&key, rep, got.raw, &source, config, &allowed)
+                    .ok()
+                    .map(|e| (key, e)),
+                _ => None,
+            };
+            let Some((key, bytes)) = entry else {
+                shortest = Some(0);
+                continue;
+            };
+            let lifetime = Entry::peek(&bytes).map_or(0, |p| p.expires_at_ms.saturating_sub(now_ms) / 1000);
+            shortest = Some(shortest.map_or(lifetime, |s| s.min(lifetime)));
+            let _ = insert(cx, &key, &bytes, now_ms);
+        }
+    }
+    shortest
+}
+
+impl EntityExchange {
+    /// The forwarded answer's headers: its copy starts if it is a `200`.
+    pub fn on_response_headers(&mut self, headers: Vec<(String, Vec<u8>)>) {
+        if status(&headers) == Some(200) {
+            self.capture = Some((headers, Vec::new()));
+        }
+    }
+
+    /// A chunk of the forwarded answer; past `max_answer_bytes` nothing is stored.
+    pub fn on_chunk(&mut self, bytes: &[u8], limit: usize) {
+        if let Some((_, body)) = &mut self.capture {
+            if body.len() + bytes.len() > limit {
+                self.capture = None;
+            } else {
+                body.extend_from_slice(bytes);
+            }
+        }
+    }
+
+    /// The forwarded answer is complete: its entities are stored.
+    pub fn finish(&mut self, cx: &mut Ctx<'_, impl RequestHost>) {
+        let Some((headers, body)) = self.capture.take() else {
+            return;
+        };
+        if let Ok(fetched) = Fetched::read(&body, &self.req, &self.sent) {
+            store(cx, self, &headers, &fetched);
+        }
+    }
+}
