@@ -149,6 +149,11 @@ tests/apollo/node_modules: tests/apollo/package-lock.json
 	npm ci --prefix tests/apollo --no-audit --no-fund --loglevel=error
 	@touch $@
 
+# The federation topology (three Node subgraphs, Apollo Gateway, Hive Gateway), pinned.
+tests/federation/node_modules: tests/federation/package-lock.json
+	npm ci --prefix tests/federation --no-audit --no-fund --loglevel=error
+	@touch $@
+
 integration: tools build $(REDIS) tests/apollo/node_modules
 	$(CARGO) test -p graphql-cache $(addprefix --test ,$(INTEGRATION_TESTS)) -- --test-threads=2
 	$(CARGO) test -p graphql-cache-l2 --tests -- --test-threads=2
