@@ -4,8 +4,8 @@
 use super::bounds::{bounded, MAX_TTL_SECONDS};
 use super::error::{field_error, ConfigError};
 use super::raw::{RawEntities, RawEntityType};
-use super::rules::parse_scope;
-use super::Scope;
+use super::rules::{parse_scope, Scope};
+
 use std::collections::BTreeMap;
 
 /// The largest subgraph answer to a partial fetch the filter reads back to merge (else the

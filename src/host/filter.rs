@@ -2,6 +2,7 @@
 
 use super::envoy::Envoy;
 use super::metrics::Metrics;
+use crate::worker::callout::Returned;
 use crate::worker::ctx::Ctx;
 use crate::worker::request::exchange::{Exchange, Flow};
 use crate::worker::state::{Plugin, Worker};
@@ -54,7 +55,22 @@ impl Drop for CacheFilter {
     }
 }
 
-impl Context for CacheFilter {}
+impl Context for CacheFilter {
+    /// A callout this request sent (entity mode's partial fetch) came back.
+    fn on_http_call_response(
+        &mut self,
+        token_id: u32,
+        num_headers: usize,
+        body_size: usize,
+        _num_trailers: usize,
+    ) {
+        self.run(|x, cx| {
+            let returned = Returned::read(cx.host(), num_headers, body_size);
+            x.on_callout(cx, token_id, &returned);
+            Flow::Continue
+        });
+    }
+}
 
 impl HttpContext for CacheFilter {
     fn on_http_request_headers(&mut self, _num_headers: usize, end_of_stream: bool) -> Action {

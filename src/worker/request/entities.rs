@@ -20,6 +20,9 @@ use crate::worker::root::answer::CACHE_HEADER;
 use crate::worker::store::insert;
 use std::rc::Rc;
 
+/// A response's headers, as the host hands them over.
+type Headers = Vec<(String, Vec<u8>)>;
+
 /// With `debug_headers`: how many distinct entities came from entries, and how many were fetched.
 pub const ENTITIES_HEADER: &str = "x-cache-entities";
 
@@ -44,7 +47,7 @@ pub struct EntityExchange {
     /// The partial fetch's callout.
     pub token: Option<u32>,
     /// The forwarded answer, copied as it streams (`None`: not stored).
-    capture: Option<(Vec<(String, Vec<u8>)>, Vec<u8>)>,
+    capture: Option<(Headers, Vec<u8>)>,
 }
 
 /// What a request in entity mode does next.
@@ -258,27 +261,29 @@ fn dispatch_partial(
     cx.host().dispatch(&callout, config.fetch_timeout_ms).ok()
 }
 
-/// The partial fetch came back: merged and answered (`None`), or given up on, the request then
-/// let go upstream whole (`Some`, to capture its answer).
+/// The partial fetch came back: merged and answered (`Ok`), or given up on (`Err`: the caller
+/// lets the request go upstream whole, and captures its answer).
 pub fn on_partial(
     cx: &mut Ctx<'_, impl RequestHost>,
-    context: u32,
     x: Box<EntityExchange>,
     returned: &Returned,
-) -> Option<Box<EntityExchange>> {
-    let limit = cx.config().entities.as_ref().map_or(0, |e| e.max_answer_bytes);
+) -> Result<(), Box<EntityExchange>> {
+    let limit = cx
+        .config()
+        .entities
+        .as_ref()
+        .map_or(0, |e| e.max_answer_bytes);
     let body = match &returned.headers {
-        Some(headers) if returned.status() == Some(200) && returned.body_size <= limit => {
-            cx.host().callout_body(returned.body_size).map(|b| (headers.clone(), b))
-        }
+        Some(headers) if returned.status() == Some(200) && returned.body_size <= limit => cx
+            .host()
+            .callout_body(returned.body_size)
+            .map(|b| (headers.clone(), b)),
         _ => None,
     };
-    let merged = body.and_then(|(headers, body)| merge(cx, &x, &headers, &body));
-    if merged.is_none() {
-        cx.host().resume(context);
-        return Some(Box::new(forwarded(*x)));
+    match body.and_then(|(headers, body)| merge(cx, &x, &headers, &body)) {
+        Some(()) => Ok(()),
+        None => Err(Box::new(forwarded(*x))),
     }
-    None
 }
 
 /// Stores what the partial answer brought and answers the merged batch; `None` if the answer
@@ -305,7 +310,11 @@ fn merge(
     }
     let merged = assemble(&x.req, &texts, Some((&fetched, &x.sent)));
     let now_ms = cx.host().now_ms();
-    let max_age = [remaining_s(&decoded, now_ms), stored_s].into_iter().flatten().min().unwrap_or(0);
+    let max_age = [remaining_s(&decoded, now_ms), stored_s]
+        .into_iter()
+        .flatten()
+        .min()
+        .unwrap_or(0);
     let hits = decoded.iter().flatten().flatten().count();
     let fetched_count = x.sent.iter().map(Vec::len).sum();
     respond(cx, x, &merged, (max_age, "PARTIAL"), (hits, fetched_count));
@@ -364,7 +373,8 @@ fn store(
                 shortest = Some(0);
                 continue;
             };
-            let lifetime = Entry::peek(&bytes).map_or(0, |p| p.expires_at_ms.saturating_sub(now_ms) / 1000);
+            let lifetime =
+                Entry::peek(&bytes).map_or(0, |p| p.expires_at_ms.saturating_sub(now_ms) / 1000);
             shortest = Some(shortest.map_or(lifetime, |s| s.min(lifetime)));
             let _ = insert(cx, &key, &bytes, now_ms);
         }

@@ -13,6 +13,7 @@ use crate::config::{MutationInvalidation, PurgeApi};
 use crate::effects::counters::Counter;
 use crate::effects::host::{status, LogLevel, RequestHost};
 use crate::effects::operation_stats::OpCounter;
+use crate::entities::request::EntitiesRequest;
 use crate::invalidate::mutation::header_tags;
 use crate::invalidate::purge_request::Refusal;
 use crate::invalidate::shape::ResponseShape;
@@ -24,10 +25,12 @@ use crate::request::classify::{
 };
 use crate::request::http::split_path;
 use crate::request::key::CacheKey;
+use crate::worker::callout::Returned;
 use crate::worker::ctx::Ctx;
 use crate::worker::l2::write::queue_store;
 use crate::worker::operation_counts::{count_operation, operation_of, Tally};
 use crate::worker::request::capture::{Capture, Chunk};
+use crate::worker::request::entities::{self, EntityExchange, Next};
 use crate::worker::request::explain::explain;
 use crate::worker::request::join::{join, refresh, Joined, Miss, Refresh};
 use crate::worker::request::log_record::LogRecord;
@@ -81,6 +84,11 @@ enum State {
         key: CacheKey,
         shadowed: Box<Shadowed>,
     },
+    /// An `_entities` request paused for its partial fetch (entity mode).
+    EntityFetching(Box<EntityExchange>),
+    /// An `_entities` request sent upstream as the gateway sent it; its answer is split into
+    /// entries as it streams back.
+    EntityForwarded(Box<EntityExchange>),
     /// A mutation going upstream: its answer is read (up to `max_entry_bytes`) for what it
     /// changed, and purged before its last byte reaches the client.
     Mutation {
@@ -237,6 +245,11 @@ impl Exchange {
         };
         let body = cx.host().request_body(body_size).unwrap_or_default();
         let config = cx.config();
+        if config.entities.is_some() {
+            if let Ok(req) = EntitiesRequest::read(&body, config.limits()) {
+                return self.entities(cx, &head, req);
+            }
+        }
         let apq = &cx.plugin().apq;
         let decided = decide(cx, &head, &body, |host| {
             classify_post(config, &head, &body, &|h| apq.lookup(host, h))
@@ -304,6 +317,13 @@ impl Exchange {
                 }
             }
             State::Missed { .. } => self.label_miss(cx, end_of_stream),
+            State::EntityForwarded(_) => {
+                let headers = cx.host().response_headers();
+                if let State::EntityForwarded(x) = &mut self.state {
+                    x.on_response_headers(headers);
+                }
+                cx.host().set_response_header(CACHE_HEADER, "MISS");
+            }
             _ => {}
         }
         self.report_outcome(cx);
@@ -406,6 +426,21 @@ impl Exchange {
             self.shadow_body(cx, body_size, end_of_stream);
             return Flow::Continue;
         }
+        if let State::EntityForwarded(x) = &mut self.state {
+            let limit = cx
+                .config()
+                .entities
+                .as_ref()
+                .map_or(0, |e| e.max_answer_bytes);
+            if body_size > 0 {
+                let chunk = cx.host().response_body(body_size).unwrap_or_default();
+                x.on_chunk(&chunk, limit);
+            }
+            if end_of_stream {
+                x.finish(cx);
+            }
+            return Flow::Continue;
+        }
         let State::Missed { key, capture, .. } = &mut self.state else {
             return Flow::Continue;
         };
@@ -443,6 +478,56 @@ impl Exchange {
     /// Accounts for the origin's answer to this request, keyed `key`, as not stored.
     fn not_stored<H: RequestHost>(&self, cx: &mut Ctx<'_, H>, key: &CacheKey, why: &'static str) {
         account_store(cx, key, self.operation.as_deref(), Some(why));
+    }
+
+    /// An `_entities` request in entity mode: answered from entries, paused for its partial
+    /// fetch, or sent upstream whole.
+    fn entities<H: RequestHost>(
+        &mut self,
+        cx: &mut Ctx<'_, H>,
+        head: &RequestHead,
+        req: EntitiesRequest,
+    ) -> Flow {
+        match entities::start(cx, head, req) {
+            Next::Answered => {
+                cx.host().count(Counter::Hits);
+                self.state = State::Served;
+                Flow::Pause
+            }
+            Next::Fetching(x) => {
+                cx.host().count(Counter::Misses);
+                self.state = State::EntityFetching(x);
+                Flow::Pause
+            }
+            Next::Forwarded(x) => {
+                cx.host().count(Counter::Misses);
+                self.state = State::EntityForwarded(x);
+                Flow::Continue
+            }
+        }
+    }
+
+    /// A callout this request sent came back (entity mode's partial fetch).
+    pub fn on_callout<H: RequestHost>(
+        &mut self,
+        cx: &mut Ctx<'_, H>,
+        token: u32,
+        returned: &Returned,
+    ) {
+        let State::EntityFetching(x) = &self.state else {
+            return;
+        };
+        if x.token != Some(token) {
+            return;
+        }
+        let State::EntityFetching(x) = std::mem::replace(&mut self.state, State::Served) else {
+            return;
+        };
+        if let Err(x) = entities::on_partial(cx, x, returned) {
+            // Recorded before the host call: Envoy may run this request's callbacks inside it.
+            self.state = State::EntityForwarded(x);
+            cx.host().resume(self.context);
+        }
     }
 
     /// The request ended. A client that left while waiting must not be answered later.
