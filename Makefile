@@ -154,7 +154,7 @@ tests/federation/node_modules: tests/federation/package-lock.json
 	npm ci --prefix tests/federation --no-audit --no-fund --loglevel=error
 	@touch $@
 
-integration: tools build $(REDIS) tests/apollo/node_modules
+integration: tools build $(REDIS) tests/apollo/node_modules tests/federation/node_modules
 	$(CARGO) test -p graphql-cache $(addprefix --test ,$(INTEGRATION_TESTS)) -- --test-threads=2
 	$(CARGO) test -p graphql-cache-l2 --tests -- --test-threads=2
 

@@ -9,7 +9,7 @@
 // and runs until SIGTERM/SIGINT (then closes and exits 0).
 //
 // Endpoints of each subgraph:
-//   POST /graphql (or /)   GraphQL over HTTP (JSON body; an array body is a batch);
+//   POST /graphql (or /, or <any prefix>/graphql)   GraphQL over HTTP (JSON body; an array body is a batch);
 //                          GET /graphql?query=... works too
 //   GET  /counts           {"subgraph","requests","entitiesRequests","entitiesFields",
 //                           "representations","resolved":{"<Type>":n},"serviceRequests"}
@@ -248,7 +248,8 @@ function startSubgraph(name, port) {
         ring = [];
         return send(res, 200, { ok: true, seq });
       }
-      if (path !== "/graphql" && path !== "/") return send(res, 404, { error: "not found" });
+      // Any prefix before /graphql: one Envoy listener routes to each subgraph by path prefix.
+      if (!path.endsWith("/graphql") && path !== "/") return send(res, 404, { error: "not found" });
 
       let payload;
       let raw = null;

@@ -1,0 +1,252 @@
+//! Entity caching on the gateway-to-subgraph hop, with real gateways: three Node subgraphs
+//! (`tests/federation/`), Apollo Gateway and Hive Gateway, each once straight to the subgraphs and
+//! once through Envoy with the filter in entity mode. Every client answer through the filter must
+//! equal the answer without it, and the subgraphs must resolve fewer representations.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod support;
+
+use serde_json::{json, Value};
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use support::*;
+
+/// A Node process of `tests/federation/`, stopped on drop.
+struct NodeProcess {
+    child: Child,
+    /// What its ready line says (URLs).
+    ready: String,
+}
+
+impl NodeProcess {
+    fn start(script: &str, args: &[&str], env: &[(&str, String)]) -> NodeProcess {
+        let dir = repo_root().join("tests/federation");
+        assert!(
+            dir.join("node_modules").exists(),
+            "run `make tests/federation/node_modules` first"
+        );
+        let mut child = Command::new("node")
+            .arg(dir.join(script))
+            .args(args)
+            .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
+            .env("APOLLO_TELEMETRY_DISABLED", "1")
+            .env_remove("APOLLO_KEY")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap();
+        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+        let ready = loop {
+            match lines.next() {
+                Some(Ok(line)) if line.contains(" ready ") => break line,
+                Some(Ok(_)) => continue,
+                _ => panic!("{script} stopped before it was ready"),
+            }
+        };
+        NodeProcess { child, ready }
+    }
+
+    /// The URL its ready line ends with.
+    fn url(&self) -> String {
+        self.ready.rsplit(' ').next().unwrap().to_string()
+    }
+}
+
+impl Drop for NodeProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+struct Subgraphs {
+    process: NodeProcess,
+    ports: [u16; 3],
+}
+
+impl Subgraphs {
+    fn start() -> Subgraphs {
+        let process = NodeProcess::start(
+            "subgraphs.mjs",
+            &[
+                "--port-products",
+                "0",
+                "--port-reviews",
+                "0",
+                "--port-users",
+                "0",
+            ],
+            &[],
+        );
+        let urls: Value =
+            serde_json::from_str(process.ready.split_once(" ready ").unwrap().1).unwrap();
+        let port = |name: &str| -> u16 {
+            let url = urls[name].as_str().unwrap();
+            url.split(':')
+                .nth(2)
+                .unwrap()
+                .split('/')
+                .next()
+                .unwrap()
+                .parse()
+                .unwrap()
+        };
+        let ports = [port("products"), port("reviews"), port("users")];
+        Subgraphs { process, ports }
+    }
+
+    fn representations(&self) -> u64 {
+        self.ports
+            .iter()
+            .map(|p| {
+                http(*p, Req::get("/counts")).json()["representations"]
+                    .as_u64()
+                    .unwrap()
+            })
+            .sum()
+    }
+
+    fn reset(&self) {
+        for p in self.ports {
+            http(p, Req::new("POST", "/counts/reset"));
+        }
+    }
+}
+
+/// Envoy in front of the three subgraphs: `/graphql` to products, `/reviews/graphql` and
+/// `/users/graphql` to the others (the subgraphs answer any `<prefix>/graphql`: the filter's
+/// callouts send the request's own path, so a route must not rewrite it), the filter in entity
+/// mode.
+fn envoy_for(subgraphs: &Subgraphs) -> Envoy {
+    let [products, reviews, users] = subgraphs.ports;
+    let route = |name: &str| {
+        format!(
+            "              - match: {{ prefix: \"/{name}/\" }}\n                route: {{ cluster: {name}, timeout: 15s }}\n"
+        )
+    };
+    let opts = EnvoyOptions {
+        plugin_config: json!({
+            "debug_headers": true,
+            "vary_headers": [],
+            "default_scope": "public",
+            "identity": {"source": "header", "header": "authorization"},
+            "entities": {"ttl_seconds": 60, "types": {"User": {"scope": "private"}}},
+        })
+        .to_string(),
+        extra_routes: route("reviews") + &route("users"),
+        extra_clusters: cluster_yaml("reviews", reviews) + &cluster_yaml("users", users),
+        ..Default::default()
+    };
+    Envoy::try_start(&opts, products).unwrap_or_else(|log| panic!("Envoy failed:\n{log}"))
+}
+
+fn gateway(script: &str, urls: [String; 3]) -> NodeProcess {
+    let [p, r, u] = urls;
+    NodeProcess::start(
+        script,
+        &[],
+        &[
+            ("PRODUCTS_URL", p),
+            ("REVIEWS_URL", r),
+            ("USERS_URL", u),
+            ("PORT", "0".into()),
+        ],
+    )
+}
+
+/// A client query through a gateway, parsed.
+fn ask(gateway_url: &str, query: &str, user: Option<&str>) -> Value {
+    let (port, path) = {
+        let rest = gateway_url.strip_prefix("http://127.0.0.1:").unwrap();
+        let (port, path) = rest.split_once('/').unwrap_or((rest, ""));
+        (port.parse::<u16>().unwrap(), format!("/{path}"))
+    };
+    let mut req = Req::post_json(&json!({"query": query}).to_string()).path(&path);
+    if let Some(u) = user {
+        req = req.header("authorization", &format!("Bearer {u}"));
+    }
+    let r = http(port, req);
+    assert_eq!(r.status, 200, "{}", r.text());
+    r.json()
+}
+
+const PAGE: &str = "query Page { products(first: 8, offset: OFFSET) { id name price reviews { id rating author { id name } } } }";
+
+/// Pages of products whose entity sets overlap, an error on one entity, and a private field.
+fn workload() -> Vec<(String, Option<&'static str>)> {
+    let mut w: Vec<(String, Option<&str>)> = [0, 4, 8, 2, 6, 0]
+        .iter()
+        .map(|o| (PAGE.replace("OFFSET", &o.to_string()), None))
+        .collect();
+    w.push((r#"{ a: review(id: "13-0") { id product { id name } } b: review(id: "14-1") { id product { id name } } }"#.into(), None));
+    let private = "{ products(first: 6) { id reviews { author { id name email } } } }";
+    for user in [Some("7"), Some("8"), None, Some("7")] {
+        w.push((private.into(), user));
+    }
+    w
+}
+
+fn federation_through_envoy(script: &str) {
+    let subgraphs = Subgraphs::start();
+    let envoy = envoy_for(&subgraphs);
+    let direct_urls = subgraphs
+        .ports
+        .map(|p| format!("http://127.0.0.1:{p}/graphql"));
+    let e = envoy.port;
+    let cached_urls = [
+        format!("http://127.0.0.1:{e}/graphql"),
+        format!("http://127.0.0.1:{e}/reviews/graphql"),
+        format!("http://127.0.0.1:{e}/users/graphql"),
+    ];
+    let direct = gateway(script, direct_urls);
+    let cached = gateway(script, cached_urls);
+    let work = workload();
+
+    subgraphs.reset();
+    let want: Vec<Value> = work
+        .iter()
+        .map(|(q, u)| ask(&direct.url(), q, *u))
+        .collect();
+    let without = subgraphs.representations();
+    subgraphs.reset();
+    let got: Vec<Value> = work
+        .iter()
+        .map(|(q, u)| ask(&cached.url(), q, *u))
+        .collect();
+    let with = subgraphs.representations();
+    for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+        assert_eq!(
+            g, w,
+            "{script}: answer {i} ({}) differs through the filter",
+            work[i].0
+        );
+    }
+    assert!(
+        want[6]["errors"].is_array() && want[6]["data"]["a"]["product"].is_null(),
+        "the failing entity: {}",
+        want[6]
+    );
+    assert_ne!(want[7], want[8], "a private field differs per user");
+    assert!(
+        with < without,
+        "{script}: {with} representations resolved through the filter, {without} without"
+    );
+    eprintln!("{script}: representations resolved {without} without the filter, {with} with it");
+    // Again, every answer the same, from entries this time.
+    subgraphs.reset();
+    for ((q, u), w) in work.iter().zip(&want) {
+        assert_eq!(&ask(&cached.url(), q, *u), w, "{script}: {q} from entries");
+    }
+    assert!(envoy.counter("hits") > 0);
+    drop(subgraphs.process);
+}
+
+#[test]
+fn apollo_gateway_answers_the_same_through_entity_caching() {
+    federation_through_envoy("apollo-gateway.mjs");
+}
+
+#[test]
+fn hive_gateway_answers_the_same_through_entity_caching() {
+    federation_through_envoy("hive-gateway.mjs");
+}
