@@ -162,3 +162,34 @@ fn entities_with_errors_or_null_are_not_stored_and_other_requests_are_cached_who
         .header("x-cache")
         .is_some_and(|c| c == "MISS"));
 }
+
+#[test]
+fn a_purge_by_entity_or_type_reaches_entity_entries() {
+    let (a, _b) = envoy(
+        r#"{"purge_path":"/purge","purge_token":"0123456789abcdef","entities":{"ttl_seconds":60}}"#,
+    );
+    forwarded(&a, 1, &[1, 2]);
+    let purged = a.purge(
+        2,
+        "0123456789abcdef",
+        r#"[{"kind":"entity","type":"Product","id":"1"}]"#,
+    );
+    assert_eq!(purged.status, 200);
+    // 2 still an entry; 1 fetched again, alone.
+    let (_, flow) = a.post(3, &batch(&[1, 2]), &[]);
+    assert_eq!(flow, Flow::Pause);
+    let (_, callout) = a.host.dispatched.borrow().last().cloned().unwrap();
+    let sent: serde_json::Value = serde_json::from_slice(callout.body.as_ref().unwrap()).unwrap();
+    assert_eq!(
+        sent["variables"]["representations"],
+        json!([{"__typename": "Product", "id": "1"}])
+    );
+    // A type purge: nothing of the type is served any more.
+    a.purge(
+        4,
+        "0123456789abcdef",
+        r#"[{"kind":"type","type":"Product"}]"#,
+    );
+    let (_, flow) = a.post(5, &batch(&[2]), &[]);
+    assert_eq!(flow, Flow::Continue, "forwarded: nothing left");
+}
