@@ -16,11 +16,12 @@ export GRAPHQL_CACHE_WASM := $(CURDIR)/$(WASM)
 export ORIGIN_BIN := $(CURDIR)/$(ORIGIN)
 export L2_BIN := $(CURDIR)/$(L2)
 
-.PHONY: help tools redis compose build wasm origin l2 test lint unit integration validate demo demo-check demo-cluster demo-cluster-check bench bench-micro bench-ab bench-hostcalls bench-hitratio fuzz soak clean
+.PHONY: help tools redis compose build wasm origin l2 test lint unit integration validate demo demo-check demo-cluster demo-cluster-check demo-federation demo-federation-check bench bench-micro bench-ab bench-hostcalls bench-hitratio fuzz soak clean
 
 help:
 	@echo "make demo   - build, start the origin and Envoy with the filter, and walk through it with curl"
 	@echo "make demo-cluster - the same for a fleet: Redis, the L2 service, the origin and two Envoys"
+	@echo "make demo-federation - entity caching: Node subgraphs, Apollo Gateway, Envoy on both hops"
 	@echo "make test   - lints, unit tests, and integration tests against a real Envoy"
 	@echo "make build  - build $(WASM), the origin and the L2 service"
 	@echo "make bench  - benchmarks through Envoy (writes bench/results/)"
@@ -162,11 +163,14 @@ integration: tools build $(REDIS) tests/apollo/node_modules tests/federation/nod
 demo-check: tools build
 	DEMO_SECONDS=0 ENVOY=$(ENVOY) WASM=$(WASM) ORIGIN=$(ORIGIN) envoy/demo.sh >/dev/null
 
-test: lint unit validate k8s-check integration demo-check demo-cluster-check
+test: lint unit validate k8s-check integration demo-check demo-cluster-check demo-federation-check
 	@echo "make test: all passed"
 
 # The fleet demo's walkthrough asserts MISS on A, HIT from the L2 on B, and a purge sent to A
 # honoured on B within a second.
+demo-federation-check: tools build tests/federation/node_modules
+	DEMO_SECONDS=0 ENVOY=$(ENVOY) WASM=$(WASM) envoy/demo-federation.sh >/dev/null
+
 demo-cluster-check: tools build $(REDIS)
 	DEMO_SECONDS=0 ENVOY=$(ENVOY) WASM=$(WASM) ORIGIN=$(ORIGIN) L2=$(L2) envoy/demo-cluster.sh >/dev/null
 
@@ -247,6 +251,11 @@ k8s-check: $(K8S_PY) $(ENVOY) build oci $(REDIS)
 # --- demo and bench ---------------------------------------------------------------------------
 demo: tools build
 	ENVOY=$(ENVOY) WASM=$(WASM) ORIGIN=$(ORIGIN) envoy/demo.sh
+
+# Entity caching on the subgraph hop (docs/entities.md): three Node subgraphs, Apollo Gateway,
+# Envoy in front of both (envoy/federation.yaml), walked through with curl.
+demo-federation: tools build tests/federation/node_modules
+	ENVOY=$(ENVOY) WASM=$(WASM) envoy/demo-federation.sh
 
 demo-cluster: tools build $(REDIS)
 	ENVOY=$(ENVOY) WASM=$(WASM) ORIGIN=$(ORIGIN) L2=$(L2) envoy/demo-cluster.sh

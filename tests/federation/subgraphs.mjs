@@ -184,11 +184,17 @@ function readBody(req) {
   });
 }
 
+// SUBGRAPH_MAX_AGE=N: every answer says `cache-control: max-age=N`, as a subgraph whose schema
+// carries @cacheControl(maxAge: N) hints would (Apollo Gateway answers `no-store` to its client
+// when a subgraph answer has no max-age).
+const MAX_AGE = process.env.SUBGRAPH_MAX_AGE;
+
 function send(res, status, value) {
   const body = JSON.stringify(value);
   res.writeHead(status, {
     "content-type": "application/json; charset=utf-8",
     "content-length": Buffer.byteLength(body),
+    ...(MAX_AGE ? { "cache-control": `max-age=${MAX_AGE}` } : {}),
   });
   res.end(body);
 }
