@@ -44,11 +44,17 @@ pub enum Counter {
     FeedFailSafe,
     /// Entry tags left out of a `cdn_tags` header (too long, not sendable, or past its size).
     CdnTagsLeftOut,
+    /// Entity mode: entities answered from entries.
+    EntitiesServed,
+    /// Entity mode: entities asked of the subgraph (a partial fetch's, or a forwarded batch's).
+    EntitiesFetched,
+    /// Entity mode: batches answered partly from entries (`x-cache: PARTIAL`).
+    EntityPartials,
 }
 
 impl Counter {
     /// Every counter, in the order of its index.
-    pub const ALL: [Counter; 38] = [
+    pub const ALL: [Counter; 41] = [
         Counter::Hits,
         Counter::Misses,
         Counter::Bypasses,
@@ -87,6 +93,9 @@ impl Counter {
         Counter::L2PurgesFolded,
         Counter::FeedFailSafe,
         Counter::CdnTagsLeftOut,
+        Counter::EntitiesServed,
+        Counter::EntitiesFetched,
+        Counter::EntityPartials,
     ];
 
     /// Position in [`Counter::ALL`], for a host that keeps metric ids in an array.
@@ -134,6 +143,9 @@ impl Counter {
             Counter::L2PurgesFolded => "graphql_cache.l2_purges_folded",
             Counter::FeedFailSafe => "graphql_cache.l2_feed_failsafe",
             Counter::CdnTagsLeftOut => "graphql_cache.cdn_tags_left_out",
+            Counter::EntitiesServed => "graphql_cache.entities_served",
+            Counter::EntitiesFetched => "graphql_cache.entities_fetched",
+            Counter::EntityPartials => "graphql_cache.entity_partials",
         }
     }
 }

@@ -56,6 +56,11 @@ pub trait Host: SharedStore {
     /// Counting never fails a request: a host that cannot count ignores it.
     fn count(&self, counter: Counter);
 
+    /// Counts `n` at once.
+    fn count_n(&self, counter: Counter, n: u64) {
+        (0..n).for_each(|_| self.count(counter));
+    }
+
     /// Defines the counter `name`, or finds the one defined already: its id, `None` if refused.
     /// Envoy's counters are process-wide: every worker defining a name counts into one stat.
     fn define_counter(&self, name: &str) -> Option<u32>;

@@ -50,6 +50,10 @@ impl Host for Envoy<'_> {
         self.metrics.inc(counter);
     }
 
+    fn count_n(&self, counter: Counter, n: u64) {
+        self.metrics.add(counter, n);
+    }
+
     fn define_counter(&self, name: &str) -> Option<u32> {
         hostcalls::define_metric(MetricType::Counter, name).ok()
     }

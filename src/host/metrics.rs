@@ -44,6 +44,12 @@ impl Metrics {
         }
     }
 
+    pub fn add(&self, counter: Counter, n: u64) {
+        if let Some(id) = self.ids[counter.index()] {
+            let _ = hostcalls::increment_metric(id, i64::try_from(n).unwrap_or(i64::MAX));
+        }
+    }
+
     pub fn signal(&self) -> Option<u64> {
         hostcalls::get_metric(self.signal?).ok()
     }

@@ -6,6 +6,7 @@
 
 use crate::cache::entry::Entry;
 use crate::config::{Lifetimes, Scope};
+use crate::effects::counters::Counter;
 use crate::effects::host::{status, Callout, RequestHost};
 use crate::entities::answer::{assemble, Fetched};
 use crate::entities::entry::{entity_entry, Source};
@@ -194,6 +195,7 @@ fn answer_from_entries(cx: &mut Ctx<'_, impl RequestHost>, x: &EntityExchange, n
     let body = assemble(&x.req, &entries(&decoded), None);
     let max_age = remaining_s(&decoded, now_ms).unwrap_or(0);
     let hits = decoded.iter().flatten().flatten().count();
+    cx.host().count_n(Counter::EntitiesServed, hits as u64);
     respond(cx, x, &body, (max_age, "HIT"), (hits, 0));
 }
 
@@ -317,6 +319,10 @@ fn merge(
         .unwrap_or(0);
     let hits = decoded.iter().flatten().flatten().count();
     let fetched_count = x.sent.iter().map(Vec::len).sum();
+    let host = cx.host();
+    host.count_n(Counter::EntitiesServed, hits as u64);
+    host.count_n(Counter::EntitiesFetched, fetched_count as u64);
+    host.count(Counter::EntityPartials);
     respond(cx, x, &merged, (max_age, "PARTIAL"), (hits, fetched_count));
     Some(())
 }
@@ -401,8 +407,10 @@ impl EntityExchange {
         }
     }
 
-    /// The forwarded answer is complete: its entities are stored.
+    /// The forwarded answer is complete (counted as fetched): its entities are stored.
     pub fn finish(&mut self, cx: &mut Ctx<'_, impl RequestHost>) {
+        let distinct: usize = self.req.fields.iter().map(|f| f.distinct.len()).sum();
+        cx.host().count_n(Counter::EntitiesFetched, distinct as u64);
         let Some((headers, body)) = self.capture.take() else {
             return;
         };

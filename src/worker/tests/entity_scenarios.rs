@@ -102,6 +102,12 @@ fn a_batch_is_answered_from_entries_and_only_what_is_missing_is_fetched() {
     );
     assert_eq!(hit.header("age"), Some("0"));
     assert!(hit.header("cache-control").unwrap().starts_with("max-age="));
+    use crate::effects::counters::Counter;
+    let counted = |c| a.host.counted(c);
+    // Served: 2 in the partial batch, 3 in the last; fetched: 2 forwarded, 1 partial.
+    assert_eq!(counted(Counter::EntitiesServed), 5);
+    assert_eq!(counted(Counter::EntitiesFetched), 3);
+    assert_eq!(counted(Counter::EntityPartials), 1);
     a.assert_host_rules_kept();
 }
 
