@@ -80,6 +80,10 @@ impl<'a> Fetched<'a> {
         for e in raw.errors.unwrap_or_default() {
             let value: Value = serde_json::from_str(e.get()).map_err(|_| BadAnswer::NotGraphql)?;
             let at = named_entity(&value, req, sent);
+            if at.is_none() && names_a_position(&value, req) {
+                // An index past what was sent: this answer is not to the request sent.
+                return Err(BadAnswer::Misshapen);
+            }
             errors.push((value, at));
         }
         let mut entities = Vec::with_capacity(req.fields.len());
@@ -163,6 +167,18 @@ fn named_entity(
         .iter()
         .position(|field| field.response_key == key)?;
     (index < sent.get(f)?.len()).then_some((f, index))
+}
+
+/// Whether an error's path is `[response_key, <index>, ...]` for one of the request's fields.
+fn names_a_position(error: &Value, req: &EntitiesRequest) -> bool {
+    let Some(path) = error.get("path").and_then(Value::as_array) else {
+        return false;
+    };
+    let key = path.first().and_then(Value::as_str);
+    req.fields
+        .iter()
+        .any(|f| Some(f.response_key.as_str()) == key)
+        && path.get(1).is_some_and(Value::is_number)
 }
 
 /// The answer the gateway gets: every position it asked, from `entities[f][d]` (the JSON of
@@ -278,6 +294,7 @@ mod tests {
             &br#"{"data":{"_entities":[{"name":"A"}]}}"#[..],
             br#"{"data":{"other":[]}}"#,
             br#"{"data":{"_entities":[{},{}]},"more":1}"#,
+            br#"{"data":{"_entities":[{},{}]},"errors":[{"message":"x","path":["_entities",2]}]}"#,
             b"[]",
             b"not json",
         ] {
