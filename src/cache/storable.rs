@@ -1,7 +1,7 @@
 //! What may be stored, and for how long. When in doubt, the answer is "not stored".
 
 use crate::cache::entry::Entry;
-use crate::cache::freshness::freshness;
+use crate::cache::freshness::{freshness, Freshness};
 use crate::cache::headers::replayed;
 use crate::cache::not_stored::NotStored;
 use crate::config::Config;
@@ -102,6 +102,20 @@ pub struct Stamp<'a> {
     pub operation: &'a OperationTags,
 }
 
+/// How long an answer with `status` and `headers` may be stored, if it may be at all (its status,
+/// its headers, its freshness), within what `allowed` allows.
+pub fn storable_life(
+    status: u16,
+    headers: &[(String, Vec<u8>)],
+    config: &Config,
+    allowed: &Lifetimes,
+    now_ms: u64,
+) -> Result<Freshness, NotStored> {
+    let pairs = || headers.iter().map(|(n, v)| (n.as_str(), v.as_slice()));
+    admissible(u32::from(status), pairs(), &config.vary_headers)?;
+    freshness(pairs(), allowed, now_ms)
+}
+
 /// The whole decision for a complete upstream answer: the encoded entry to store under `key`, with
 /// its tags, or why it may not be stored. `lifetimes` are what the configuration allows for this
 /// request.
@@ -112,14 +126,7 @@ pub fn storable_entry(
     allowed: &Lifetimes,
     stamp: &Stamp<'_>,
 ) -> Result<Vec<u8>, NotStored> {
-    let headers = || {
-        answer
-            .headers
-            .iter()
-            .map(|(n, v)| (n.as_str(), v.as_slice()))
-    };
-    admissible(u32::from(answer.status), headers(), &config.vary_headers)?;
-    let life = freshness(headers(), allowed, stamp.now_ms)?;
+    let life = storable_life(answer.status, answer.headers, config, allowed, stamp.now_ms)?;
     body_storable(answer.body)?;
     let mut stored = Vec::new();
     for (name, value) in answer.headers {

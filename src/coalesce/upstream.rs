@@ -40,6 +40,17 @@ pub fn upstream_request(
     config: &Config,
     scope: Scope,
 ) -> Option<Callout> {
+    callout_for(cluster, head, body, |name| forwarded(config, scope, name))
+}
+
+/// The callout for a request: its method, path, authority and `body`, with the client headers
+/// `keep` allows, asking for an uncompressed answer. `None` when one of those is not text.
+pub fn callout_for(
+    cluster: String,
+    head: &RequestHead,
+    body: Option<Vec<u8>>,
+    keep: impl Fn(&str) -> bool,
+) -> Option<Callout> {
     let text = |v: &[u8]| std::str::from_utf8(v).ok().map(str::to_string);
     let mut headers = vec![
         (":method".to_string(), text(&head.method)?),
@@ -51,7 +62,7 @@ pub fn upstream_request(
         let Ok(name) = std::str::from_utf8(name) else {
             continue;
         };
-        if forwarded(config, scope, name) {
+        if keep(name) {
             headers.push((name.to_string(), text(value)?));
         }
     }

@@ -3,10 +3,9 @@
 //! and with what it holds, so the purge API and mutations reach it.
 
 use crate::cache::entry::Entry;
-use crate::cache::freshness::freshness;
 use crate::cache::headers::replayed;
 use crate::cache::not_stored::NotStored;
-use crate::cache::storable::admissible;
+use crate::cache::storable::storable_life;
 use crate::config::{Config, Lifetimes};
 use crate::entities::request::Representation;
 use crate::invalidate::marks::tag_hash;
@@ -32,14 +31,13 @@ pub fn entity_entry(
     config: &Config,
     allowed: &Lifetimes,
 ) -> Result<Vec<u8>, NotStored> {
-    let headers = || {
-        source
-            .headers
-            .iter()
-            .map(|(n, v)| (n.as_str(), v.as_slice()))
-    };
-    admissible(u32::from(source.status), headers(), &config.vary_headers)?;
-    let life = freshness(headers(), allowed, source.now_ms)?;
+    let life = storable_life(
+        source.status,
+        source.headers,
+        config,
+        allowed,
+        source.now_ms,
+    )?;
     let mut stored = Vec::new();
     for (name, value) in source.headers {
         if name == "content-type" && replayed(name) {

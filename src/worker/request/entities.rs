@@ -5,9 +5,10 @@
 //! and its answer is split into entries as it streams back.
 
 use crate::cache::entry::Entry;
-use crate::config::{Lifetimes, Scope};
+use crate::coalesce::upstream::callout_for;
+use crate::config::{carriable, Lifetimes, Scope};
 use crate::effects::counters::Counter;
-use crate::effects::host::{status, Callout, RequestHost};
+use crate::effects::host::{status, RequestHost};
 use crate::entities::answer::{assemble, Fetched};
 use crate::entities::entry::{entity_entry, Source};
 use crate::entities::request::EntitiesRequest;
@@ -240,26 +241,9 @@ fn dispatch_partial(
 ) -> Option<u32> {
     let config = cx.config();
     let cluster = fetch_cluster(config, cx.host(), head)?;
-    let text = |v: &[u8]| std::str::from_utf8(v).ok().map(str::to_string);
-    let mut headers = vec![
-        (":method".to_string(), text(&head.method)?),
-        (":path".to_string(), text(&head.path)?),
-        (":authority".to_string(), text(&head.authority)?),
-    ];
-    for (name, value) in head.headers.iter() {
-        let Ok(name) = std::str::from_utf8(name) else {
-            continue;
-        };
-        if crate::config::carriable(name) && name != "content-length" {
-            headers.push((name.to_string(), text(value)?));
-        }
-    }
-    headers.push(("accept-encoding".to_string(), "identity".to_string()));
-    let callout = Callout {
-        cluster,
-        headers,
-        body: Some(x.req.rewritten(missing)),
-    };
+    // This request's own fetch: every header the gateway sent but the body's length.
+    let keep = |name: &str| carriable(name) && name != "content-length";
+    let callout = callout_for(cluster, head, Some(x.req.rewritten(missing)), keep)?;
     cx.host().dispatch(&callout, config.fetch_timeout_ms).ok()
 }
 
