@@ -45,8 +45,12 @@ pub fn entity_entry(
             stored.push((name.as_str(), value));
         }
     }
-    let tags = tags(rep, raw, config);
     let shown = config.debug_headers || config.cdn_tags.is_some();
+    // Read only for something that uses them: purges, or headers that show them.
+    let tags = match config.invalidation_on() || shown {
+        true => tags(rep, raw, config),
+        false => Vec::new(),
+    };
     let text = if shown { tags.join(",") } else { String::new() };
     let now_ms = source.now_ms;
     let entry = Entry {
