@@ -8,6 +8,8 @@ use graphql_parser::query::{
     parse_query, Definition, Document, OperationDefinition, Selection, SelectionSet, Value,
 };
 use serde_json::{Map, Value as Json};
+use std::collections::HashMap;
+use std::rc::Rc;
 
 /// Why a request is not an entities request the filter splits (it is then cached whole, or not).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -61,26 +63,80 @@ pub struct EntitiesRequest {
     pub other_variables: String,
 }
 
+/// One `_entities` field as its query says: response key, variable, printed selection.
+pub type FieldShape = (String, String, String);
+
+/// What a query text (with its operation name) says of its `_entities` fields: the same for
+/// every batch a gateway's query plan sends, so a worker reads it once (`Shapes`).
+pub type Shape = Rc<Vec<FieldShape>>;
+
+/// The `_entities` fields of `query`'s operation `operation_name`, or why it is not split.
+pub fn shape_of(
+    query: &str,
+    operation_name: Option<&str>,
+    limits: Limits,
+) -> Result<Shape, NotEntities> {
+    let op = canonicalize(query, operation_name, limits).map_err(|_| NotEntities::Unreadable)?;
+    if op.kind != OperationKind::Query || op.root_fields.iter().any(|f| f != "_entities") {
+        return Err(NotEntities::OtherShape);
+    }
+    let doc = parse_query::<&str>(query).map_err(|_| NotEntities::Unreadable)?;
+    Ok(Rc::new(entities_fields(&doc, operation_name)?))
+}
+
+/// The shapes a worker has read, by query text and operation name (at most [`MAX_SHAPES`]; past
+/// that the memory starts over).
+#[derive(Debug, Default)]
+pub struct Shapes(HashMap<(String, Option<String>), Result<Shape, NotEntities>>);
+
+/// Query plans are few: a gateway sends a handful of distinct `_entities` queries per subgraph.
+pub const MAX_SHAPES: usize = 256;
+
+impl Shapes {
+    pub fn shape(
+        &mut self,
+        query: &str,
+        operation_name: Option<&str>,
+        limits: Limits,
+    ) -> Result<Shape, NotEntities> {
+        let id = (query.to_string(), operation_name.map(str::to_string));
+        if let Some(known) = self.0.get(&id) {
+            return known.clone();
+        }
+        let shape = shape_of(query, operation_name, limits);
+        if self.0.len() >= MAX_SHAPES {
+            self.0.clear();
+        }
+        self.0.insert(id, shape.clone());
+        shape
+    }
+}
+
 impl EntitiesRequest {
     /// Reads `body` (a POST's); `Err` when it is not a request the filter splits.
     pub fn read(body: &[u8], limits: Limits) -> Result<EntitiesRequest, NotEntities> {
+        EntitiesRequest::read_with(body, |q, o| shape_of(q, o, limits))
+    }
+
+    /// [`EntitiesRequest::read`], with the query's shape from `shape` (a worker's [`Shapes`]).
+    pub fn read_with(
+        body: &[u8],
+        shape: impl FnOnce(&str, Option<&str>) -> Result<Shape, NotEntities>,
+    ) -> Result<EntitiesRequest, NotEntities> {
         let req = parse_post_body(body).map_err(|_| NotEntities::Unreadable)?;
         if req.persisted.is_some() || req.extra.is_some() {
             return Err(NotEntities::OtherShape);
         }
-        let op = canonicalize(&req.query, req.operation_name.as_deref(), limits)
-            .map_err(|_| NotEntities::Unreadable)?;
-        if op.kind != OperationKind::Query || op.root_fields.iter().any(|f| f != "_entities") {
-            return Err(NotEntities::OtherShape);
-        }
+        let shape = shape(&req.query, req.operation_name.as_deref())?;
         let variables: Map<String, Json> = match &req.variables {
             Some(text) => serde_json::from_str(text).map_err(|_| NotEntities::Unreadable)?,
             None => Map::new(),
         };
-        let doc = parse_query::<&str>(&req.query).map_err(|_| NotEntities::Unreadable)?;
-        let fields = entities_fields(&doc, req.operation_name.as_deref())?
-            .into_iter()
-            .map(|(key, variable, selection)| split(&variables, key, variable, selection))
+        let fields = shape
+            .iter()
+            .map(|(key, variable, selection)| {
+                split(&variables, key.clone(), variable.clone(), selection.clone())
+            })
             .collect::<Result<Vec<_>, _>>()?;
         let mut others = variables.clone();
         for f in &fields {

@@ -81,6 +81,7 @@ impl CacheKey {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct SlotKey(pub u64, pub u64);
 
+#[derive(Clone)]
 struct KeyWriter(Sha256);
 
 impl KeyWriter {
@@ -99,37 +100,47 @@ impl KeyWriter {
     }
 }
 
-/// What one entity of an `_entities` request is keyed by, beside its HTTP context.
+/// What the entities of one `_entities` field are keyed by, beside their representation.
 #[derive(Debug, Clone, Copy)]
 pub struct EntityAsk<'a> {
-    /// The selection its field asks, printed.
+    /// The selection the field asks, printed.
     pub selection: &'a str,
-    /// The representation, canonical JSON.
-    pub representation: &'a str,
     /// The request's other variables, canonical JSON.
     pub other_variables: &'a str,
     pub extensions: Option<&'a str>,
 }
 
-/// The key of one entity: the subgraph (cluster, authority, path), the selection asked, the
-/// representation, and the headers of the key; never the batch it came in.
-pub fn build_entity_key(ctx: &KeyContext, ask: &EntityAsk) -> CacheKey {
-    let mut w = KeyWriter(Sha256::new());
-    w.field(1, b"graphql-cache/entity/v1");
-    w.field(3, ctx.authority);
-    w.field(4, ctx.path);
-    w.optional(14, ctx.cluster);
-    w.optional(5, ctx.accept.map(trim));
-    for (name, value) in &ctx.vary {
-        w.field(7, name.as_bytes());
-        w.optional(8, *value);
+/// The part of an entity's key its field's entities share (the subgraph, the selection, the
+/// other variables, the key's headers; never the batch), hashed once: each entity then adds only
+/// its representation.
+#[derive(Clone)]
+pub struct EntityKeys(KeyWriter);
+
+impl EntityKeys {
+    pub fn new(ctx: &KeyContext, ask: &EntityAsk) -> EntityKeys {
+        let mut w = KeyWriter(Sha256::new());
+        w.field(1, b"graphql-cache/entity/v1");
+        w.field(3, ctx.authority);
+        w.field(4, ctx.path);
+        w.optional(14, ctx.cluster);
+        w.optional(5, ctx.accept.map(trim));
+        for (name, value) in &ctx.vary {
+            w.field(7, name.as_bytes());
+            w.optional(8, *value);
+        }
+        w.field(15, ask.selection.as_bytes());
+        w.field(11, ask.other_variables.as_bytes());
+        w.optional(12, ask.extensions.map(str::as_bytes));
+        EntityKeys(w)
     }
-    w.field(15, ask.selection.as_bytes());
-    w.field(16, ask.representation.as_bytes());
-    w.field(11, ask.other_variables.as_bytes());
-    w.optional(12, ask.extensions.map(str::as_bytes));
-    CacheKey {
-        digest: w.0.finalize().into(),
+
+    /// The key of the entity `representation` (canonical JSON) names.
+    pub fn key(&self, representation: &str) -> CacheKey {
+        let mut w = self.0.clone();
+        w.field(16, representation.as_bytes());
+        CacheKey {
+            digest: w.0.finalize().into(),
+        }
     }
 }
 

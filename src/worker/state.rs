@@ -10,6 +10,7 @@ use crate::coalesce::upstream::SharedFetch;
 use crate::coalesce::waiters::LocalFlights;
 use crate::config::Config;
 use crate::effects::operation_stats::OperationStats;
+use crate::entities::request::Shapes;
 use crate::fast_hash::{FastMap, FastSet};
 use crate::fleet::calls::L2Calls;
 use crate::invalidate::marks::{PurgeTable, PurgeView};
@@ -125,6 +126,8 @@ pub struct Worker {
     pub mutation_budget: PurgeBudget,
     /// Which operation names have their own counters, and the ids of those defined here.
     pub operations: OperationStats,
+    /// Entity mode: the `_entities` fields of the query texts read lately.
+    pub entity_shapes: Shapes,
 }
 
 /// At most `capacity` keys, the oldest forgotten first.
@@ -181,6 +184,7 @@ impl Worker {
             l2: L2Calls::default(),
             mutation_budget: PurgeBudget::new(&config.mutation_purges),
             operations: OperationStats::new(config.operation_stats),
+            entity_shapes: Shapes::default(),
         }
     }
 
@@ -192,6 +196,7 @@ impl Worker {
         self.purges = PurgeView::default();
         self.mutation_budget = PurgeBudget::new(&config.mutation_purges);
         self.operations = OperationStats::new(config.operation_stats);
+        self.entity_shapes = Shapes::default();
     }
 }
 

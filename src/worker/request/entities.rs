@@ -13,7 +13,7 @@ use crate::entities::answer::{assemble, Fetched};
 use crate::entities::entry::{entity_entry, Source};
 use crate::entities::request::EntitiesRequest;
 use crate::request::classify::{key_context, RequestHead};
-use crate::request::key::{build_entity_key, CacheKey, EntityAsk};
+use crate::request::key::{CacheKey, EntityAsk, EntityKeys};
 use crate::worker::callout::Returned;
 use crate::worker::ctx::Ctx;
 use crate::worker::request::lookup::{find, Found};
@@ -118,15 +118,17 @@ fn look_up(
     let mut slots = Vec::with_capacity(req.fields.len());
     for field in &req.fields {
         let mut row = Vec::with_capacity(field.distinct.len());
-        for rep in &field.distinct {
-            let (ttl_seconds, scope) = entities.policy(&rep.typename);
-            let ask = EntityAsk {
+        let keys = EntityKeys::new(
+            &ctx,
+            &EntityAsk {
                 selection: &field.selection,
-                representation: &rep.canonical,
                 other_variables: &req.other_variables,
                 extensions: req.extensions.as_deref(),
-            };
-            let key = build_entity_key(&ctx, &ask);
+            },
+        );
+        for rep in &field.distinct {
+            let (ttl_seconds, scope) = entities.policy(&rep.typename);
+            let key = keys.key(&rep.canonical);
             let key = match scope {
                 Scope::Public => Some(key),
                 Scope::Private => identity

@@ -246,7 +246,10 @@ impl Exchange {
         let body = cx.host().request_body(body_size).unwrap_or_default();
         let config = cx.config();
         if config.entities.is_some() {
-            if let Ok(req) = EntitiesRequest::read(&body, config.limits()) {
+            let read = EntitiesRequest::read_with(&body, |query, name| {
+                cx.worker(|w| w.entity_shapes.shape(query, name, config.limits()))
+            });
+            if let Ok(req) = read {
                 return self.entities(cx, &head, req);
             }
         }

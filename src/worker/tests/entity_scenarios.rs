@@ -199,3 +199,29 @@ fn a_purge_by_entity_or_type_reaches_entity_entries() {
     let (_, flow) = a.post(5, &batch(&[2]), &[]);
     assert_eq!(flow, Flow::Continue, "forwarded: nothing left");
 }
+
+/// Not a test: a loop to profile a partial batch natively (`valgrind --tool=callgrind`).
+#[test]
+#[ignore]
+fn profile_partial_batches() {
+    let (a, _b) = envoy(r#"{"entities":{"ttl_seconds":600}}"#);
+    let ids: Vec<u32> = (1..=24).collect();
+    forwarded(&a, 1, &ids);
+    for round in 0..300u32 {
+        let context = 10 + round;
+        let mut asked = ids.clone();
+        asked.push(1000 + round);
+        asked.push(2000 + round);
+        let (mut x, _) = a.post(context, &batch(&asked), &[]);
+        let (token, _) = a.host.dispatched.borrow().last().cloned().unwrap();
+        let answer = subgraph_answer(&[1000 + round, 2000 + round]);
+        *a.host.callout.borrow_mut() = (json_headers(&[]), answer.as_bytes().to_vec());
+        let returned = Returned {
+            headers: Some(json_headers(&[])),
+            body_size: answer.len(),
+        };
+        x.on_callout(&mut a.cx(), token, &returned);
+        a.host.answered.borrow_mut().clear();
+        a.host.dispatched.borrow_mut().clear();
+    }
+}
