@@ -34,6 +34,7 @@ import {
   products,
   reviews,
   users,
+  searchResults,
 } from "./schemas.mjs";
 
 const RING = 200;
@@ -93,6 +94,8 @@ function resolversFor(name, resolved) {
         Query: {
           products: (_, { first, offset }) => page(products, first, offset),
           product: (_, { id }) => productsById.get(id) ?? null,
+          search: (_, { term, first, offset }) =>
+            page(searchResults(term), first, offset).map((id) => productsById.get(id)),
         },
         Product: {
           // async: @apollo/subgraph maps representations to results, so a
@@ -184,12 +187,19 @@ function readBody(req) {
   });
 }
 
-function send(res, status, value) {
+// SUBGRAPHS_CACHE_CONTROL (unset by default): a cache-control header on every GraphQL answer, as a
+// subgraph turning @cacheControl hints into headers sends (bench/entities sets "public, max-age=60",
+// from which Apollo Gateway computes a cacheable answer instead of no-store).
+const CACHE_CONTROL = process.env.SUBGRAPHS_CACHE_CONTROL || null;
+
+function send(res, status, value, graphqlAnswer = false) {
   const body = JSON.stringify(value);
-  res.writeHead(status, {
+  const headers = {
     "content-type": "application/json; charset=utf-8",
     "content-length": Buffer.byteLength(body),
-  });
+  };
+  if (graphqlAnswer && CACHE_CONTROL && status === 200) headers["cache-control"] = CACHE_CONTROL;
+  res.writeHead(status, headers);
   res.end(body);
 }
 
@@ -296,9 +306,9 @@ function startSubgraph(name, port) {
       if (Array.isArray(payload)) {
         const out = [];
         for (const p of payload) out.push(await executeOne(p, req));
-        return send(res, 200, out);
+        return send(res, 200, out, true);
       }
-      return send(res, 200, await executeOne(payload, req));
+      return send(res, 200, await executeOne(payload, req), true);
     } catch (e) {
       if (!res.headersSent) send(res, 500, { errors: [{ message: String(e?.message ?? e) }] });
       else res.destroy();
