@@ -38,6 +38,7 @@ import os
 import pathlib
 import random
 import re
+import shutil
 import signal
 import statistics
 import subprocess
@@ -92,12 +93,18 @@ CONFIGS = [
 ]
 
 PROCS = []
+DIRS = []
 
 
 def cleanup(*_):
     for p in reversed(PROCS):
         stop(p)
     PROCS.clear()
+
+
+def remove_dirs():
+    for d in DIRS:
+        shutil.rmtree(d, ignore_errors=True)
 
 
 def on_signal(signum, _frame):
@@ -205,6 +212,7 @@ class Envoy:
 
     def __init__(self, name, yaml_text):
         self.dir = pathlib.Path(tempfile.mkdtemp(prefix=f"graphql-cache-entities-{name}-"))
+        DIRS.append(self.dir)
         (self.dir / "envoy.yaml").write_text(yaml_text)
         admin_file = self.dir / "admin.txt"
         self.log = open(self.dir / "envoy.log", "w")
@@ -554,6 +562,7 @@ def chart(agg, partial, path):
 
 
 def main():
+    atexit.register(remove_dirs)
     atexit.register(cleanup)
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
@@ -563,6 +572,7 @@ def main():
     started = time.time()
     keys, bodies = workload()
     work = pathlib.Path(tempfile.mkdtemp(prefix="graphql-cache-entities-"))
+    DIRS.append(work)
     bodies_file = str(work / "bodies.jsonl")
     pathlib.Path(bodies_file).write_text("\n".join(bodies) + "\n")
     probes = list(range(0, WARMUP, max(WARMUP // 20, 1)))[:20]
