@@ -16,7 +16,7 @@ export GRAPHQL_CACHE_WASM := $(CURDIR)/$(WASM)
 export ORIGIN_BIN := $(CURDIR)/$(ORIGIN)
 export L2_BIN := $(CURDIR)/$(L2)
 
-.PHONY: help tools redis compose build wasm origin l2 test lint unit integration validate demo demo-check demo-cluster demo-cluster-check demo-federation demo-federation-check bench bench-micro bench-ab bench-hostcalls bench-hitratio fuzz soak clean
+.PHONY: help tools redis compose build wasm origin l2 test lint unit integration validate demo demo-check demo-cluster demo-cluster-check demo-federation demo-federation-check bench bench-micro bench-ab bench-hostcalls bench-hitratio bench-entities fuzz soak clean
 
 help:
 	@echo "make demo   - build, start the origin and Envoy with the filter, and walk through it with curl"
@@ -30,6 +30,7 @@ help:
 	@echo "make bench-ab - where a hit's time goes (each bench/ab/ patch A/B'd against HEAD)"
 	@echo "make bench-hostcalls - what one proxy-wasm host call costs a request"
 	@echo "make bench-hitratio - hit ratio on synthetic traces through Envoy beside LRU, W-TinyLFU and Belady"
+	@echo "make bench-entities - a federation catalogue through Apollo Gateway: no cache, whole answers, entities, both"
 	@echo "make soak   - a million distinct keys through Envoy, RSS sampled (bounded memory)"
 	@echo "make oci    - the filter as a reproducible OCI image (Istio, Envoy Gateway) under target/oci/"
 	@echo "make fuzz   - coverage-guided fuzzing of every parser and decoder (FUZZ_SECONDS each)"
@@ -299,6 +300,16 @@ bench-hitratio: tools wasm origin
 	@$(VENV)/bin/python -c 'import matplotlib' 2>/dev/null || $(VENV)/bin/pip install --quiet --disable-pip-version-check matplotlib
 	cd bench/hitratio && $(VENV)/bin/python -m unittest -q test_sim
 	$(VENV)/bin/python bench/hitratio/main.py
+
+# Entity caching (docs/entities.md) on a catalogue workload: pages of overlapping searches through
+# Apollo Gateway and the three Node subgraphs of tests/federation/ (20,000 products), with (a) no
+# cache, (b) the whole-response cache in front of the gateway, (c) entity caching on the subgraph
+# hop, (d) both, at equal cache_bytes; then a partial hit (18 of 20 cached) against a full miss at
+# the subgraph hop. Load: autocannon (bench/gateway/). bench/results/entities.{json,md,png}, about
+# 5 minutes (ENTITIES_SECONDS, ENTITIES_ROUNDS, ENTITIES_CACHE_BYTES; docs/performance.md).
+bench-entities: tools wasm tests/federation/node_modules bench/gateway/node_modules
+	@$(VENV)/bin/python -c 'import matplotlib' 2>/dev/null || $(VENV)/bin/pip install --quiet --disable-pip-version-check matplotlib
+	$(VENV)/bin/python bench/entities/main.py
 
 # Coverage-guided fuzzing (libFuzzer via cargo-fuzz; RUSTC_BOOTSTRAP lets the stable toolchain
 # build it): every target for FUZZ_SECONDS, from the committed seeds (fuzz/seeds/<target>/),

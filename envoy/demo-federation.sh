@@ -19,7 +19,7 @@ cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 
 trap cleanup EXIT INT TERM
 
 ln -sf "$root/$WASM" "$here/graphql_cache.wasm"
-SUBGRAPH_MAX_AGE=60 node "$fed/subgraphs.mjs" --port-products 4001 --port-reviews 4002 --port-users 4003 >"$logs/subgraphs.log" 2>&1 &
+SUBGRAPHS_CACHE_CONTROL="max-age=60" node "$fed/subgraphs.mjs" --port-products 4001 --port-reviews 4002 --port-users 4003 >"$logs/subgraphs.log" 2>&1 &
 pids+=($!)
 (cd "$here" && exec "$ENVOY" -c federation.yaml --concurrency 2 --use-dynamic-base-id -l warning) >"$logs/envoy.log" 2>&1 &
 pids+=($!)

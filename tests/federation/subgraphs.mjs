@@ -34,6 +34,7 @@ import {
   products,
   reviews,
   users,
+  searchResults,
 } from "./schemas.mjs";
 
 const RING = 200;
@@ -93,6 +94,8 @@ function resolversFor(name, resolved) {
         Query: {
           products: (_, { first, offset }) => page(products, first, offset),
           product: (_, { id }) => productsById.get(id) ?? null,
+          search: (_, { term, first, offset }) =>
+            page(searchResults(term), first, offset).map((id) => productsById.get(id)),
         },
         Product: {
           // async: @apollo/subgraph maps representations to results, so a
@@ -184,18 +187,19 @@ function readBody(req) {
   });
 }
 
-// SUBGRAPH_MAX_AGE=N: every answer says `cache-control: max-age=N`, as a subgraph whose schema
-// carries @cacheControl(maxAge: N) hints would (Apollo Gateway answers `no-store` to its client
-// when a subgraph answer has no max-age).
-const MAX_AGE = process.env.SUBGRAPH_MAX_AGE;
+// SUBGRAPHS_CACHE_CONTROL (unset by default): a cache-control header on every GraphQL answer, as a
+// subgraph turning @cacheControl hints into headers sends (bench/entities sets "public, max-age=60",
+// from which Apollo Gateway computes a cacheable answer instead of no-store).
+const CACHE_CONTROL = process.env.SUBGRAPHS_CACHE_CONTROL || null;
 
-function send(res, status, value) {
+function send(res, status, value, graphqlAnswer = false) {
   const body = JSON.stringify(value);
-  res.writeHead(status, {
+  const headers = {
     "content-type": "application/json; charset=utf-8",
     "content-length": Buffer.byteLength(body),
-    ...(MAX_AGE ? { "cache-control": `max-age=${MAX_AGE}` } : {}),
-  });
+  };
+  if (graphqlAnswer && CACHE_CONTROL && status === 200) headers["cache-control"] = CACHE_CONTROL;
+  res.writeHead(status, headers);
   res.end(body);
 }
 
@@ -302,9 +306,9 @@ function startSubgraph(name, port) {
       if (Array.isArray(payload)) {
         const out = [];
         for (const p of payload) out.push(await executeOne(p, req));
-        return send(res, 200, out);
+        return send(res, 200, out, true);
       }
-      return send(res, 200, await executeOne(payload, req));
+      return send(res, 200, await executeOne(payload, req), true);
     } catch (e) {
       if (!res.headersSent) send(res, 500, { errors: [{ message: String(e?.message ?? e) }] });
       else res.destroy();
