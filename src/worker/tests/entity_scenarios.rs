@@ -225,3 +225,56 @@ fn profile_partial_batches() {
         a.host.dispatched.borrow_mut().clear();
     }
 }
+
+/// Both hops in one VM (envoy/federation.yaml): the gateway side's filter and the entity side's
+/// share shared data, so a mutation's purge at the gateway side reaches the entity entries of
+/// the objects it returned.
+#[test]
+fn a_mutation_at_the_gateway_side_purges_the_entities_it_returns() {
+    use crate::effects::counters::Counter;
+    use crate::effects::fake::FakeHost;
+    let gateway_side = Node::new(1, "{}", FakeHost::new());
+    let entity_side = Node::new(
+        2,
+        r#"{"entities":{"ttl_seconds":60}}"#,
+        FakeHost::sibling(&gateway_side.host),
+    );
+    let users = |ids: &[u32]| {
+        let reps: Vec<_> = ids
+            .iter()
+            .map(|i| json!({"__typename": "User", "id": i.to_string()}))
+            .collect();
+        let q = "query($representations:[_Any!]!){_entities(representations:$representations){...on User{name}}}";
+        json!({"query": q, "variables": {"representations": reps}}).to_string()
+    };
+    let (mut x, flow) = entity_side.post(1, &users(&[1, 2]), &[]);
+    assert_eq!(flow, Flow::Continue);
+    *entity_side.host.response_headers.borrow_mut() = json_headers(&[]);
+    x.on_response_headers(&mut entity_side.cx(), false);
+    let body = r#"{"data":{"_entities":[{"name":"Ann"},{"name":"Bo"}]}}"#;
+    *entity_side.host.response_chunk.borrow_mut() = body.as_bytes().to_vec();
+    x.on_response_body(&mut entity_side.cx(), body.len(), true);
+
+    let mutation =
+        r#"{"query":"mutation { renameUser(id: 1, name: \"A\") { __typename id name } }"}"#;
+    let answer = r#"{"data":{"renameUser":{"__typename":"User","id":"1","name":"A"}}}"#;
+    super::scenarios::mutate(&gateway_side, 2, mutation, answer);
+    assert_eq!(gateway_side.host.counted(Counter::MutationPurges), 1);
+    gateway_side.host.advance(1);
+
+    let (_, flow) = entity_side.post(3, &users(&[1, 2]), &[]);
+    assert_eq!(flow, Flow::Pause, "2 is still an entry");
+    let (_, callout) = entity_side
+        .host
+        .dispatched
+        .borrow()
+        .last()
+        .cloned()
+        .unwrap();
+    let sent: serde_json::Value = serde_json::from_slice(callout.body.as_ref().unwrap()).unwrap();
+    assert_eq!(
+        sent["variables"]["representations"],
+        json!([{"__typename": "User", "id": "1"}]),
+        "the renamed user is fetched again"
+    );
+}

@@ -891,7 +891,7 @@ fn a_mutation_purges_the_entities_it_returns() {
 }
 
 /// Sends `mutation` (a POST body) through `node` as context `context`, answered `answer`.
-fn mutate(node: &Node, context: u32, mutation: &str, answer: &str) {
+pub(super) fn mutate(node: &Node, context: u32, mutation: &str, answer: &str) {
     let (mut x, flow) = node.post(context, mutation, &[]);
     assert_eq!(flow, Flow::Continue);
     *node.host.response_headers.borrow_mut() = vec![
