@@ -245,7 +245,8 @@ impl Exchange {
         };
         let body = cx.host().request_body(body_size).unwrap_or_default();
         let config = cx.config();
-        if config.entities.is_some() {
+        // Shadow mode never answers: entity mode is off then.
+        if config.entities.is_some() && !config.shadow {
             let read = EntitiesRequest::read_with(&body, |query, name| {
                 cx.worker(|w| w.entity_shapes.shape(query, name, config.limits()))
             });
