@@ -91,6 +91,20 @@ impl KeyWriter {
         self.0.update(value);
     }
 
+    /// The HTTP dimensions but the method: authority, path, cluster, accept, the vary headers.
+    /// Not `accept-encoding`: the filter asks the origin for `identity` on every request it may
+    /// store or coalesce, and Envoy's compressor encodes hits and misses alike per client.
+    fn http(&mut self, ctx: &KeyContext) {
+        self.field(3, ctx.authority);
+        self.field(4, ctx.path);
+        self.optional(14, ctx.cluster);
+        self.optional(5, ctx.accept.map(trim));
+        for (name, value) in &ctx.vary {
+            self.field(7, name.as_bytes());
+            self.optional(8, *value);
+        }
+    }
+
     fn optional(&mut self, tag: u8, value: Option<&[u8]>) {
         match value {
             // Absent and empty must differ: tag 0 marks absence.
@@ -120,14 +134,7 @@ impl EntityKeys {
     pub fn new(ctx: &KeyContext, ask: &EntityAsk) -> EntityKeys {
         let mut w = KeyWriter(Sha256::new());
         w.field(1, b"graphql-cache/entity/v1");
-        w.field(3, ctx.authority);
-        w.field(4, ctx.path);
-        w.optional(14, ctx.cluster);
-        w.optional(5, ctx.accept.map(trim));
-        for (name, value) in &ctx.vary {
-            w.field(7, name.as_bytes());
-            w.optional(8, *value);
-        }
+        w.http(ctx);
         w.field(15, ask.selection.as_bytes());
         w.field(11, ask.other_variables.as_bytes());
         w.optional(12, ask.extensions.map(str::as_bytes));
@@ -149,16 +156,7 @@ pub fn build_key(ctx: &KeyContext, req: &GraphQlRequest, op: &CanonicalOperation
     let mut w = KeyWriter(Sha256::new());
     w.field(1, KEY_FORMAT);
     w.field(2, ctx.method);
-    w.field(3, ctx.authority);
-    w.field(4, ctx.path);
-    w.optional(14, ctx.cluster);
-    w.optional(5, ctx.accept.map(trim));
-    // Not `accept-encoding`: the filter asks the origin for `identity` on every request it may
-    // store or coalesce, and Envoy's compressor encodes hits and misses alike per client.
-    for (name, value) in &ctx.vary {
-        w.field(7, name.as_bytes());
-        w.optional(8, *value);
-    }
+    w.http(ctx);
     w.field(10, op.text.as_bytes());
     w.optional(11, req.variables.as_deref().map(str::as_bytes));
     w.optional(12, req.extensions.as_deref().map(str::as_bytes));
