@@ -288,7 +288,7 @@ fn merge(
     let mut texts = entries(&decoded);
     for (f, list) in fetched.entities.iter().enumerate() {
         for (i, got) in list.iter().enumerate() {
-            let (Some(d), Some(got)) = (x.sent[f].get(i), got) else {
+            let (Some(d), Some(got)) = (x.sent.get(f).and_then(|s| s.get(i)), got) else {
                 continue;
             };
             if let Some(slot) = texts.get_mut(f).and_then(|t| t.get_mut(*d)) {
@@ -337,14 +337,15 @@ fn store(
             let Some(d) = x.sent.get(f).and_then(|s| s.get(i)).copied() else {
                 continue;
             };
-            let (Some(got), Some(slot)) = (got, x.slots.get(f).and_then(|s| s.get(d))) else {
+            let rep = x.req.fields.get(f).and_then(|field| field.distinct.get(d));
+            let slot = x.slots.get(f).and_then(|s| s.get(d));
+            let (Some(got), Some(slot), Some(rep)) = (got, slot, rep) else {
                 continue;
             };
             if done.contains(&(f, d)) {
                 continue;
             }
             done.push((f, d));
-            let rep = &x.req.fields[f].distinct[d];
             let ttl = if got.raw == "null" {
                 config.entities.as_ref().map_or(0, |e| e.null_ttl_seconds)
             } else {
