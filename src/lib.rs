@@ -8,6 +8,9 @@
 //!   `invalidate::marks`;
 //! - the L2 is asked by `worker::l2::ask::ask` (its wire format: `fleet::wire`; what a value
 //!   must be to be used: `fleet::seal` and `cache::peer`);
+//! - entity mode (a filter in front of subgraphs): `entities` splits an `_entities` request and
+//!   merges a subgraph's answer; `worker::request::entities` looks each entity up and fetches the
+//!   missing ones;
 //! - a configuration field is validated in the `config/` file named for its concern (`config::l2`,
 //!   `config::purge`, `config::headers`, ...); `config::Config::from_raw` only assembles.
 //!
