@@ -128,23 +128,66 @@ pub fn storable_entry(
 ) -> Result<Vec<u8>, NotStored> {
     let life = storable_life(answer.status, answer.headers, config, allowed, stamp.now_ms)?;
     body_storable(answer.body)?;
-    let mut stored = Vec::new();
-    for (name, value) in answer.headers {
-        if replayed(name) {
+    let headers = kept_headers(answer.headers, replayed)?;
+    let content = Content {
+        status: answer.status,
+        headers,
+        body: answer.body,
+    };
+    encode_entry(
+        key,
+        &life,
+        (stamp.born_us, stamp.now_ms),
+        content,
+        config,
+        || {
+            let found = find_in_answer(answer.body, &config.key_fields).unwrap_or_default();
+            let op = stamp.operation;
+            entry_tags(op.name.as_deref(), &op.root_fields, &found)
+        },
+    )
+}
+
+/// The headers of `headers` an entry keeps (those `keep` names), as text.
+pub fn kept_headers(
+    headers: &[(String, Vec<u8>)],
+    keep: impl Fn(&str) -> bool,
+) -> Result<Vec<(&str, &str)>, NotStored> {
+    let mut kept = Vec::new();
+    for (name, value) in headers {
+        if keep(name) {
             let value = std::str::from_utf8(value).map_err(|_| NotStored::NonUtf8Header)?;
-            stored.push((name.as_str(), value));
+            kept.push((name.as_str(), value));
         }
     }
+    Ok(kept)
+}
+
+/// What an entry holds: the answer as it is served again.
+#[derive(Debug, Clone)]
+pub struct Content<'a> {
+    pub status: u16,
+    pub headers: Vec<(&'a str, &'a str)>,
+    pub body: &'a [u8],
+}
+
+/// The entry for `key`: `content`, fresh for `life` from `now_ms` (born at `born_us`), with the
+/// tags `tags` gives, read only when something uses them (purges, or headers that show them);
+/// refused past `max_entry_bytes`. The one encoder of answers and entities.
+pub fn encode_entry(
+    key: &CacheKey,
+    life: &Freshness,
+    (born_us, now_ms): (u64, u64),
+    content: Content<'_>,
+    config: &Config,
+    tags: impl FnOnce() -> Vec<String>,
+) -> Result<Vec<u8>, NotStored> {
     let shown = config.debug_headers || config.cdn_tags.is_some();
-    let tags = if config.invalidation_on() || shown {
-        let found = find_in_answer(answer.body, &config.key_fields).unwrap_or_default();
-        let op = stamp.operation;
-        entry_tags(op.name.as_deref(), &op.root_fields, &found)
-    } else {
-        Vec::new()
+    let tags = match config.invalidation_on() || shown {
+        true => tags(),
+        false => Vec::new(),
     };
     let text = if shown { tags.join(",") } else { String::new() };
-    let now_ms = stamp.now_ms;
     let entry = Entry {
         digest: key.digest,
         stored_at_ms: now_ms,
@@ -152,12 +195,12 @@ pub fn storable_entry(
         stale_ms: life.swr_ms,
         error_ms: life.sie_ms,
         upstream_age_s: life.age_s,
-        born_us: stamp.born_us,
-        status: answer.status,
-        headers: stored,
+        born_us,
+        status: content.status,
+        headers: content.headers,
         tag_hashes: tags.iter().map(|t| tag_hash(t)).collect(),
         tags: &text,
-        body: answer.body,
+        body: content.body,
     };
     if entry.encoded_len() > config.max_entry_bytes {
         return Err(NotStored::TooLarge);

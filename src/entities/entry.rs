@@ -2,13 +2,10 @@
 //! by the subgraph answer's own freshness, tagged `entity:<Type>:<id>` (from its representation)
 //! and with what it holds, so the purge API and mutations reach it.
 
-use crate::cache::entry::Entry;
-use crate::cache::headers::replayed;
 use crate::cache::not_stored::NotStored;
-use crate::cache::storable::storable_life;
+use crate::cache::storable::{encode_entry, kept_headers, storable_life, Content};
 use crate::config::{Config, Lifetimes};
 use crate::entities::request::Representation;
-use crate::invalidate::marks::tag_hash;
 use crate::invalidate::tags::{entry_tags, find_in_answer, Found};
 use crate::request::key::CacheKey;
 
@@ -38,39 +35,17 @@ pub fn entity_entry(
         allowed,
         source.now_ms,
     )?;
-    let mut stored = Vec::new();
-    for (name, value) in source.headers {
-        if name == "content-type" && replayed(name) {
-            let value = std::str::from_utf8(value).map_err(|_| NotStored::NonUtf8Header)?;
-            stored.push((name.as_str(), value));
-        }
-    }
-    let shown = config.debug_headers || config.cdn_tags.is_some();
-    // Read only for something that uses them: purges, or headers that show them.
-    let tags = match config.invalidation_on() || shown {
-        true => tags(rep, raw, config),
-        false => Vec::new(),
-    };
-    let text = if shown { tags.join(",") } else { String::new() };
-    let now_ms = source.now_ms;
-    let entry = Entry {
-        digest: key.digest,
-        stored_at_ms: now_ms,
-        expires_at_ms: now_ms.saturating_add(life.fresh_ms),
-        stale_ms: life.swr_ms,
-        error_ms: life.sie_ms,
-        upstream_age_s: life.age_s,
-        born_us: source.born_us,
+    // Only its type: an entity is served inside an answer the filter assembles.
+    let headers = kept_headers(source.headers, |name| name == "content-type")?;
+    let content = Content {
         status: source.status,
-        headers: stored,
-        tag_hashes: tags.iter().map(|t| tag_hash(t)).collect(),
-        tags: &text,
+        headers,
         body: raw.as_bytes(),
     };
-    if entry.encoded_len() > config.max_entry_bytes {
-        return Err(NotStored::TooLarge);
-    }
-    Ok(entry.encode())
+    let stamp = (source.born_us, source.now_ms);
+    encode_entry(key, &life, stamp, content, config, || {
+        tags(rep, raw, config)
+    })
 }
 
 /// The entity's own tag (its representation names its type and key), then the types and
@@ -97,6 +72,7 @@ fn tags(rep: &Representation, raw: &str, config: &Config) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cache::entry::Entry;
 
     fn rep(json: &str) -> Representation {
         let value: serde_json::Value = serde_json::from_str(json).unwrap();
