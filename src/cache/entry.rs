@@ -176,6 +176,12 @@ impl<'a> Entry<'a> {
         self.expires_at_ms.saturating_add(self.stale_ms)
     }
 
+    /// Whether it may be served stale at `now_ms` while one refresh runs: expired (or soft-purged)
+    /// and within its `stale-while-revalidate` window.
+    pub fn within_stale_window(&self, now_ms: u64) -> bool {
+        self.stale_ms > 0 && now_ms < self.stale_until_ms()
+    }
+
     /// When it may be served stale instead of an origin failure (within `stale-if-error`).
     pub fn error_until_ms(&self) -> u64 {
         self.expires_at_ms.saturating_add(self.error_ms)

@@ -263,7 +263,7 @@ fn freshness(
     now_ms: u64,
     coalesce: bool,
 ) -> (&'static str, &'static str, Option<&'static str>) {
-    let in_stale_window = e.stale_ms > 0 && now_ms < e.stale_until_ms();
+    let in_stale_window = e.within_stale_window(now_ms);
     let stale = |state| match (in_stale_window, coalesce) {
         (true, true) => (state, "STALE", None),
         _ => (

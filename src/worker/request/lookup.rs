@@ -120,7 +120,7 @@ pub fn find(cx: &mut Ctx<'_, impl RequestHost>, key: &CacheKey, now_ms: u64) -> 
         return Found::Nothing(MissReason::Purged);
     }
     if expired || marks == Verdict::Stale {
-        return match may_serve_stale(&bytes, now_ms, marks) {
+        return match may_serve_stale(&bytes, now_ms) {
             true => Found::Stale(bytes.into()),
             false => {
                 if marks == Verdict::Stale {
@@ -154,14 +154,8 @@ fn record_frequency(cx: &mut Ctx<'_, impl RequestHost>, hash: u64) {
 
 /// Within stale-while-revalidate: expired less than its window ago, or soft-purged (stale from
 /// then on) with its window not yet over.
-fn may_serve_stale(bytes: &[u8], now_ms: u64, marks: Verdict) -> bool {
-    let Ok(e) = Entry::decode(bytes) else {
-        return false;
-    };
-    match marks {
-        Verdict::Stale => e.stale_ms > 0 && now_ms < e.stale_until_ms(),
-        _ => now_ms < e.stale_until_ms(),
-    }
+fn may_serve_stale(bytes: &[u8], now_ms: u64) -> bool {
+    Entry::decode(bytes).is_ok_and(|e| e.within_stale_window(now_ms))
 }
 
 /// `n` in decimal, without `fmt` (a noticeable share of a hit in wasm).
