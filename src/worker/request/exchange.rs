@@ -45,13 +45,6 @@ use crate::worker::store::account_store;
 use crate::worker::watchdog::{BodyArrival, OPTION_OFF_LOG};
 use std::rc::Rc;
 
-/// No count (a tally's second place, when there is none).
-const NOTHING: Tally = Tally {
-    counter: OpCounter::Hits,
-    reason: None,
-    amount: 0,
-};
-
 /// What the callback tells Envoy.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Flow {
@@ -376,22 +369,21 @@ impl Exchange {
         if !cx.config().operation_stats.on() {
             return;
         }
+        let missed = self.missed.unwrap_or(MissReason::Collision).as_str();
+        let counted = match status {
+            "HIT" => Tally::one(OpCounter::Hits),
+            "STALE" => Tally::one(OpCounter::Stale),
+            "COALESCED" => Tally::one(OpCounter::Coalesced),
+            "MISS" => Tally::because(OpCounter::Misses, missed),
+            "BYPASS" => Tally::because(OpCounter::Bypasses, reason.unwrap_or("-")),
+            _ => return,
+        };
+        // Only an answer served from an entry saved the origin anything (0 is not counted).
         let saved = Tally {
             amount: self.served.map_or(0, |s| s.origin_ms),
             ..Tally::one(OpCounter::OriginMsSaved)
         };
-        let missed = self.missed.unwrap_or(MissReason::Collision).as_str();
-        let tallies = match status {
-            "HIT" => [Tally::one(OpCounter::Hits), saved],
-            "STALE" => [Tally::one(OpCounter::Stale), saved],
-            "COALESCED" => [Tally::one(OpCounter::Coalesced), NOTHING],
-            "MISS" => [Tally::because(OpCounter::Misses, missed), NOTHING],
-            "BYPASS" => [
-                Tally::because(OpCounter::Bypasses, reason.unwrap_or("-")),
-                NOTHING,
-            ],
-            _ => return,
-        };
+        let tallies = [counted, saved];
         count_operation(cx, operation_of(self.operation.as_deref()), &tallies);
     }
 
