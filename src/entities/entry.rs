@@ -79,7 +79,6 @@ mod tests {
         Representation {
             typename: value["__typename"].as_str().unwrap().to_string(),
             canonical: value.to_string(),
-            value,
         }
     }
 

@@ -4,10 +4,10 @@
 
 use crate::request::canonical::{canonicalize, Limits, OperationKind};
 use crate::request::http::parse_post_body;
+use crate::request::json::{self, write_string, Json};
 use graphql_parser::query::{
     parse_query, Definition, Document, OperationDefinition, Selection, SelectionSet, Value,
 };
-use serde_json::{Map, Value as Json};
 use std::collections::HashMap;
 use std::rc::Rc;
 
@@ -30,10 +30,9 @@ pub enum NotEntities {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Representation {
     pub typename: String,
-    /// Its JSON with object members sorted, compact: equal representations, equal text.
+    /// Its JSON with object members sorted, compact, numbers as written: equal representations,
+    /// equal text. It is also what goes upstream again (the same JSON value).
     pub canonical: String,
-    /// As the gateway sent it (what goes upstream again).
-    pub value: Json,
 }
 
 /// One `_entities` root field.
@@ -56,8 +55,9 @@ pub struct EntitiesField {
 pub struct EntitiesRequest {
     pub query: String,
     pub operation_name: Option<String>,
-    /// Every variable, as sent.
-    pub variables: Map<String, Json>,
+    /// The variables other than the representations: name and canonical JSON, sorted by name.
+    pub others: Vec<(String, String)>,
+    /// Canonical JSON, as `request::http` reads it.
     pub extensions: Option<String>,
     pub fields: Vec<EntitiesField>,
     /// The variables other than the representations, canonical: part of each entity's key
@@ -136,9 +136,11 @@ impl EntitiesRequest {
             return Err(NotEntities::OtherShape);
         }
         let shape = shape(&req.query, req.operation_name.as_deref())?;
-        let variables: Map<String, Json> = match &req.variables {
-            Some(text) => serde_json::from_str(text).map_err(|_| NotEntities::Unreadable)?,
-            None => Map::new(),
+        // The variables are read with the filter's own JSON reader, borrowing from their
+        // canonical text: one parse, and each representation's canonical text is one write.
+        let text = req.variables.as_deref().unwrap_or("{}");
+        let Ok(Json::Object(variables)) = json::parse(text) else {
+            return Err(NotEntities::Unreadable);
         };
         let fields = shape
             .iter()
@@ -146,15 +148,16 @@ impl EntitiesRequest {
                 split(&variables, key.clone(), variable.clone(), selection.clone())
             })
             .collect::<Result<Vec<_>, _>>()?;
-        let mut others = variables.clone();
-        for f in &fields {
-            others.remove(&f.variable);
-        }
+        let others: Vec<_> = variables
+            .iter()
+            .filter(|(name, _)| fields.iter().all(|f| f.variable != *name))
+            .map(|(name, value)| (name.to_string(), value.to_canonical()))
+            .collect();
         Ok(EntitiesRequest {
-            other_variables: Json::Object(others).to_string(),
+            other_variables: object(others.iter().map(|(n, v)| (n.as_str(), v.as_str()))),
+            others,
             query: req.query,
             operation_name: req.operation_name,
-            variables,
             extensions: req.extensions,
             fields,
         })
@@ -163,30 +166,51 @@ impl EntitiesRequest {
     /// The body to send upstream asking, for each field, only the representations `sent[f]`
     /// (indices in that field's `distinct`, in the order they will come back).
     pub fn rewritten(&self, sent: &[Vec<usize>]) -> Vec<u8> {
-        let mut variables = self.variables.clone();
-        for (f, field) in self.fields.iter().enumerate() {
-            let asked = sent.get(f).map(Vec::as_slice).unwrap_or_default();
-            let reps = asked
-                .iter()
-                .filter_map(|i| field.distinct.get(*i).map(|r| r.value.clone()))
-                .collect();
-            variables.insert(field.variable.clone(), Json::Array(reps));
-        }
-        let mut body = Map::new();
-        body.insert("query".into(), Json::String(self.query.clone()));
+        let lists: Vec<(&str, String)> = self
+            .fields
+            .iter()
+            .enumerate()
+            .map(|(f, field)| {
+                let asked = sent.get(f).map(Vec::as_slice).unwrap_or_default();
+                let reps: Vec<&str> = asked
+                    .iter()
+                    .filter_map(|i| field.distinct.get(*i).map(|r| r.canonical.as_str()))
+                    .collect();
+                (field.variable.as_str(), format!("[{}]", reps.join(",")))
+            })
+            .collect();
+        let others = self.others.iter().map(|(n, v)| (n.as_str(), v.as_str()));
+        let variables = object(others.chain(lists.iter().map(|(n, v)| (*n, v.as_str()))));
+        let mut body = String::from("{\"query\":");
+        write_string(&mut body, &self.query);
         if let Some(name) = &self.operation_name {
-            body.insert("operationName".into(), Json::String(name.clone()));
+            body.push_str(",\"operationName\":");
+            write_string(&mut body, name);
         }
-        body.insert("variables".into(), Json::Object(variables));
-        if let Some(ext) = self
-            .extensions
-            .as_deref()
-            .and_then(|e| serde_json::from_str(e).ok())
-        {
-            body.insert("extensions".into(), ext);
+        body.push_str(",\"variables\":");
+        body.push_str(&variables);
+        if let Some(ext) = &self.extensions {
+            body.push_str(",\"extensions\":");
+            body.push_str(ext);
         }
-        Json::Object(body).to_string().into_bytes()
+        body.push('}');
+        body.into_bytes()
     }
+}
+
+/// A JSON object of members whose values are JSON texts already.
+fn object<'a>(members: impl Iterator<Item = (&'a str, &'a str)>) -> String {
+    let mut out = String::from("{");
+    for (i, (name, value)) in members.enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        write_string(&mut out, name);
+        out.push(':');
+        out.push_str(value);
+    }
+    out.push('}');
+    out
 }
 
 /// The `_entities` root fields of the selected operation: response key, variable, selection.
@@ -248,29 +272,35 @@ fn selected<'d, 'a>(
 }
 
 fn split(
-    variables: &Map<String, Json>,
+    variables: &[(std::borrow::Cow<'_, str>, Json<'_>)],
     response_key: String,
     variable: String,
     selection: String,
 ) -> Result<EntitiesField, NotEntities> {
-    let Some(Json::Array(reps)) = variables.get(&variable) else {
-        return Err(NotEntities::BadRepresentations);
+    let reps = match variables.iter().find(|(name, _)| *name == variable) {
+        Some((_, Json::Array(reps))) => reps,
+        _ => return Err(NotEntities::BadRepresentations),
     };
     let mut distinct: Vec<Representation> = Vec::new();
+    let mut seen: HashMap<String, usize> = HashMap::with_capacity(reps.len());
     let mut positions = Vec::with_capacity(reps.len());
     for rep in reps {
-        let Some(Json::String(typename)) = rep.as_object().and_then(|o| o.get("__typename")) else {
+        let Json::Object(members) = rep else {
             return Err(NotEntities::BadRepresentations);
         };
-        // serde_json's maps are ordered by key: printing sorts the members.
-        let canonical = rep.to_string();
-        let at = match distinct.iter().position(|d| d.canonical == canonical) {
-            Some(at) => at,
+        let typename = match members.iter().find(|(name, _)| name == "__typename") {
+            Some((_, Json::String(t))) => t.to_string(),
+            _ => return Err(NotEntities::BadRepresentations),
+        };
+        // The reader sorts members by name: printing is canonical.
+        let canonical = rep.to_canonical();
+        let at = match seen.get(&canonical) {
+            Some(at) => *at,
             None => {
+                seen.insert(canonical.clone(), distinct.len());
                 distinct.push(Representation {
-                    typename: typename.clone(),
+                    typename,
                     canonical,
-                    value: rep.clone(),
                 });
                 distinct.len() - 1
             }

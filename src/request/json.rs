@@ -97,7 +97,7 @@ pub fn write_members(out: &mut String, members: &[(Cow<'_, str>, Json<'_>)]) {
 }
 
 /// A string as `serde_json` prints it, so canonical texts are what they were before this parser.
-fn write_string(out: &mut String, s: &str) {
+pub fn write_string(out: &mut String, s: &str) {
     out.push('"');
     let mut start = 0;
     for (i, b) in s.bytes().enumerate() {
