@@ -402,3 +402,106 @@ fn hive_gateway_a_mutation_purges_its_entities_on_the_subgraph_hop() {
         "hive-gateway.mjs",
     );
 }
+
+/// Two Envoys of one fleet on the shipped `envoy/fleet.yaml`, sharing one L2 service and Redis:
+/// A in front of the gateway (whole answers), B between the gateway and the products subgraph,
+/// in entity mode by its route's metadata (`entities: true`; its configuration has no
+/// `entities`). A mutation sent through A returns Product 3; the purge A makes goes to the
+/// fleet's purge log, B follows it, and B's entity entry for Product 3 is purged: B makes no
+/// mutation purge of its own (`mutation_invalidation: off`), and A and B share no memory.
+fn a_mutation_through_one_envoy_purges_its_entities_on_another(script: &str) {
+    let subgraphs = Subgraphs::start();
+    let [products, reviews, users] = subgraphs.ports;
+    let redis = RedisBackend::start(Backend::Single);
+    let [flag, url] = redis.l2_args();
+    let l2 = L2::start_bin(&l2_bin(), &[flag.as_str(), url.as_str()]);
+    wait_l2_service_healthy(&l2);
+    let route = "route: { cluster: origin, timeout: 15s }";
+    let entity_route = format!(
+        "{route}\n                metadata: {{ filter_metadata: {{ graphql_cache: {{ entities: true }} }} }}"
+    );
+    let b_config = fleet_config(
+        products,
+        l2.addr.port(),
+        r#""mutation_invalidation": "off", "route_metadata": "graphql_cache","#,
+    )
+    .replace(route, &entity_route);
+    let b = Envoy::start_bootstrap(&b_config, 2);
+    b.wait_l2_ready();
+    let cached = gateway(
+        script,
+        [
+            format!("http://127.0.0.1:{}/graphql", b.port),
+            format!("http://127.0.0.1:{reviews}/graphql"),
+            format!("http://127.0.0.1:{users}/graphql"),
+        ],
+    );
+    let direct = gateway(
+        script,
+        subgraphs
+            .ports
+            .map(|p| format!("http://127.0.0.1:{p}/graphql")),
+    );
+    let (gateway_port, _) = port_and_path(&cached.url());
+    let a = Envoy::start_bootstrap(&fleet_config(gateway_port, l2.addr.port(), ""), 2);
+    a.wait_l2_ready();
+
+    let before = ask(&direct.url(), REVIEW, None);
+    subgraphs.reset();
+    assert_eq!(ask(&cached.url(), REVIEW, None), before, "{script}");
+    assert_eq!(ask(&cached.url(), REVIEW, None), before, "{script}");
+    assert_eq!(
+        resolved(products, "Product"),
+        1,
+        "{script}: Product 3 from B's entity entry the second time"
+    );
+    assert_eq!(
+        b.counter("entities_served"),
+        1,
+        "{script}: in entity mode by its route"
+    );
+    let renamed = ask(
+        &format!("http://127.0.0.1:{}/graphql", a.port),
+        RENAME,
+        None,
+    );
+    assert_eq!(renamed["data"]["updateProduct"]["name"], "Renamed 3");
+    assert_eq!(a.counter("mutation_purges"), 1, "{script}: purged on A");
+    assert_eq!(
+        b.counter("mutation_purges"),
+        0,
+        "{script}: B purges nothing itself"
+    );
+    // The purge log reaches B within about a second; until then B still serves its entry.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    let after = loop {
+        let got = ask(&cached.url(), REVIEW, None);
+        if got["data"]["review"]["product"]["name"] == "Renamed 3" {
+            break got;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{script}: B still serves Product 3 as it was: {got}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    assert_eq!(after, ask(&direct.url(), REVIEW, None), "{script}");
+    subgraphs.reset();
+    assert_eq!(ask(&cached.url(), REVIEW, None), after, "{script}");
+    assert_eq!(
+        resolved(products, "Product"),
+        0,
+        "{script}: the new name is an entry on B again"
+    );
+    drop(subgraphs.process);
+}
+
+#[test]
+fn apollo_gateway_a_mutation_purges_its_entities_across_the_fleet() {
+    a_mutation_through_one_envoy_purges_its_entities_on_another("apollo-gateway.mjs");
+}
+
+#[test]
+fn hive_gateway_a_mutation_purges_its_entities_across_the_fleet() {
+    a_mutation_through_one_envoy_purges_its_entities_on_another("hive-gateway.mjs");
+}
