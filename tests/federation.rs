@@ -1,7 +1,10 @@
 //! Entity caching on the gateway-to-subgraph hop, with real gateways: three Node subgraphs
 //! (`tests/federation/`), Apollo Gateway and Hive Gateway, each once straight to the subgraphs and
 //! once through Envoy with the filter in entity mode. Every client answer through the filter must
-//! equal the answer without it, and the subgraphs must resolve fewer representations.
+//! equal the answer without it, and the subgraphs must resolve fewer representations. A mutation
+//! sent through the gateway side's filter purges the entities it returns on the subgraph hop, in
+//! one Envoy (`envoy/federation.yaml`) and across a fleet (the purge log); routes turn entity mode
+//! off and on by their metadata.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod support;
