@@ -1,7 +1,10 @@
 //! Entity caching on the gateway-to-subgraph hop, with real gateways: three Node subgraphs
 //! (`tests/federation/`), Apollo Gateway and Hive Gateway, each once straight to the subgraphs and
 //! once through Envoy with the filter in entity mode. Every client answer through the filter must
-//! equal the answer without it, and the subgraphs must resolve fewer representations.
+//! equal the answer without it, and the subgraphs must resolve fewer representations. A mutation
+//! sent through the gateway side's filter purges the entities it returns on the subgraph hop, in
+//! one Envoy (`envoy/federation.yaml`) and across a fleet (the purge log); routes turn entity mode
+//! off and on by their metadata.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod support;
@@ -249,4 +252,259 @@ fn apollo_gateway_answers_the_same_through_entity_caching() {
 #[test]
 fn hive_gateway_answers_the_same_through_entity_caching() {
     federation_through_envoy("hive-gateway.mjs");
+}
+
+/// `envoy/federation.yaml` as shipped (both hops in one Envoy, one VM) but for its ports: admin
+/// and the gateway side's listener on the OS's pick, the subgraph side's on `subgraph_port`, the
+/// gateway's and the subgraphs' own; the built filter; and the test's `edits` (text replaced).
+fn federation_yaml(
+    gateway_port: u16,
+    subgraph_port: u16,
+    subgraphs: &Subgraphs,
+    edits: &[(&str, String)],
+) -> String {
+    let text = std::fs::read_to_string(repo_root().join("envoy/federation.yaml")).unwrap();
+    let [products, reviews, users] = subgraphs.ports;
+    let mut substitutions = vec![
+        ("port_value: 8080", "port_value: 0".to_string()),
+        ("port_value: 9901", "port_value: 0".to_string()),
+        ("port_value: 8090", format!("port_value: {subgraph_port}")),
+        ("port_value: 4000", format!("port_value: {gateway_port}")),
+        ("port_value: 4001", format!("port_value: {products}")),
+        ("port_value: 4002", format!("port_value: {reviews}")),
+        ("port_value: 4003", format!("port_value: {users}")),
+        (
+            "filename: graphql_cache.wasm",
+            format!("filename: {}", wasm_path().display()),
+        ),
+    ];
+    substitutions.extend(edits.iter().map(|(from, to)| (*from, to.clone())));
+    substitutions.iter().fold(text, |t, (from, to)| {
+        assert!(
+            t.contains(from),
+            "federation.yaml no longer contains {from:?}"
+        );
+        t.replace(from, to)
+    })
+}
+
+/// The port and path of a gateway's URL.
+fn port_and_path(url: &str) -> (u16, String) {
+    let rest = url.strip_prefix("http://127.0.0.1:").unwrap();
+    let (port, path) = rest.split_once('/').unwrap_or((rest, ""));
+    (port.parse().unwrap(), format!("/{path}"))
+}
+
+/// Representations of `typename` the subgraph on `port` resolved since its counts were reset.
+fn resolved(port: u16, typename: &str) -> u64 {
+    http(port, Req::get("/counts")).json()["resolved"][typename]
+        .as_u64()
+        .unwrap_or(0)
+}
+
+const REVIEW: &str = r#"query Review { review(id: "3-0") { id body product { id name } } }"#;
+const RENAME: &str =
+    r#"mutation Rename { updateProduct(id: "3", name: "Renamed 3") { __typename id name } }"#;
+const REVIEWED: &str =
+    "query Reviewed { products(first: 3, offset: OFFSET) { id reviews { id } } }";
+
+/// Both hops in one Envoy (`envoy/federation.yaml`): Product 3's `name`, fetched by the gateway
+/// as an `_entities` of the products subgraph, is cached on the subgraph hop; a mutation sent
+/// through the gateway side's listener returns Product 3, and the purge it makes there reaches
+/// the entity entry (the subgraph side makes no mutation purge of its own, so no other purge can
+/// explain it: `mutation_invalidation: off`, with a purge API so that it still reads the marks;
+/// with neither, a listener neither tags its entries nor reads the marks): the next query resolves Product 3 again and shows the new name. On the same
+/// listener, the reviews route's metadata turns entity mode off (`entities: false`): its
+/// `_entities` batches are cached whole, so a batch that shares two of three products with a
+/// stored one resolves all three.
+fn a_mutation_through_the_gateway_side_purges_its_entities_on_the_subgraph_side(script: &str) {
+    let subgraphs = Subgraphs::start();
+    let hop = free_port();
+    let via_envoy =
+        ["products", "reviews", "users"].map(|s| format!("http://127.0.0.1:{hop}/{s}/graphql"));
+    let cached = gateway(script, via_envoy);
+    let direct = gateway(
+        script,
+        subgraphs
+            .ports
+            .map(|p| format!("http://127.0.0.1:{p}/graphql")),
+    );
+    let (gateway_port, gateway_path) = port_and_path(&cached.url());
+    let reviews_route = "                route: { cluster: reviews, timeout: 15s }\n";
+    let edits = [
+        (
+            r#""entities": {"#,
+            format!(
+                r#""mutation_invalidation": "off", "purge_path": "/graphql-cache/purge", "purge_token": "{}", "route_metadata": "graphql_cache", "entities": {{"#,
+                "0123456789abcdef"
+            ),
+        ),
+        (
+            reviews_route,
+            format!("{reviews_route}                metadata: {{ filter_metadata: {{ graphql_cache: {{ entities: false }} }} }}\n"),
+        ),
+    ];
+    let envoy = Envoy::start_bootstrap(&federation_yaml(gateway_port, hop, &subgraphs, &edits), 2);
+    let gateway_side = format!("http://127.0.0.1:{}{gateway_path}", envoy.port);
+    let products = subgraphs.ports[0];
+
+    let before = ask(&direct.url(), REVIEW, None);
+    assert_eq!(before["data"]["review"]["product"]["name"], "Product 3");
+    subgraphs.reset();
+    assert_eq!(ask(&cached.url(), REVIEW, None), before, "{script}");
+    assert_eq!(resolved(products, "Product"), 1, "{script}: stored");
+    assert_eq!(ask(&cached.url(), REVIEW, None), before, "{script}");
+    assert_eq!(resolved(products, "Product"), 1, "{script}: from its entry");
+
+    let renamed = ask(&gateway_side, RENAME, None);
+    assert_eq!(
+        renamed["data"]["updateProduct"],
+        json!({"__typename": "Product", "id": "3", "name": "Renamed 3"}),
+        "{script}"
+    );
+    let after = ask(&cached.url(), REVIEW, None);
+    assert_eq!(
+        resolved(products, "Product"),
+        2,
+        "{script}: Product 3 resolved again after the mutation"
+    );
+    assert_eq!(after["data"]["review"]["product"]["name"], "Renamed 3");
+    assert_eq!(after, ask(&direct.url(), REVIEW, None), "{script}");
+    assert!(envoy.counter("mutation_purges") >= 1);
+
+    // entities: false on the reviews route.
+    subgraphs.reset();
+    let reviews = subgraphs.ports[1];
+    for offset in [0, 1] {
+        let q = REVIEWED.replace("OFFSET", &offset.to_string());
+        assert_eq!(
+            ask(&cached.url(), &q, None),
+            ask(&direct.url(), &q, None),
+            "{script}: {q}"
+        );
+    }
+    let direct_only = 3 + 3;
+    assert_eq!(
+        resolved(reviews, "Product"),
+        direct_only + 3 + 3,
+        "{script}: products 2 and 3 resolved again through the reviews route (whole answers)"
+    );
+    drop(subgraphs.process);
+}
+
+#[test]
+fn apollo_gateway_a_mutation_purges_its_entities_on_the_subgraph_hop() {
+    a_mutation_through_the_gateway_side_purges_its_entities_on_the_subgraph_side(
+        "apollo-gateway.mjs",
+    );
+}
+
+#[test]
+fn hive_gateway_a_mutation_purges_its_entities_on_the_subgraph_hop() {
+    a_mutation_through_the_gateway_side_purges_its_entities_on_the_subgraph_side(
+        "hive-gateway.mjs",
+    );
+}
+
+/// Two Envoys of one fleet on the shipped `envoy/fleet.yaml`, sharing one L2 service and Redis:
+/// A in front of the gateway (whole answers), B between the gateway and the products subgraph,
+/// in entity mode by its route's metadata (`entities: true`; its configuration has no
+/// `entities`). A mutation sent through A returns Product 3; the purge A makes goes to the
+/// fleet's purge log, B follows it, and B's entity entry for Product 3 is purged: B makes no
+/// mutation purge of its own (`mutation_invalidation: off`), and A and B share no memory.
+fn a_mutation_through_one_envoy_purges_its_entities_on_another(script: &str) {
+    let subgraphs = Subgraphs::start();
+    let [products, reviews, users] = subgraphs.ports;
+    let redis = RedisBackend::start(Backend::Single);
+    let [flag, url] = redis.l2_args();
+    let l2 = L2::start_bin(&l2_bin(), &[flag.as_str(), url.as_str()]);
+    wait_l2_service_healthy(&l2);
+    let route = "route: { cluster: origin, timeout: 15s }";
+    let entity_route = format!(
+        "{route}\n                metadata: {{ filter_metadata: {{ graphql_cache: {{ entities: true }} }} }}"
+    );
+    let b_config = fleet_config(
+        products,
+        l2.addr.port(),
+        r#""mutation_invalidation": "off", "route_metadata": "graphql_cache","#,
+    )
+    .replace(route, &entity_route);
+    let b = Envoy::start_bootstrap(&b_config, 2);
+    b.wait_l2_ready();
+    let cached = gateway(
+        script,
+        [
+            format!("http://127.0.0.1:{}/graphql", b.port),
+            format!("http://127.0.0.1:{reviews}/graphql"),
+            format!("http://127.0.0.1:{users}/graphql"),
+        ],
+    );
+    let direct = gateway(
+        script,
+        subgraphs
+            .ports
+            .map(|p| format!("http://127.0.0.1:{p}/graphql")),
+    );
+    let (gateway_port, _) = port_and_path(&cached.url());
+    let a = Envoy::start_bootstrap(&fleet_config(gateway_port, l2.addr.port(), ""), 2);
+    a.wait_l2_ready();
+
+    let before = ask(&direct.url(), REVIEW, None);
+    subgraphs.reset();
+    assert_eq!(ask(&cached.url(), REVIEW, None), before, "{script}");
+    assert_eq!(ask(&cached.url(), REVIEW, None), before, "{script}");
+    assert_eq!(
+        resolved(products, "Product"),
+        1,
+        "{script}: Product 3 from B's entity entry the second time"
+    );
+    assert_eq!(
+        b.counter("entities_served"),
+        1,
+        "{script}: in entity mode by its route"
+    );
+    let renamed = ask(
+        &format!("http://127.0.0.1:{}/graphql", a.port),
+        RENAME,
+        None,
+    );
+    assert_eq!(renamed["data"]["updateProduct"]["name"], "Renamed 3");
+    assert_eq!(a.counter("mutation_purges"), 1, "{script}: purged on A");
+    assert_eq!(
+        b.counter("mutation_purges"),
+        0,
+        "{script}: B purges nothing itself"
+    );
+    // The purge log reaches B within about a second; until then B still serves its entry.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    let after = loop {
+        let got = ask(&cached.url(), REVIEW, None);
+        if got["data"]["review"]["product"]["name"] == "Renamed 3" {
+            break got;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{script}: B still serves Product 3 as it was: {got}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    assert_eq!(after, ask(&direct.url(), REVIEW, None), "{script}");
+    subgraphs.reset();
+    assert_eq!(ask(&cached.url(), REVIEW, None), after, "{script}");
+    assert_eq!(
+        resolved(products, "Product"),
+        0,
+        "{script}: the new name is an entry on B again"
+    );
+    drop(subgraphs.process);
+}
+
+#[test]
+fn apollo_gateway_a_mutation_purges_its_entities_across_the_fleet() {
+    a_mutation_through_one_envoy_purges_its_entities_on_another("apollo-gateway.mjs");
+}
+
+#[test]
+fn hive_gateway_a_mutation_purges_its_entities_across_the_fleet() {
+    a_mutation_through_one_envoy_purges_its_entities_on_another("hive-gateway.mjs");
 }

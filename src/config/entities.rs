@@ -32,6 +32,17 @@ pub struct EntityType {
 }
 
 impl Entities {
+    /// What `"entities": {}` gives on a listener with this TTL and default scope.
+    pub fn defaults(ttl_seconds: u64, default_scope: Scope) -> Entities {
+        Entities {
+            ttl_seconds,
+            null_ttl_seconds: 0,
+            types: BTreeMap::new(),
+            default_scope,
+            max_answer_bytes: DEFAULT_MAX_ANSWER_BYTES as usize,
+        }
+    }
+
     /// The TTL and scope of entities of `typename`.
     pub fn policy(&self, typename: &str) -> (u64, Scope) {
         let t = self.types.get(typename);

@@ -124,6 +124,75 @@ mod tests {
         }
     }
 
+    /// The gateway side's purge after `updateProduct` returns Product 3, and the subgraph side's
+    /// entry for the representation of Product 3 (its id a string or a number), meet on one tag:
+    /// the entry's hashes hit a slot the mutation marked.
+    #[test]
+    fn a_mutation_returning_the_entity_purges_its_entry() {
+        use crate::effects::fake::MapStore;
+        use crate::invalidate::marks::{tag_hash, PurgeTable, Target, Verdict};
+        use crate::invalidate::mutation::PurgePlan;
+        use crate::invalidate::shape::find_in_shaped_answer;
+        use crate::request::canonical::mutation_shape;
+
+        let config = Config::default();
+        let doc = r#"mutation Rename { updateProduct(id: "3", name: "N") { __typename id name } }"#;
+        let shape = mutation_shape(doc, None, config.limits()).unwrap();
+        let answer: serde_json::Value = serde_json::from_str(
+            r#"{"data":{"updateProduct":{"__typename":"Product","id":"3","name":"N"}}}"#,
+        )
+        .unwrap();
+        let found = find_in_shaped_answer(&answer, &shape, &config.key_fields).unwrap();
+        let plan = PurgePlan::of(&found.types, &found.entities, false);
+        assert!(plan.tags.contains(&"entity:Product:3".to_string()));
+        let store = MapStore::default();
+        let table = PurgeTable::new(config.tag_slots);
+        table.precreate(&store);
+        let targets: Vec<_> = plan
+            .tags
+            .iter()
+            .map(|t| (Target::Tag(tag_hash(t)), false))
+            .collect();
+        table.apply(&store, &targets, 5_000_000).unwrap();
+        let view = table.view(&store, table.epoch(&store));
+        let allowed = Lifetimes {
+            ttl_seconds: 300,
+            ..Lifetimes::default()
+        };
+        let headers = vec![("content-type".to_string(), b"application/json".to_vec())];
+        let verdict = |representation: &str, born_us: u64| {
+            let src = Source {
+                born_us,
+                ..source(&headers)
+            };
+            let key = CacheKey { digest: [7; 32] };
+            let raw = r#"{"name":"Product 3"}"#;
+            let bytes =
+                entity_entry(&key, &rep(representation), raw, &src, &config, &allowed).unwrap();
+            let e = Entry::decode(&bytes).unwrap();
+            view.verdict(e.born_us, e.tag_hashes.iter().copied())
+        };
+        assert_eq!(
+            verdict(r#"{"__typename":"Product","id":"3"}"#, 4_000_000),
+            Verdict::Purged
+        );
+        assert_eq!(
+            verdict(r#"{"__typename":"Product","id":3}"#, 4_000_000),
+            Verdict::Purged,
+            "an id sent as a number is the same entity"
+        );
+        assert_eq!(
+            verdict(r#"{"__typename":"Product","id":"4"}"#, 4_000_000),
+            Verdict::Fresh,
+            "another entity of the type is kept"
+        );
+        assert_eq!(
+            verdict(r#"{"__typename":"Product","id":"3"}"#, 6_000_000),
+            Verdict::Fresh,
+            "fetched after the mutation"
+        );
+    }
+
     #[test]
     fn the_subgraph_s_freshness_caps_the_type_s_ttl() {
         let config = Config::default();

@@ -3,8 +3,10 @@
 //! with only the missing representations and merged back in the gateway's order.
 //!
 //! Pure: `request` reads and splits a request and rewrites it for the misses; `answer` reads a
-//! subgraph's answer, says which entities may be stored, and assembles what the client gets.
+//! subgraph's answer, says which entities may be stored, and assembles what the client gets;
+//! `mode` says whether a request's route is in entity mode, and with which settings.
 
 pub mod answer;
 pub mod entry;
+pub mod mode;
 pub mod request;

@@ -11,6 +11,7 @@ pub fn route_override(read: impl Fn(&str) -> Option<Vec<u8>>) -> RouteOverride {
         stale_while_revalidate_seconds: seconds(read("stale_while_revalidate_seconds")),
         stale_if_error_seconds: seconds(read("stale_if_error_seconds")),
         disabled: flag(read("disabled")),
+        entities: choice(read("entities")),
     }
 }
 
@@ -29,6 +30,16 @@ pub fn flag(value: Option<Vec<u8>>) -> bool {
         [flag] => *flag != 0,
         other => other == b"true",
     })
+}
+
+/// A boolean the route may leave unsaid: `None` when absent or not a boolean.
+pub fn choice(value: Option<Vec<u8>>) -> Option<bool> {
+    match value?.as_slice() {
+        [flag] => Some(*flag != 0),
+        b"true" => Some(true),
+        b"false" => Some(false),
+        _ => None,
+    }
 }
 
 #[cfg(test)]
@@ -51,5 +62,10 @@ mod tests {
         assert!(!flag(Some(vec![0])));
         assert!(flag(Some(b"true".to_vec())));
         assert!(!flag(None));
+        assert_eq!(choice(Some(vec![0])), Some(false));
+        assert_eq!(choice(Some(vec![1])), Some(true));
+        assert_eq!(choice(Some(b"false".to_vec())), Some(false));
+        assert_eq!(choice(Some(b"yes".to_vec())), None, "not a boolean: unsaid");
+        assert_eq!(choice(None), None);
     }
 }

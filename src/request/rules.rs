@@ -30,6 +30,8 @@ pub struct RouteOverride {
     pub stale_while_revalidate_seconds: Option<u64>,
     pub stale_if_error_seconds: Option<u64>,
     pub disabled: bool,
+    /// Entity mode for the route: `Some(false)` off, `Some(true)` on (see `entities::mode`).
+    pub entities: Option<bool>,
 }
 
 /// The policy for one request.

@@ -13,6 +13,10 @@ type Query {
   "A page of a search's results (bench/entities): see searchResults below."
   search(term: String!, first: Int = 10, offset: Int = 0): [Product!]!
 }
+type Mutation {
+  "Renames a product in this process's data (the tests that call it start their own subgraphs)."
+  updateProduct(id: ID!, name: String!): Product
+}
 type Product @key(fields: "id") {
   id: ID!
   name: String!

@@ -23,6 +23,8 @@
 //     authorization header is exactly "Bearer <that user's id>", else null.
 //   - products: __resolveReference of Product "13" throws, so _entities answers
 //     null at that index with an error whose path is ["_entities", i].
+//   - products: Mutation.updateProduct(id, name) renames a product for the rest
+//     of this process's life (nothing else changes state).
 import http from "node:http";
 import zlib from "node:zlib";
 import { parse, graphql, GraphQLError, Kind } from "graphql";
@@ -96,6 +98,14 @@ function resolversFor(name, resolved) {
           product: (_, { id }) => productsById.get(id) ?? null,
           search: (_, { term, first, offset }) =>
             page(searchResults(term), first, offset).map((id) => productsById.get(id)),
+        },
+        Mutation: {
+          // In place: every query of this process (pages, product, _entities) sees the new name.
+          updateProduct: (_, { id, name }) => {
+            const p = productsById.get(id);
+            if (p) p.name = name;
+            return p ?? null;
+          },
         },
         Product: {
           // async: @apollo/subgraph maps representations to results, so a

@@ -11,6 +11,7 @@ use crate::effects::counters::Counter;
 use crate::effects::host::{status, RequestHost};
 use crate::entities::answer::{assemble, Fetched};
 use crate::entities::entry::{entity_entry, Source};
+use crate::entities::mode::{listener_settings, settings};
 use crate::entities::request::EntitiesRequest;
 use crate::request::classify::{key_context, RequestHead};
 use crate::request::key::{CacheKey, EntityAsk, EntityKeys};
@@ -109,9 +110,7 @@ fn look_up(
     now_ms: u64,
 ) -> Vec<Vec<Slot>> {
     let config = cx.config();
-    let Some(entities) = &config.entities else {
-        return Vec::new();
-    };
+    let entities = settings(config, &head.route);
     let full = String::from_utf8_lossy(&head.path).into_owned();
     let ctx = key_context(config, head, &full);
     let mut identity: Option<Option<Vec<u8>>> = None;
@@ -209,13 +208,13 @@ fn respond(
     (max_age, label): (u64, &str),
     (hits, fetched): (usize, usize),
 ) {
+    let entities = listener_settings(cx.config());
     let private = x.slots.iter().flatten().any(|s| s.key.is_some())
-        && x.req.fields.iter().flat_map(|f| &f.distinct).any(|r| {
-            cx.config()
-                .entities
-                .as_ref()
-                .is_some_and(|e| e.policy(&r.typename).1 == Scope::Private)
-        });
+        && x.req
+            .fields
+            .iter()
+            .flat_map(|f| &f.distinct)
+            .any(|r| entities.policy(&r.typename).1 == Scope::Private);
     let cache_control = match private {
         true => format!("private, max-age={max_age}"),
         false => format!("max-age={max_age}"),
@@ -256,11 +255,7 @@ pub fn on_partial(
     x: Box<EntityExchange>,
     returned: &Returned,
 ) -> Result<(), Box<EntityExchange>> {
-    let limit = cx
-        .config()
-        .entities
-        .as_ref()
-        .map_or(0, |e| e.max_answer_bytes);
+    let limit = listener_settings(cx.config()).max_answer_bytes;
     let body = match &returned.headers {
         Some(headers) if returned.status() == Some(200) && returned.body_size <= limit => cx
             .host()
@@ -347,7 +342,7 @@ fn store(
             }
             done.push((f, d));
             let ttl = if got.raw == "null" {
-                config.entities.as_ref().map_or(0, |e| e.null_ttl_seconds)
+                listener_settings(config).null_ttl_seconds
             } else {
                 slot.ttl_seconds
             };

@@ -13,6 +13,7 @@ use crate::config::{MutationInvalidation, PurgeApi};
 use crate::effects::counters::Counter;
 use crate::effects::host::{status, LogLevel, RequestHost};
 use crate::effects::operation_stats::OpCounter;
+use crate::entities::mode::{entity_mode, listener_settings};
 use crate::entities::request::EntitiesRequest;
 use crate::invalidate::mutation::header_tags;
 use crate::invalidate::purge_request::Refusal;
@@ -238,8 +239,7 @@ impl Exchange {
         };
         let body = cx.host().request_body(body_size).unwrap_or_default();
         let config = cx.config();
-        // Shadow mode never answers: entity mode is off then.
-        if config.entities.is_some() && !config.shadow {
+        if entity_mode(config, &head.route) {
             let read = EntitiesRequest::read_with(&body, |query, name| {
                 cx.worker(|w| w.entity_shapes.shape(query, name, config.limits()))
             });
@@ -423,11 +423,7 @@ impl Exchange {
             return Flow::Continue;
         }
         if let State::EntityForwarded(x) = &mut self.state {
-            let limit = cx
-                .config()
-                .entities
-                .as_ref()
-                .map_or(0, |e| e.max_answer_bytes);
+            let limit = listener_settings(cx.config()).max_answer_bytes;
             if body_size > 0 {
                 let chunk = cx.host().response_body(body_size).unwrap_or_default();
                 x.on_chunk(&chunk, limit);

@@ -184,11 +184,15 @@ mod tests {
         h.properties
             .borrow_mut()
             .insert(format!("{ns}.disabled"), vec![1]);
+        h.properties
+            .borrow_mut()
+            .insert(format!("{ns}.entities"), vec![0]);
         let mut head = RequestHead::default();
         read_route(&config, &h, &mut head);
         let expected = RouteOverride {
             ttl_seconds: Some(7),
             disabled: true,
+            entities: Some(false),
             ..RouteOverride::default()
         };
         assert_eq!((head.route, h.property_reads.get()), (expected, 1));
@@ -197,7 +201,7 @@ mod tests {
         let mut head = RequestHead::default();
         read_route(&config, &h, &mut head);
         assert_eq!(head.route, expected);
-        assert_eq!(h.property_reads.get(), 1 + 1 + 4);
+        assert_eq!(h.property_reads.get(), 1 + 1 + 5);
         // Bytes that are not a map as Envoy writes one: the fields are read too.
         h.unserializable.borrow_mut().clear();
         h.properties

@@ -3,4 +3,5 @@
 
 mod entity_scenarios;
 mod fleet_scenarios;
+mod route_entity_scenarios;
 mod scenarios;
