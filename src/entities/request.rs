@@ -3,8 +3,8 @@
 //! gateways send one representation per reference, so a batch often names an entity many times).
 
 use crate::request::canonical::{canonicalize, Limits, OperationKind};
-use crate::request::http::parse_post_body;
-use crate::request::json::{self, write_string, Json};
+use crate::request::http::read_post_body;
+use crate::request::json::{write_string, Json};
 use graphql_parser::query::{
     parse_query, Definition, Document, OperationDefinition, Selection, SelectionSet, Value,
 };
@@ -131,21 +131,21 @@ impl EntitiesRequest {
         if !body.windows(ENTITIES.len()).any(|w| w == ENTITIES) {
             return Err(NotEntities::OtherShape);
         }
-        let req = parse_post_body(body).map_err(|_| NotEntities::Unreadable)?;
+        // One parse of the body: the variables stay parsed, and each representation's
+        // canonical text is one write.
+        let req = read_post_body(body).map_err(|_| NotEntities::Unreadable)?;
         if req.persisted.is_some() || req.extra.is_some() {
             return Err(NotEntities::OtherShape);
         }
         let shape = shape(&req.query, req.operation_name.as_deref())?;
-        // The variables are read with the filter's own JSON reader, borrowing from their
-        // canonical text: one parse, and each representation's canonical text is one write.
-        let text = req.variables.as_deref().unwrap_or("{}");
-        let Ok(Json::Object(variables)) = json::parse(text) else {
-            return Err(NotEntities::Unreadable);
+        let variables = match &req.variables {
+            Some(Json::Object(members)) => members.as_slice(),
+            _ => &[],
         };
         let fields = shape
             .iter()
             .map(|(key, variable, selection)| {
-                split(&variables, key.clone(), variable.clone(), selection.clone())
+                split(variables, key.clone(), variable.clone(), selection.clone())
             })
             .collect::<Result<Vec<_>, _>>()?;
         let others: Vec<_> = variables

@@ -111,6 +111,32 @@ fn optional_string(value: Option<Json<'_>>) -> Result<Option<String>, ()> {
 
 /// Parses a `POST` body.
 pub fn parse_post_body(body: &[u8]) -> Result<GraphQlRequest, Bypass> {
+    let read = read_post_body(body)?;
+    Ok(GraphQlRequest {
+        query: read.query,
+        operation_name: read.operation_name,
+        variables: read.variables.map(|v| v.to_canonical()),
+        extensions: read.extensions,
+        extra: read.extra,
+        persisted: read.persisted,
+    })
+}
+
+/// A `POST` body read as [`parse_post_body`] does, its variables still parsed (borrowed from the
+/// body): for a caller that reads into them, so the body is parsed once.
+#[derive(Debug)]
+pub struct PostBody<'a> {
+    pub query: String,
+    pub operation_name: Option<String>,
+    /// `None` when absent, `null` or `{}`; else an object.
+    pub variables: Option<Json<'a>>,
+    pub extensions: Option<String>,
+    pub extra: Option<String>,
+    pub persisted: Option<Persisted>,
+}
+
+/// Reads a `POST` body (see [`PostBody`]).
+pub fn read_post_body(body: &[u8]) -> Result<PostBody<'_>, Bypass> {
     let first = body.iter().find(|b| !b.is_ascii_whitespace());
     match first {
         None => return Err(Bypass::EmptyBody),
@@ -124,10 +150,10 @@ pub fn parse_post_body(body: &[u8]) -> Result<GraphQlRequest, Bypass> {
     let query = optional_string(take(&mut members, "query")).map_err(|()| Bypass::MissingQuery)?;
     let operation_name = optional_string(take(&mut members, "operationName"))
         .map_err(|()| Bypass::BadOperationName)?;
-    let variables =
-        json_object_member(take(&mut members, "variables")).ok_or(Bypass::BadVariables)?;
-    let extensions =
-        json_object_member(take(&mut members, "extensions")).ok_or(Bypass::BadExtensions)?;
+    let variables = object_member(take(&mut members, "variables")).ok_or(Bypass::BadVariables)?;
+    let extensions = object_member(take(&mut members, "extensions"))
+        .ok_or(Bypass::BadExtensions)?
+        .map(|e| e.to_canonical());
     let (query, persisted) = query_or_persisted(query, extensions.as_deref())?;
     let extra = if members.is_empty() {
         None
@@ -136,7 +162,7 @@ pub fn parse_post_body(body: &[u8]) -> Result<GraphQlRequest, Bypass> {
         json::write_members(&mut out, &members);
         Some(out)
     };
-    Ok(GraphQlRequest {
+    Ok(PostBody {
         query,
         operation_name,
         variables,
@@ -146,15 +172,21 @@ pub fn parse_post_body(body: &[u8]) -> Result<GraphQlRequest, Bypass> {
     })
 }
 
-/// Canonical text of an optional object member: `Some(None)` for absent/null/empty, `None` when
-/// it is present but not an object.
-fn json_object_member(value: Option<Json<'_>>) -> Option<Option<String>> {
+/// An optional object member: `Some(None)` for absent/null/empty, `None` when it is present but
+/// not an object.
+fn object_member(value: Option<Json<'_>>) -> Option<Option<Json<'_>>> {
     match value {
         None | Some(Json::Null) => Some(None),
         Some(Json::Object(m)) if m.is_empty() => Some(None),
-        Some(v @ Json::Object(_)) => Some(Some(v.to_canonical())),
+        Some(v @ Json::Object(_)) => Some(Some(v)),
         Some(_) => None,
     }
+}
+
+/// Canonical text of an optional object member: `Some(None)` for absent/null/empty, `None` when
+/// it is present but not an object.
+fn json_object_member(value: Option<Json<'_>>) -> Option<Option<String>> {
+    object_member(value).map(|o| o.map(|v| v.to_canonical()))
 }
 
 /// Parses the query string of a `GET` request (the part after `?`).
