@@ -6,5 +6,6 @@
 //! subgraph's answer, says which entities may be stored, and assembles what the client gets.
 
 pub mod answer;
+pub mod batch;
 pub mod entry;
 pub mod request;

@@ -1,6 +1,7 @@
 //! Entity mode through one worker's fake host: an `_entities` batch forwarded whole and split
 //! into entries, then one answered from entries and a fetch of only what is missing, then one
-//! answered from entries alone.
+//! answered from entries alone. The first scenarios turn `coalesce` off: an all-miss batch is then
+//! forwarded (with coalescing it shares a root fetch, the scenarios at the end).
 
 use super::scenarios::{envoy, Node};
 use crate::effects::fake::Reply;
@@ -59,7 +60,7 @@ fn reply(node: &Node, context: u32) -> Reply {
 
 #[test]
 fn a_batch_is_answered_from_entries_and_only_what_is_missing_is_fetched() {
-    let (a, _b) = envoy(r#"{"debug_headers":true,"entities":{"ttl_seconds":60}}"#);
+    let (a, _b) = envoy(r#"{"debug_headers":true,"coalesce":false,"entities":{"ttl_seconds":60}}"#);
     forwarded(&a, 1, &[1, 2, 1]);
 
     // 1 and 2 stored; 3 is fetched alone, and the answer merged in the gateway's order.
@@ -113,7 +114,7 @@ fn a_batch_is_answered_from_entries_and_only_what_is_missing_is_fetched() {
 
 #[test]
 fn a_partial_fetch_that_fails_lets_the_gateway_s_request_go_upstream_whole() {
-    let (a, _b) = envoy(r#"{"entities":{"ttl_seconds":60}}"#);
+    let (a, _b) = envoy(r#"{"coalesce":false,"entities":{"ttl_seconds":60}}"#);
     forwarded(&a, 1, &[1]);
     let (mut x, flow) = a.post(2, &batch(&[1, 2]), &[]);
     assert_eq!(flow, Flow::Pause);
@@ -145,7 +146,7 @@ fn a_partial_fetch_that_fails_lets_the_gateway_s_request_go_upstream_whole() {
 
 #[test]
 fn entities_with_errors_or_null_are_not_stored_and_other_requests_are_cached_whole() {
-    let (a, _b) = envoy(r#"{"entities":{"ttl_seconds":60}}"#);
+    let (a, _b) = envoy(r#"{"coalesce":false,"entities":{"ttl_seconds":60}}"#);
     let (mut x, _) = a.post(1, &batch(&[1, 2]), &[]);
     *a.host.response_headers.borrow_mut() = json_headers(&[]);
     x.on_response_headers(&mut a.cx(), false);
@@ -159,20 +160,22 @@ fn entities_with_errors_or_null_are_not_stored_and_other_requests_are_cached_who
     assert_eq!(flow, Flow::Pause);
     assert_eq!(reply(&a, 3).header("x-cache"), Some("HIT"));
     // A root field at the subgraph hop: the whole-response cache, as without entity mode.
-    assert!(a
-        .fill(
-            4,
-            r#"{"query":"{ products { id } }"}"#,
-            r#"{"data":{"products":[]}}"#
-        )
-        .header("x-cache")
-        .is_some_and(|c| c == "MISS"));
+    let products = r#"{"query":"{ products { id } }"}"#;
+    let (mut x, flow) = a.post(4, products, &[]);
+    assert_eq!(flow, Flow::Continue);
+    *a.host.response_headers.borrow_mut() = json_headers(&[]);
+    x.on_response_headers(&mut a.cx(), false);
+    assert_eq!(a.host.header_set("x-cache").as_deref(), Some("MISS"));
+    let body = r#"{"data":{"products":[]}}"#;
+    *a.host.response_chunk.borrow_mut() = body.as_bytes().to_vec();
+    x.on_response_body(&mut a.cx(), body.len(), true);
+    assert!(a.hits(5, products));
 }
 
 #[test]
 fn a_purge_by_entity_or_type_reaches_entity_entries() {
     let (a, _b) = envoy(
-        r#"{"purge_path":"/purge","purge_token":"0123456789abcdef","entities":{"ttl_seconds":60}}"#,
+        r#"{"purge_path":"/purge","purge_token":"0123456789abcdef","coalesce":false,"entities":{"ttl_seconds":60}}"#,
     );
     forwarded(&a, 1, &[1, 2]);
     let purged = a.purge(
@@ -204,7 +207,7 @@ fn a_purge_by_entity_or_type_reaches_entity_entries() {
 #[test]
 #[ignore]
 fn profile_partial_batches() {
-    let (a, _b) = envoy(r#"{"entities":{"ttl_seconds":600}}"#);
+    let (a, _b) = envoy(r#"{"coalesce":false,"entities":{"ttl_seconds":600}}"#);
     let ids: Vec<u32> = (1..=24).collect();
     forwarded(&a, 1, &ids);
     for round in 0..300u32 {
@@ -236,7 +239,7 @@ fn a_mutation_at_the_gateway_side_purges_the_entities_it_returns() {
     let gateway_side = Node::new(1, "{}", FakeHost::new());
     let entity_side = Node::new(
         2,
-        r#"{"entities":{"ttl_seconds":60}}"#,
+        r#"{"coalesce":false,"entities":{"ttl_seconds":60}}"#,
         FakeHost::sibling(&gateway_side.host),
     );
     let users = |ids: &[u32]| {
