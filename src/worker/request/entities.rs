@@ -17,7 +17,7 @@ use crate::request::key::{CacheKey, EntityAsk, EntityKeys};
 use crate::worker::callout::Returned;
 use crate::worker::ctx::Ctx;
 use crate::worker::entity_store::{self, Split};
-use crate::worker::request::entity_stale;
+use crate::worker::request::entity_stale::{self, StaleEntry};
 use crate::worker::request::lookup::{find, Found};
 use crate::worker::request::read::{fetch_cluster, read_identity};
 use crate::worker::root::answer::CACHE_HEADER;
@@ -411,7 +411,7 @@ impl EntityExchange {
     }
 
     /// Entries within their stale-if-error window for missing entities (field, distinct index).
-    fn fill_stale(&mut self, entries: Vec<(usize, usize, Rc<[u8]>)>) {
+    fn fill_stale(&mut self, entries: Vec<StaleEntry>) {
         for (f, d, bytes) in entries {
             if let Some(slot) = self.slots.get_mut(f).and_then(|row| row.get_mut(d)) {
                 slot.found = Some(bytes);

@@ -28,6 +28,9 @@ use std::rc::Rc;
 /// Entities of a request: field, distinct index, key (`None`: not cacheable).
 type Picked = [(usize, usize, Option<CacheKey>)];
 
+/// An entry found for an entity: field, distinct index, entry.
+pub type StaleEntry = (usize, usize, Rc<[u8]>);
+
 /// One stale entity this worker refreshes: its field, its distinct index, its key.
 type Won = (usize, usize, CacheKey);
 
@@ -159,7 +162,7 @@ pub fn error_entries(
     cx: &mut Ctx<'_, impl RequestHost>,
     missing: &Picked,
     returned: &Returned,
-) -> Option<Vec<(usize, usize, Rc<[u8]>)>> {
+) -> Option<Vec<StaleEntry>> {
     let failed = returned.headers.is_none() || returned.status().is_none_or(|s| s >= 500);
     if !failed || missing.is_empty() {
         return None;
