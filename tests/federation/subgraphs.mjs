@@ -192,6 +192,11 @@ function readBody(req) {
 // from which Apollo Gateway computes a cacheable answer instead of no-store).
 const CACHE_CONTROL = process.env.SUBGRAPHS_CACHE_CONTROL || null;
 
+// SUBGRAPHS_DELAY_MS (0 by default): every GraphQL answer waits this long, so that requests a test
+// sends at once are all in flight together (tests/federation.rs, coalescing of `_entities` batches).
+const DELAY_MS = Number(process.env.SUBGRAPHS_DELAY_MS || 0);
+const delay = () => (DELAY_MS > 0 ? new Promise((r) => setTimeout(r, DELAY_MS)) : null);
+
 function send(res, status, value, graphqlAnswer = false) {
   const body = JSON.stringify(value);
   const headers = {
@@ -303,6 +308,7 @@ function startSubgraph(name, port) {
       if (payload === undefined || payload === null || typeof payload !== "object") {
         return send(res, 400, { errors: [{ message: "body is not a JSON object" }] });
       }
+      await delay();
       if (Array.isArray(payload)) {
         const out = [];
         for (const p of payload) out.push(await executeOne(p, req));
