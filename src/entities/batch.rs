@@ -27,7 +27,8 @@ pub struct EntityBatch {
 
 /// The batches this worker's requests wait on, by flight key: if the fetch fails, each waiter
 /// may still be answered from entries within their stale-if-error window. Bounded: a batch is
-/// dropped once used, once older than the wait it was for, or when too many are held.
+/// dropped when its flight ends here, once older than the wait it was for, or not kept when too
+/// many are held.
 #[derive(Debug, Default)]
 pub struct WaitedBatches {
     batches: FastMap<CacheKey, (Rc<EntityBatch>, u64)>,
@@ -35,7 +36,7 @@ pub struct WaitedBatches {
 
 /// More batches than this waited on at once by one worker: new ones are not remembered (their
 /// waiters then get the failure as whole answers do, without stale entities).
-pub const MAX_WAITED_BATCHES: usize = 1024;
+pub const MAX_WAITED_BATCHES: usize = 256;
 
 impl WaitedBatches {
     /// Remembers `batch` for `key` at `now_ms`, forgetting those older than `keep_ms`.

@@ -82,12 +82,17 @@ pub fn release_held(cx: &mut Ctx<'_, impl Host>, fetch: &SharedFetch) {
     }
 }
 
-/// What to answer the waiters of `key` instead of a failure: for an entity batch this worker
-/// waits on, the batch assembled from its entities' entries within their stale-if-error window
-/// (every one of them, else nothing); otherwise the whole answer's (`stale::instead_of_error`).
-pub fn instead_of_error(cx: &mut Ctx<'_, impl Host>, key: &CacheKey) -> Option<Response> {
-    match cx.worker(|w| w.entity_batches.take(key)) {
-        Some(batch) => from_entries(cx, &batch),
+/// What to answer the waiters of `key` instead of a failure: for an entity `batch` (the one this
+/// worker's requests waited on), the batch assembled from its entities' entries within their
+/// stale-if-error window (every one of them, else nothing); otherwise the whole answer's
+/// (`stale::instead_of_error`).
+pub fn instead_of_error(
+    cx: &mut Ctx<'_, impl Host>,
+    key: &CacheKey,
+    batch: Option<&EntityBatch>,
+) -> Option<Response> {
+    match batch {
+        Some(batch) => from_entries(cx, batch),
         None => stale::instead_of_error(cx, key),
     }
 }

@@ -43,13 +43,17 @@ fn deliver(cx: &mut Ctx<'_, impl Host>, key: &CacheKey, response: Option<Respons
         if !w.waiters.is_following(key) {
             return None;
         }
-        Some(w.waiters.take(key))
+        Some((w.waiters.take(key), w.entity_batches.take(key)))
     });
-    let Some(flight) = flight else { return };
+    let Some((flight, batch)) = flight else {
+        return;
+    };
     let waiters = flight.map(|f| f.waiters).unwrap_or_default();
     // The leader's fetch failed: this worker's followers may still have a stale answer.
     let stale = match &response {
-        Some(r) if is_failure(r) && !waiters.is_empty() => entity_fetch::instead_of_error(cx, key),
+        Some(r) if is_failure(r) && !waiters.is_empty() => {
+            entity_fetch::instead_of_error(cx, key, batch.as_deref())
+        }
         _ => None,
     };
     for waiter in waiters {

@@ -219,13 +219,13 @@ pub fn finish(
         cx.worker(|w| w.published.push((*key, now_ms)));
         wake(cx.host(), &watchers, key, for_watchers.as_deref());
     }
-    let flight = cx.worker(|w| w.waiters.take(key));
+    let (flight, batch) = cx.worker(|w| (w.waiters.take(key), w.entity_batches.take(key)));
     let Some(flight) = flight else { return };
     if flight.waiters.is_empty() {
         return;
     }
     let stale = match &response {
-        Ok(r) if is_failure(r) => entity_fetch::instead_of_error(cx, key),
+        Ok(r) if is_failure(r) => entity_fetch::instead_of_error(cx, key, batch.as_deref()),
         _ => None,
     };
     for waiter in flight.waiters {

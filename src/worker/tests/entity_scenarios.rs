@@ -334,6 +334,12 @@ fn identical_all_miss_batches_share_one_fetch_whose_answer_is_split_into_entitie
     b.deliver_queue();
     assert_eq!(b.reply(11).header("x-cache"), Some("COALESCED"));
     assert_eq!(b.reply(11).body, answer.as_bytes());
+    for node in [&a, &b] {
+        assert!(
+            node.worker.borrow().entity_batches.is_empty(),
+            "a flight's batch is forgotten when it ends"
+        );
+    }
     // The local reply's callbacks leave it alone (nothing forwarded, nothing captured).
     a.host.headers_set.borrow_mut().clear();
     assert_eq!(
