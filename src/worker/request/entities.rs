@@ -2,7 +2,8 @@
 //! up on its own; all found, answered here (`HIT`); some found, the rest fetched by this request's
 //! own callout with only the missing representations and merged back (`PARTIAL`); none found, or
 //! anything odd about the partial fetch, the gateway's own request goes upstream untouched (`MISS`)
-//! and its answer is split into entries as it streams back.
+//! and its answer is split into entries as it streams back (or, when identical batches coalesce,
+//! `entity_join`, the root fetches it once for all). Stale entities: `entity_stale`.
 
 use crate::cache::entry::Entry;
 use crate::coalesce::upstream::callout_for;
