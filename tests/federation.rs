@@ -354,3 +354,37 @@ fn identical_batches_resolve_once_and_stale_entities_refresh_in_the_background()
     assert!(envoy.counter("refreshes") >= 1);
     drop(subgraphs.process);
 }
+
+/// With a 1-second TTL and a stale-if-error window, a subgraph that is gone: a batch whose
+/// partial fetch fails, and identical all-miss batches whose shared fetch fails, are answered
+/// from the expired entities (`STALE`), the same data the subgraph gave.
+#[test]
+fn a_subgraph_that_is_gone_is_replaced_by_entities_within_stale_if_error() {
+    let subgraphs = Subgraphs::start();
+    let entities = json!({"ttl_seconds": 1, "stale_if_error_seconds": 60});
+    let envoy = envoy_with(&subgraphs, entities);
+    let port = envoy.port;
+    let ask = move |ids: &[u32]| http(port, Req::post_json(&products_batch(ids)).path("/graphql"));
+    let stored = ask(&[1, 2]);
+    assert_eq!(stored.status, 200);
+    std::thread::sleep(std::time::Duration::from_millis(1200));
+    assert_eq!(ask(&[3]).cache(), "MISS", "3 fresh, 1 and 2 expired");
+    drop(subgraphs.process);
+
+    let partial = ask(&[3, 1]);
+    assert_eq!(partial.status, 200, "{}", partial.text());
+    assert_eq!(partial.cache(), "STALE");
+    assert_eq!(partial.json()["data"]["_entities"][1]["name"], "Product 1");
+    let body = products_batch(&[2, 1]);
+    let all_missing = concurrently(3, move |_| {
+        http(port, Req::post_json(&body).path("/graphql"))
+    });
+    for a in &all_missing {
+        assert_eq!(a.status, 200, "{}", a.text());
+        assert_eq!(a.cache(), "STALE");
+        assert_eq!(a.json()["data"]["_entities"][0]["name"], "Product 2");
+    }
+    // Never stored: an entity with no entry gets the subgraph's failure, as without the filter.
+    let unknown = ask(&[5]);
+    assert_eq!(unknown.status, 503, "{}", unknown.text());
+}
