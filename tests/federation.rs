@@ -1,7 +1,10 @@
 //! Entity caching on the gateway-to-subgraph hop, with real gateways: three Node subgraphs
 //! (`tests/federation/`), Apollo Gateway and Hive Gateway, each once straight to the subgraphs and
 //! once through Envoy with the filter in entity mode. Every client answer through the filter must
-//! equal the answer without it, and the subgraphs must resolve fewer representations.
+//! equal the answer without it, and the subgraphs must resolve fewer representations. And
+//! `_entities` batches sent straight to Envoy, as a gateway sends them: identical ones at once
+//! (one upstream resolution), stale entities (refreshed in the background, or instead of a
+//! subgraph that is gone).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod support;
