@@ -4,7 +4,9 @@
 //! equal the answer without it, and the subgraphs must resolve fewer representations. A mutation
 //! sent through the gateway side's filter purges the entities it returns on the subgraph hop, in
 //! one Envoy (`envoy/federation.yaml`) and across a fleet (the purge log); routes turn entity mode
-//! off and on by their metadata.
+//! off and on by their metadata. And `_entities` batches sent straight to Envoy, as a gateway
+//! sends them: identical ones at once (one upstream resolution), stale entities (refreshed in the
+//! background, or instead of a subgraph that is gone).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod support;
@@ -69,6 +71,10 @@ struct Subgraphs {
 
 impl Subgraphs {
     fn start() -> Subgraphs {
+        Subgraphs::start_with(&[])
+    }
+
+    fn start_with(env: &[(&str, String)]) -> Subgraphs {
         let process = NodeProcess::start(
             "subgraphs.mjs",
             &[
@@ -79,7 +85,7 @@ impl Subgraphs {
                 "--port-users",
                 "0",
             ],
-            &[],
+            env,
         );
         let urls: Value =
             serde_json::from_str(process.ready.split_once(" ready ").unwrap().1).unwrap();
@@ -121,6 +127,12 @@ impl Subgraphs {
 /// callouts send the request's own path, so a route must not rewrite it), the filter in entity
 /// mode.
 fn envoy_for(subgraphs: &Subgraphs) -> Envoy {
+    let entities = json!({"ttl_seconds": 60, "types": {"User": {"scope": "private"}}});
+    envoy_with(subgraphs, entities)
+}
+
+/// [`envoy_for`] with the filter's `entities` configuration `entities`.
+fn envoy_with(subgraphs: &Subgraphs, entities: Value) -> Envoy {
     let [products, reviews, users] = subgraphs.ports;
     let route = |name: &str| {
         format!(
@@ -133,7 +145,7 @@ fn envoy_for(subgraphs: &Subgraphs) -> Envoy {
             "vary_headers": [],
             "default_scope": "public",
             "identity": {"source": "header", "header": "authorization"},
-            "entities": {"ttl_seconds": 60, "types": {"User": {"scope": "private"}}},
+            "entities": entities,
         })
         .to_string(),
         extra_routes: route("reviews") + &route("users"),
@@ -507,4 +519,132 @@ fn apollo_gateway_a_mutation_purges_its_entities_across_the_fleet() {
 #[test]
 fn hive_gateway_a_mutation_purges_its_entities_across_the_fleet() {
     a_mutation_through_one_envoy_purges_its_entities_on_another("hive-gateway.mjs");
+}
+
+/// An `_entities` batch of products, as a gateway sends it to the products subgraph.
+fn products_batch(ids: &[u32]) -> String {
+    let reps: Vec<Value> = ids
+        .iter()
+        .map(|i| json!({"__typename": "Product", "id": i.to_string()}))
+        .collect();
+    let query = "query($representations:[_Any!]!){_entities(representations:$representations){...on Product{id name price}}}";
+    json!({"query": query, "variables": {"representations": reps}}).to_string()
+}
+
+fn products_resolved(subgraphs: &Subgraphs) -> u64 {
+    let counts = http(subgraphs.ports[0], Req::get("/counts")).json();
+    counts["resolved"]["Product"].as_u64().unwrap_or(0)
+}
+
+/// Waits (at most 5 s) until the products subgraph has resolved `n` representations.
+fn wait_resolved(subgraphs: &Subgraphs, n: u64) {
+    for _ in 0..100 {
+        if products_resolved(subgraphs) >= n {
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    panic!(
+        "the subgraph resolved {} of {n}",
+        products_resolved(subgraphs)
+    );
+}
+
+/// Batches sent straight to Envoy in entity mode, as a gateway would: identical batches sent at
+/// once (the subgraph holds its answers 300 ms, so they are all in flight together) are resolved
+/// once upstream, their answer split into entities; with a 1-second TTL and a stale window, an
+/// expired entity is served `STALE` while one refresh asks for the stale ones alone.
+#[test]
+fn identical_batches_resolve_once_and_stale_entities_refresh_in_the_background() {
+    let subgraphs = Subgraphs::start_with(&[("SUBGRAPHS_DELAY_MS", "300".into())]);
+    let entities = json!({"ttl_seconds": 1, "stale_while_revalidate_seconds": 30});
+    let envoy = envoy_with(&subgraphs, entities);
+    let port = envoy.port;
+    subgraphs.reset();
+    let body = products_batch(&[1, 2, 3, 2]);
+    let answers = concurrently(8, move |_| {
+        http(port, Req::post_json(&body).path("/graphql"))
+    });
+    let first = answers[0].json();
+    assert_eq!(first["data"]["_entities"][3]["name"], "Product 2");
+    for a in &answers {
+        assert_eq!(a.status, 200, "{}", a.text());
+        assert_eq!(a.json(), first);
+    }
+    let mut labels: Vec<&str> = answers.iter().map(|a| a.cache()).collect();
+    labels.sort_unstable();
+    assert_eq!(labels, [["COALESCED"; 7].as_slice(), &["MISS"]].concat());
+    // The batch's four representations (2 twice, as the gateway sent it), resolved once.
+    assert_eq!(products_resolved(&subgraphs), 4, "one upstream resolution");
+    // Split into entities: another batch naming them is answered by Envoy.
+    let hit = http(
+        port,
+        Req::post_json(&products_batch(&[3, 1])).path("/graphql"),
+    );
+    assert_eq!(hit.cache(), "HIT", "{}", hit.text());
+    assert_eq!(hit.json()["data"]["_entities"][0]["name"], "Product 3");
+
+    // 1, 2 and 3 expire; 4 is fetched fresh.
+    std::thread::sleep(std::time::Duration::from_millis(1200));
+    let fresh = http(port, Req::post_json(&products_batch(&[4])).path("/graphql"));
+    assert_eq!(fresh.cache(), "MISS");
+    assert_eq!(products_resolved(&subgraphs), 5);
+    let stale = http(
+        port,
+        Req::post_json(&products_batch(&[4, 1, 2, 3])).path("/graphql"),
+    );
+    assert_eq!(stale.cache(), "STALE", "{}", stale.text());
+    assert_eq!(stale.json()["data"]["_entities"][1]["name"], "Product 1");
+    // While the refresh runs (300 ms), the stale entities are served, and not refreshed again.
+    let again = http(port, Req::post_json(&products_batch(&[2])).path("/graphql"));
+    assert_eq!(again.cache(), "STALE");
+    wait_resolved(&subgraphs, 8);
+    std::thread::sleep(std::time::Duration::from_millis(400));
+    assert_eq!(
+        products_resolved(&subgraphs),
+        8,
+        "one refresh of the 3 stale ones"
+    );
+    let refreshed = http(
+        port,
+        Req::post_json(&products_batch(&[1, 2, 3])).path("/graphql"),
+    );
+    assert_eq!(refreshed.cache(), "HIT", "{}", refreshed.text());
+    assert_eq!(products_resolved(&subgraphs), 8);
+    assert!(envoy.counter("refreshes") >= 1);
+    drop(subgraphs.process);
+}
+
+/// With a 1-second TTL and a stale-if-error window, a subgraph that is gone: a batch whose
+/// partial fetch fails, and identical all-miss batches whose shared fetch fails, are answered
+/// from the expired entities (`STALE`), the same data the subgraph gave.
+#[test]
+fn a_subgraph_that_is_gone_is_replaced_by_entities_within_stale_if_error() {
+    let subgraphs = Subgraphs::start();
+    let entities = json!({"ttl_seconds": 1, "stale_if_error_seconds": 60});
+    let envoy = envoy_with(&subgraphs, entities);
+    let port = envoy.port;
+    let ask = move |ids: &[u32]| http(port, Req::post_json(&products_batch(ids)).path("/graphql"));
+    let stored = ask(&[1, 2]);
+    assert_eq!(stored.status, 200);
+    std::thread::sleep(std::time::Duration::from_millis(1200));
+    assert_eq!(ask(&[3]).cache(), "MISS", "3 fresh, 1 and 2 expired");
+    drop(subgraphs.process);
+
+    let partial = ask(&[3, 1]);
+    assert_eq!(partial.status, 200, "{}", partial.text());
+    assert_eq!(partial.cache(), "STALE");
+    assert_eq!(partial.json()["data"]["_entities"][1]["name"], "Product 1");
+    let body = products_batch(&[2, 1]);
+    let all_missing = concurrently(3, move |_| {
+        http(port, Req::post_json(&body).path("/graphql"))
+    });
+    for a in &all_missing {
+        assert_eq!(a.status, 200, "{}", a.text());
+        assert_eq!(a.cache(), "STALE");
+        assert_eq!(a.json()["data"]["_entities"][0]["name"], "Product 2");
+    }
+    // Never stored: an entity with no entry gets the subgraph's failure, as without the filter.
+    let unknown = ask(&[5]);
+    assert_eq!(unknown.status, 503, "{}", unknown.text());
 }

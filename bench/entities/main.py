@@ -78,7 +78,7 @@ SUBGRAPH_CACHE_CONTROL = "public, max-age=60"
 # The catalogue (tests/federation/schemas.mjs's rules, scaled): product i has i % 4 reviews, by users
 # ((i + k) % USERS) + 1.
 PRODUCTS, USERS = 20_000, 5_000
-# Each subgraph request first waits this long (SUBGRAPHS_SOURCE_MS), as a subgraph reading its
+# Each subgraph answer waits this long (SUBGRAPHS_DELAY_MS), as a subgraph reading its
 # database once per request does: in-memory subgraphs that resolve in microseconds leave an entity
 # cache nothing to save but their CPU (ENTITIES_SOURCE_MS=0 measures that case).
 SOURCE_MS = int(os.environ.get("ENTITIES_SOURCE_MS", "2"))
@@ -186,7 +186,7 @@ def node(script, args, env, ready_word=" ready "):
 class Subgraphs:
     def __init__(self):
         self.proc, ready = node("subgraphs.mjs", ["--port-products", "0", "--port-reviews", "0", "--port-users", "0"],
-                                {"SUBGRAPHS_CACHE_CONTROL": SUBGRAPH_CACHE_CONTROL, "SUBGRAPHS_SOURCE_MS": str(SOURCE_MS),
+                                {"SUBGRAPHS_CACHE_CONTROL": SUBGRAPH_CACHE_CONTROL, "SUBGRAPHS_DELAY_MS": str(SOURCE_MS),
                                  "FEDERATION_PRODUCTS": str(PRODUCTS), "FEDERATION_USERS": str(USERS)})
         self.urls = json.loads(ready)
         self.ports = {n: int(re.search(r":(\d+)/", u).group(1)) for n, u in self.urls.items()}

@@ -6,8 +6,10 @@ use crate::config::carriable;
 use crate::config::Scope;
 use crate::config::{Config, IdentitySource};
 use crate::effects::host::Callout;
+use crate::entities::batch::EntityBatch;
 use crate::request::classify::RequestHead;
 use crate::request::key::CacheKey;
+use std::rc::Rc;
 
 pub const IDENTITY: &str = "identity";
 
@@ -90,6 +92,9 @@ pub struct SharedFetch {
     pub key_names_caller: bool,
     /// What this fetch does with the fleet's L2.
     pub l2: L2Role,
+    /// Entity mode: the `_entities` batch fetched, split into entity entries rather than stored
+    /// whole (an `_entities` answer holds no `__typename`: entity purges would not reach it).
+    pub entities: Option<Rc<EntityBatch>>,
 }
 
 /// A shared fetch's part in the fleet's L2.

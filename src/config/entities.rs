@@ -4,7 +4,7 @@
 use super::bounds::{bounded, MAX_TTL_SECONDS};
 use super::error::{field_error, ConfigError};
 use super::raw::{RawEntities, RawEntityType};
-use super::rules::{parse_scope, Scope};
+use super::rules::{parse_scope, Lifetimes, Scope};
 
 use std::collections::BTreeMap;
 
@@ -18,6 +18,10 @@ pub struct Entities {
     pub ttl_seconds: u64,
     /// Lifetime of a `null` entity (not found); 0: never stored.
     pub null_ttl_seconds: u64,
+    /// After expiry, how long an entity is served while one refresh runs (types that set none).
+    pub stale_while_revalidate_seconds: u64,
+    /// After expiry, how long an entity may replace a failed fetch (types that set none).
+    pub stale_if_error_seconds: u64,
     /// Per type: TTL and scope.
     pub types: BTreeMap<String, EntityType>,
     /// Scope of types not listed.
@@ -28,6 +32,8 @@ pub struct Entities {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct EntityType {
     pub ttl_seconds: Option<u64>,
+    pub stale_while_revalidate_seconds: Option<u64>,
+    pub stale_if_error_seconds: Option<u64>,
     pub scope: Option<Scope>,
 }
 
@@ -37,6 +43,8 @@ impl Entities {
         Entities {
             ttl_seconds,
             null_ttl_seconds: 0,
+            stale_while_revalidate_seconds: 0,
+            stale_if_error_seconds: 0,
             types: BTreeMap::new(),
             default_scope,
             max_answer_bytes: DEFAULT_MAX_ANSWER_BYTES as usize,
@@ -51,6 +59,26 @@ impl Entities {
             t.and_then(|t| t.scope).unwrap_or(self.default_scope),
         )
     }
+
+    /// What entities of `typename` may be stored for: their TTL and stale windows (a subgraph's
+    /// own `cache-control` caps the TTL and may set the windows, as for whole answers).
+    pub fn lifetimes(&self, typename: &str) -> Lifetimes {
+        let t = self.types.get(typename);
+        Lifetimes {
+            ttl_seconds: self.policy(typename).0,
+            stale_while_revalidate_seconds: t
+                .and_then(|t| t.stale_while_revalidate_seconds)
+                .unwrap_or(self.stale_while_revalidate_seconds),
+            stale_if_error_seconds: t
+                .and_then(|t| t.stale_if_error_seconds)
+                .unwrap_or(self.stale_if_error_seconds),
+        }
+    }
+}
+
+/// `field` of `entities` (or of one type), at most a year; `default` when unset.
+fn seconds(field: &str, value: Option<u64>, default: u64) -> Result<u64, ConfigError> {
+    bounded(field, value, default, 0, MAX_TTL_SECONDS)
 }
 
 pub(super) fn parse(
@@ -75,6 +103,16 @@ pub(super) fn parse(
         0,
         MAX_TTL_SECONDS,
     )?;
+    let swr = seconds(
+        "entities.stale_while_revalidate_seconds",
+        raw.stale_while_revalidate_seconds,
+        0,
+    )?;
+    let sie = seconds(
+        "entities.stale_if_error_seconds",
+        raw.stale_if_error_seconds,
+        0,
+    )?;
     let max_answer_bytes = bounded(
         "entities.max_answer_bytes",
         raw.max_answer_bytes,
@@ -89,6 +127,8 @@ pub(super) fn parse(
     Ok(Some(Entities {
         ttl_seconds: ttl,
         null_ttl_seconds: null_ttl,
+        stale_while_revalidate_seconds: swr,
+        stale_if_error_seconds: sie,
         types,
         default_scope,
         max_answer_bytes: max_answer_bytes as usize,
@@ -100,22 +140,26 @@ fn entity_type(name: &str, raw: &RawEntityType) -> Result<EntityType, ConfigErro
     if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
         return Err(field_error(&field, "is not a GraphQL type name"));
     }
-    let ttl_seconds = raw
-        .ttl_seconds
-        .map(|t| {
-            bounded(
-                &format!("{field}.ttl_seconds"),
-                Some(t),
-                0,
-                0,
-                MAX_TTL_SECONDS,
-            )
-        })
-        .transpose()?;
+    let optional = |name: &str, value: Option<u64>| {
+        value
+            .map(|v| seconds(&format!("{field}.{name}"), Some(v), 0))
+            .transpose()
+    };
+    let ttl_seconds = optional("ttl_seconds", raw.ttl_seconds)?;
+    let stale_while_revalidate_seconds = optional(
+        "stale_while_revalidate_seconds",
+        raw.stale_while_revalidate_seconds,
+    )?;
+    let stale_if_error_seconds = optional("stale_if_error_seconds", raw.stale_if_error_seconds)?;
     let scope = raw
         .scope
         .as_deref()
         .map(|s| parse_scope(&format!("{field}.scope"), s))
         .transpose()?;
-    Ok(EntityType { ttl_seconds, scope })
+    Ok(EntityType {
+        ttl_seconds,
+        stale_while_revalidate_seconds,
+        stale_if_error_seconds,
+        scope,
+    })
 }

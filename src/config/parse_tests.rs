@@ -482,7 +482,46 @@ fn entities_types_and_bounds() {
     assert_eq!(c.policy("User"), (30, Scope::Private));
     assert_eq!(c.policy("Review"), (30, Scope::Public));
     assert_eq!(c.null_ttl_seconds, 0);
+    assert_eq!(c.lifetimes("Product").stale_while_revalidate_seconds, 0);
+    let c = Config::parse(
+        br#"{"entities":{"stale_while_revalidate_seconds":10,"stale_if_error_seconds":20,
+             "types":{"Product":{"stale_while_revalidate_seconds":5,"stale_if_error_seconds":0}}}}"#,
+    )
+    .unwrap()
+    .entities
+    .unwrap();
+    let (product, user) = (c.lifetimes("Product"), c.lifetimes("User"));
+    assert_eq!(
+        (
+            product.stale_while_revalidate_seconds,
+            product.stale_if_error_seconds
+        ),
+        (5, 0)
+    );
+    assert_eq!(
+        (
+            user.stale_while_revalidate_seconds,
+            user.stale_if_error_seconds
+        ),
+        (10, 20)
+    );
     assert_fields(&[
+        (
+            r#"{"entities":{"stale_while_revalidate_seconds":99999999999}}"#,
+            "entities.stale_while_revalidate_seconds",
+        ),
+        (
+            r#"{"entities":{"stale_if_error_seconds":99999999999}}"#,
+            "entities.stale_if_error_seconds",
+        ),
+        (
+            r#"{"entities":{"types":{"P":{"stale_if_error_seconds":99999999999}}}}"#,
+            "entities.types.P.stale_if_error_seconds",
+        ),
+        (
+            r#"{"entities":{"types":{"P":{"stale_while_revalidate_seconds":99999999999}}}}"#,
+            "entities.types.P.stale_while_revalidate_seconds",
+        ),
         (
             r#"{"entities":{"types":{"P":{"scope":"shared"}}}}"#,
             "entities.types.P.scope",

@@ -84,6 +84,8 @@ pub(super) struct RawCdnTags {
 pub(super) struct RawEntities {
     pub(super) ttl_seconds: Option<u64>,
     pub(super) null_ttl_seconds: Option<u64>,
+    pub(super) stale_while_revalidate_seconds: Option<u64>,
+    pub(super) stale_if_error_seconds: Option<u64>,
     pub(super) max_answer_bytes: Option<u64>,
     pub(super) types: Option<HashMap<String, RawEntityType>>,
 }
@@ -92,6 +94,8 @@ pub(super) struct RawEntities {
 #[serde(deny_unknown_fields)]
 pub(super) struct RawEntityType {
     pub(super) ttl_seconds: Option<u64>,
+    pub(super) stale_while_revalidate_seconds: Option<u64>,
+    pub(super) stale_if_error_seconds: Option<u64>,
     pub(super) scope: Option<String>,
 }
 

@@ -7,6 +7,7 @@
 //! `mode` says whether a request's route is in entity mode, and with which settings.
 
 pub mod answer;
+pub mod batch;
 pub mod entry;
 pub mod mode;
 pub mod request;

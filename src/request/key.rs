@@ -59,6 +59,17 @@ impl CacheKey {
         }
     }
 
+    /// The flight key of an `_entities` batch whose whole-request key is this one: never the key
+    /// of an entry (entity mode stores the batch's entities, not the batch).
+    pub fn entity_batch(&self) -> CacheKey {
+        let mut w = KeyWriter::new();
+        w.field(1, b"graphql-cache/entity-batch/v1");
+        w.field(2, &self.digest);
+        CacheKey {
+            digest: w.0.finalize().into(),
+        }
+    }
+
     /// Which of `slots` slots this key lives in, under the deployment's secret `slot_key`: a
     /// client can compute a key's digest, but not which other requests share its slot, so it
     /// cannot aim requests at a hot key's slot to evict it or break its coalescing.

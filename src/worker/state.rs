@@ -10,6 +10,7 @@ use crate::coalesce::upstream::SharedFetch;
 use crate::coalesce::waiters::LocalFlights;
 use crate::config::Config;
 use crate::effects::operation_stats::OperationStats;
+use crate::entities::batch::WaitedBatches;
 use crate::entities::request::Shapes;
 use crate::fast_hash::{FastMap, FastSet};
 use crate::fleet::calls::L2Calls;
@@ -128,6 +129,8 @@ pub struct Worker {
     pub operations: OperationStats,
     /// Entity mode: the `_entities` fields of the query texts read lately.
     pub entity_shapes: Shapes,
+    /// Entity mode: the batches this worker's requests wait on (for stale-if-error per entity).
+    pub entity_batches: WaitedBatches,
 }
 
 /// At most `capacity` keys, the oldest forgotten first.
@@ -185,6 +188,7 @@ impl Worker {
             mutation_budget: PurgeBudget::new(&config.mutation_purges),
             operations: OperationStats::new(config.operation_stats),
             entity_shapes: Shapes::default(),
+            entity_batches: WaitedBatches::default(),
         }
     }
 

@@ -202,10 +202,12 @@ function readBody(req) {
 // from which Apollo Gateway computes a cacheable answer instead of no-store).
 const CACHE_CONTROL = process.env.SUBGRAPHS_CACHE_CONTROL || null;
 
-// SUBGRAPHS_SOURCE_MS (0 by default): each GraphQL request first waits this long, as a subgraph
-// reading its database once per request (one batched query, DataLoader-style) does. The data
-// itself stays in memory: the wait is latency, not CPU.
-const SOURCE_MS = Math.max(0, Number(process.env.SUBGRAPHS_SOURCE_MS ?? 0) || 0);
+// SUBGRAPHS_DELAY_MS (0 by default): every GraphQL answer waits this long, so that requests a test
+// sends at once are all in flight together (tests/federation.rs, coalescing of `_entities` batches),
+// and as a subgraph reading its database once per request (one batched query) does
+// (bench/entities: ENTITIES_SOURCE_MS). The data stays in memory: the wait is latency, not CPU.
+const DELAY_MS = Number(process.env.SUBGRAPHS_DELAY_MS || 0);
+const delay = () => (DELAY_MS > 0 ? new Promise((r) => setTimeout(r, DELAY_MS)) : null);
 
 function send(res, status, value, graphqlAnswer = false) {
   const body = JSON.stringify(value);
@@ -247,7 +249,6 @@ function startSubgraph(name, port) {
     } catch {
       // graphql() below reports the syntax error
     }
-    if (SOURCE_MS > 0) await new Promise((resolve) => setTimeout(resolve, SOURCE_MS));
     return graphql({
       schema,
       source: payload.query,
@@ -319,6 +320,7 @@ function startSubgraph(name, port) {
       if (payload === undefined || payload === null || typeof payload !== "object") {
         return send(res, 400, { errors: [{ message: "body is not a JSON object" }] });
       }
+      await delay();
       if (Array.isArray(payload)) {
         const out = [];
         for (const p of payload) out.push(await executeOne(p, req));

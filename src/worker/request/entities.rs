@@ -2,25 +2,27 @@
 //! up on its own; all found, answered here (`HIT`); some found, the rest fetched by this request's
 //! own callout with only the missing representations and merged back (`PARTIAL`); none found, or
 //! anything odd about the partial fetch, the gateway's own request goes upstream untouched (`MISS`)
-//! and its answer is split into entries as it streams back.
+//! and its answer is split into entries as it streams back (or, when identical batches coalesce,
+//! `entity_join`, the root fetches it once for all). Stale entities: `entity_stale`.
 
 use crate::cache::entry::Entry;
 use crate::coalesce::upstream::callout_for;
-use crate::config::{carriable, Lifetimes, Scope};
+use crate::config::{carriable, Config, Scope};
 use crate::effects::counters::Counter;
 use crate::effects::host::{status, RequestHost};
 use crate::entities::answer::{assemble, Fetched};
-use crate::entities::entry::{entity_entry, Source};
+use crate::entities::batch::EntityBatch;
 use crate::entities::mode::{listener_settings, settings};
 use crate::entities::request::EntitiesRequest;
 use crate::request::classify::{key_context, RequestHead};
 use crate::request::key::{CacheKey, EntityAsk, EntityKeys};
 use crate::worker::callout::Returned;
 use crate::worker::ctx::Ctx;
+use crate::worker::entity_store::{self, Split};
+use crate::worker::request::entity_stale::{self, StaleEntry};
 use crate::worker::request::lookup::{find, Found};
 use crate::worker::request::read::{fetch_cluster, read_identity};
 use crate::worker::root::answer::CACHE_HEADER;
-use crate::worker::store::insert;
 use std::rc::Rc;
 
 /// A response's headers, as the host hands them over.
@@ -30,12 +32,14 @@ type Headers = Vec<(String, Vec<u8>)>;
 pub const ENTITIES_HEADER: &str = "x-cache-entities";
 
 /// One entity of the request: its key (`None`: not cacheable, a private type without an
-/// identity), its lifetime, and the entry found for it.
+/// identity), its lifetime, and the entry found for it (`stale`: past its lifetime, served
+/// within its stale-while-revalidate or stale-if-error window).
 #[derive(Debug, Clone)]
 struct Slot {
     key: Option<CacheKey>,
     ttl_seconds: u64,
     found: Option<Rc<[u8]>>,
+    stale: bool,
 }
 
 /// An entities request in flight.
@@ -80,6 +84,10 @@ pub fn start(cx: &mut Ctx<'_, impl RequestHost>, head: &RequestHead, req: Entiti
         token: None,
         capture: None,
     };
+    let stale = x.where_(|s| s.stale && s.key.is_some());
+    entity_stale::refresh(cx, head, &x.req, &stale, |sent, private| {
+        x.batch(sent, private)
+    });
     if missing.iter().all(Vec::is_empty) {
         answer_from_entries(cx, &x, now_us / 1000);
         return Next::Answered;
@@ -114,6 +122,7 @@ fn look_up(
     let full = String::from_utf8_lossy(&head.path).into_owned();
     let ctx = key_context(config, head, &full);
     let mut identity: Option<Option<Vec<u8>>> = None;
+    let may_refresh = entity_stale::may_refresh(cx);
     let mut slots = Vec::with_capacity(req.fields.len());
     for field in &req.fields {
         let mut row = Vec::with_capacity(field.distinct.len());
@@ -136,17 +145,20 @@ fn look_up(
                     .filter(|id| !id.is_empty())
                     .map(|id| key.scoped(id)),
             };
-            let found = match key {
+            let (found, stale) = match key {
                 Some(k) if ttl_seconds > 0 => match find(cx, &k, now_ms) {
-                    Found::Fresh(entry) => Some(entry),
-                    _ => None,
+                    Found::Fresh(entry) => (Some(entry), false),
+                    // Served while a refresh runs (see `entity_stale`).
+                    Found::Stale(entry) if may_refresh => (Some(entry), true),
+                    _ => (None, false),
                 },
-                _ => None,
+                _ => (None, false),
             };
             row.push(Slot {
                 key,
                 ttl_seconds,
                 found,
+                stale,
             });
         }
         slots.push(row);
@@ -192,13 +204,21 @@ fn remaining_s(decoded: &[Vec<Option<Entry<'_>>>], now_ms: u64) -> Option<u64> {
         .min()
 }
 
+/// Answers from the entries found: `HIT`, or `STALE` when one of them is past its lifetime.
 fn answer_from_entries(cx: &mut Ctx<'_, impl RequestHost>, x: &EntityExchange, now_ms: u64) {
     let decoded = decode_found(x);
     let body = assemble(&x.req, &entries(&decoded), None);
     let max_age = remaining_s(&decoded, now_ms).unwrap_or(0);
     let hits = decoded.iter().flatten().flatten().count();
     cx.host().count_n(Counter::EntitiesServed, hits as u64);
-    respond(cx, x, &body, (max_age, "HIT"), (hits, 0));
+    let label = match x.slots.iter().flatten().any(|s| s.stale) {
+        true => {
+            cx.host().count(Counter::StaleServed);
+            "STALE"
+        }
+        false => "HIT",
+    };
+    respond(cx, x, &body, (max_age, label), (hits, 0));
 }
 
 fn respond(
@@ -252,7 +272,7 @@ fn dispatch_partial(
 /// lets the request go upstream whole, and captures its answer).
 pub fn on_partial(
     cx: &mut Ctx<'_, impl RequestHost>,
-    x: Box<EntityExchange>,
+    mut x: Box<EntityExchange>,
     returned: &Returned,
 ) -> Result<(), Box<EntityExchange>> {
     let limit = listener_settings(cx.config()).max_answer_bytes;
@@ -265,7 +285,15 @@ pub fn on_partial(
     };
     match body.and_then(|(headers, body)| merge(cx, &x, &headers, &body)) {
         Some(()) => Ok(()),
-        None => Err(Box::new(forwarded(*x))),
+        None => match entity_stale::error_entries(cx, &x.where_(|s| s.found.is_none()), returned) {
+            Some(stale) => {
+                x.fill_stale(stale);
+                let now_ms = cx.host().now_ms();
+                answer_from_entries(cx, &x, now_ms);
+                Ok(())
+            }
+            None => Err(Box::new(forwarded(*x))),
+        },
     }
 }
 
@@ -308,66 +336,23 @@ fn merge(
     Some(())
 }
 
-/// Stores every entity of `fetched` that may be; the shortest lifetime stored, in seconds, or 0
-/// when an entity could not be stored (the answer then says so: nothing in it may be reused).
+/// Stores every entity of `fetched` that may be (see `entity_store::store`).
 fn store(
     cx: &mut Ctx<'_, impl RequestHost>,
     x: &EntityExchange,
     headers: &[(String, Vec<u8>)],
     fetched: &Fetched<'_>,
 ) -> Option<u64> {
-    let config = cx.config();
-    let now_ms = cx.host().now_ms();
-    let source = Source {
-        status: status(headers).unwrap_or(0),
-        headers,
+    let split = Split {
+        req: &x.req,
+        sent: &x.sent,
         born_us: x.born_us,
-        now_ms,
     };
-    let unplaced = fetched.has_unplaced_errors();
-    let mut shortest: Option<u64> = None;
-    let mut done: Vec<(usize, usize)> = Vec::new();
-    for (f, list) in fetched.entities.iter().enumerate() {
-        for (i, got) in list.iter().enumerate() {
-            let Some(d) = x.sent.get(f).and_then(|s| s.get(i)).copied() else {
-                continue;
-            };
-            let rep = x.req.fields.get(f).and_then(|field| field.distinct.get(d));
-            let slot = x.slots.get(f).and_then(|s| s.get(d));
-            let (Some(got), Some(slot), Some(rep)) = (got, slot, rep) else {
-                continue;
-            };
-            if done.contains(&(f, d)) {
-                continue;
-            }
-            done.push((f, d));
-            let ttl = if got.raw == "null" {
-                listener_settings(config).null_ttl_seconds
-            } else {
-                slot.ttl_seconds
-            };
-            let allowed = Lifetimes {
-                ttl_seconds: ttl,
-                ..Lifetimes::default()
-            };
-            let storable = (got.storable() || (got.raw == "null" && !got.errored)) && !unplaced;
-            let entry = match (slot.key, storable && ttl > 0) {
-                (Some(key), true) => entity_entry(&key, rep, got.raw, &source, config, &allowed)
-                    .ok()
-                    .map(|e| (key, e)),
-                _ => None,
-            };
-            let Some((key, bytes)) = entry else {
-                shortest = Some(0);
-                continue;
-            };
-            let lifetime =
-                Entry::peek(&bytes).map_or(0, |p| p.expires_at_ms.saturating_sub(now_ms) / 1000);
-            shortest = Some(shortest.map_or(lifetime, |s| s.min(lifetime)));
-            let _ = insert(cx, &key, &bytes, now_ms);
-        }
-    }
-    shortest
+    let policy = |f: usize, d: usize| {
+        let slot = x.slots.get(f)?.get(d)?;
+        Some((slot.key, slot.ttl_seconds))
+    };
+    entity_store::store(cx, &split, policy, headers, fetched)
 }
 
 impl EntityExchange {
@@ -398,6 +383,68 @@ impl EntityExchange {
         };
         if let Ok(fetched) = Fetched::read(&body, &self.req, &self.sent) {
             store(cx, self, &headers, &fetched);
+        }
+    }
+}
+
+impl EntityExchange {
+    /// Whether no entity of the request was found (then it may share an all-miss fetch).
+    pub fn found_none(&self) -> bool {
+        self.slots.iter().flatten().all(|s| s.found.is_none())
+    }
+
+    /// The field, distinct index and key (`None`: not cacheable) of the entities `pick` picks.
+    fn where_(&self, pick: impl Fn(&Slot) -> bool) -> Vec<(usize, usize, Option<CacheKey>)> {
+        let mut out = Vec::new();
+        for (f, row) in self.slots.iter().enumerate() {
+            for (d, slot) in row.iter().enumerate() {
+                if pick(slot) {
+                    out.push((f, d, slot.key));
+                }
+            }
+        }
+        out
+    }
+
+    /// Entries within their stale-if-error window for missing entities (field, distinct index).
+    fn fill_stale(&mut self, entries: Vec<StaleEntry>) {
+        for (f, d, bytes) in entries {
+            if let Some(slot) = self.slots.get_mut(f).and_then(|row| row.get_mut(d)) {
+                slot.found = Some(bytes);
+                slot.stale = true;
+            }
+        }
+    }
+
+    /// Whether a private type is in the request.
+    pub fn private(&self, config: &Config) -> bool {
+        // The listener's scopes, also where a route turned entity mode on.
+        let entities = listener_settings(config);
+        self.req
+            .fields
+            .iter()
+            .flat_map(|f| &f.distinct)
+            .any(|r| entities.policy(&r.typename).1 == Scope::Private)
+    }
+
+    /// What the root needs to fetch this request as it is sent (see `entities::batch`).
+    pub fn as_sent_batch(&self, private: bool) -> EntityBatch {
+        self.batch(self.sent.clone(), private)
+    }
+
+    /// What the root needs to fetch `sent` of this request for it (see `entities::batch`).
+    fn batch(&self, sent: Vec<Vec<usize>>, private: bool) -> EntityBatch {
+        EntityBatch {
+            req: self.req.clone(),
+            entities: self
+                .slots
+                .iter()
+                .map(|f| f.iter().map(|s| (s.key, s.ttl_seconds)).collect())
+                .collect(),
+            sent,
+            born_us: self.born_us,
+            private,
+            also_holds: Vec::new(),
         }
     }
 }

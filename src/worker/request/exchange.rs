@@ -32,6 +32,7 @@ use crate::worker::l2::write::queue_store;
 use crate::worker::operation_counts::{count_operation, operation_of, Tally};
 use crate::worker::request::capture::{Capture, Chunk};
 use crate::worker::request::entities::{self, EntityExchange, Next};
+use crate::worker::request::entity_join;
 use crate::worker::request::explain::explain;
 use crate::worker::request::join::{join, refresh, Joined, Miss, Refresh};
 use crate::worker::request::log_record::LogRecord;
@@ -83,6 +84,9 @@ enum State {
     /// An `_entities` request sent upstream as the gateway sent it; its answer is split into
     /// entries as it streams back.
     EntityForwarded(Box<EntityExchange>),
+    /// An `_entities` request none of whose entities is cached, paused for the shared fetch of
+    /// its batch (see `entity_join`); let go, it is forwarded.
+    EntityWaiting(Box<EntityExchange>),
     /// A mutation going upstream: its answer is read (up to `max_entry_bytes`) for what it
     /// changed, and purged before its last byte reaches the client.
     Mutation {
@@ -244,7 +248,7 @@ impl Exchange {
                 cx.worker(|w| w.entity_shapes.shape(query, name, config.limits()))
             });
             if let Ok(req) = read {
-                return self.entities(cx, &head, req);
+                return self.entities(cx, &head, req, &body);
             }
         }
         let apq = &cx.plugin().apq;
@@ -273,6 +277,17 @@ impl Exchange {
         cx: &mut Ctx<'_, H>,
         end_of_stream: bool,
     ) -> Flow {
+        if let State::EntityWaiting(_) = self.state {
+            let context = self.context;
+            let answered = entity_join::answered(cx, context);
+            let State::EntityWaiting(x) = std::mem::replace(&mut self.state, State::Served) else {
+                return Flow::Continue;
+            };
+            if answered {
+                return Flow::Continue;
+            }
+            self.state = State::EntityForwarded(x);
+        }
         if let State::Waiting { key } = self.state {
             let context = self.context;
             let outcome = cx.try_worker(|w| w.outcomes.remove(&context)).flatten();
@@ -479,6 +494,7 @@ impl Exchange {
         cx: &mut Ctx<'_, H>,
         head: &RequestHead,
         req: EntitiesRequest,
+        body: &[u8],
     ) -> Flow {
         match entities::start(cx, head, req) {
             Next::Answered => {
@@ -493,6 +509,10 @@ impl Exchange {
             }
             Next::Forwarded(x) => {
                 cx.host().count(Counter::Misses);
+                if entity_join::join_batch(cx, self.context, head, body, &x).is_some() {
+                    self.state = State::EntityWaiting(x);
+                    return Flow::Pause;
+                }
                 self.state = State::EntityForwarded(x);
                 Flow::Continue
             }
@@ -524,7 +544,8 @@ impl Exchange {
 
     /// The request ended. A client that left while waiting must not be answered later.
     pub fn on_done<H: ?Sized>(&self, cx: &mut Ctx<'_, H>) {
-        let (context, waiting) = (self.context, matches!(self.state, State::Waiting { .. }));
+        let waiting = matches!(self.state, State::Waiting { .. } | State::EntityWaiting(_));
+        let context = self.context;
         cx.try_worker(|w| {
             w.held_purges.remove(&context);
             if waiting {
@@ -613,6 +634,7 @@ impl Exchange {
             key_names_caller: names_caller,
             scope,
             now_ms,
+            entities: None,
         };
         // A hash-only persisted query resolved here sends the hash alone: an origin that does not
         // know it would answer `PersistedQueryNotFound` for everyone, so it never fetches for

@@ -10,12 +10,14 @@ use crate::coalesce::waiters::LocalJoin;
 use crate::config::Scope;
 use crate::effects::counters::Counter;
 use crate::effects::host::RequestHost;
+use crate::entities::batch::EntityBatch;
 use crate::request::classify::RequestHead;
 use crate::request::key::CacheKey;
 use crate::worker::ctx::Ctx;
 use crate::worker::request::read::fetch_cluster;
 use crate::worker::root::shared_fetch::{abandon, request_dispatch};
 use crate::worker::state::Plugin;
+use std::rc::Rc;
 
 /// What a miss that may coalesce does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -37,6 +39,8 @@ pub struct Miss<'a> {
     /// Whether the key is scoped to the caller (the fetch then carries its credentials).
     pub scope: Scope,
     pub now_ms: u64,
+    /// Entity mode: the `_entities` batch this miss is (split into entries, never stored whole).
+    pub entities: Option<Rc<EntityBatch>>,
 }
 
 pub fn join(cx: &mut Ctx<'_, impl RequestHost>, miss: Miss<'_>) -> Joined {
@@ -127,11 +131,13 @@ fn shared_fetch(plugin: &Plugin, host: &impl RequestHost, miss: Miss<'_>) -> Opt
         asked: miss.asked,
         dispatched_ms: 0,
         key_names_caller: miss.key_names_caller,
-        l2: if plugin.config.l2.is_some() {
+        // An entity batch is never a whole entry, in L2 either.
+        l2: if plugin.config.l2.is_some() && miss.entities.is_none() {
             L2Role::Ask
         } else {
             L2Role::Off
         },
+        entities: miss.entities,
     })
 }
 

@@ -3,6 +3,8 @@
 
 pub mod capture;
 pub mod entities;
+pub mod entity_join;
+pub mod entity_stale;
 pub mod exchange;
 pub mod explain;
 pub mod join;

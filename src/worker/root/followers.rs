@@ -12,7 +12,8 @@ use crate::request::key::CacheKey;
 use crate::worker::ctx::Ctx;
 use crate::worker::root::answer::{answer, release, Label, Reply};
 use crate::worker::root::dispatch::dispatch_pending;
-use crate::worker::root::stale::{instead_of_error, is_failure};
+use crate::worker::root::entity_fetch;
+use crate::worker::root::stale::is_failure;
 
 /// Root: the messages dequeued from this worker's wake-up queue. Fetches are dispatched before
 /// anyone is answered.
@@ -42,13 +43,17 @@ fn deliver(cx: &mut Ctx<'_, impl Host>, key: &CacheKey, response: Option<Respons
         if !w.waiters.is_following(key) {
             return None;
         }
-        Some(w.waiters.take(key))
+        Some((w.waiters.take(key), w.entity_batches.take(key)))
     });
-    let Some(flight) = flight else { return };
+    let Some((flight, batch)) = flight else {
+        return;
+    };
     let waiters = flight.map(|f| f.waiters).unwrap_or_default();
     // The leader's fetch failed: this worker's followers may still have a stale answer.
     let stale = match &response {
-        Some(r) if is_failure(r) && !waiters.is_empty() => instead_of_error(cx, key),
+        Some(r) if is_failure(r) && !waiters.is_empty() => {
+            entity_fetch::instead_of_error(cx, key, batch.as_deref())
+        }
         _ => None,
     };
     for waiter in waiters {

@@ -5,6 +5,7 @@ pub mod answer;
 pub mod callouts;
 pub mod configure;
 pub mod dispatch;
+pub mod entity_fetch;
 pub mod followers;
 pub mod shared_fetch;
 pub mod stale;

@@ -16,7 +16,8 @@ use crate::worker::callout::Returned;
 use crate::worker::ctx::Ctx;
 use crate::worker::l2::write::{after_origin, release_later};
 use crate::worker::root::answer::{answer, release, Label, Labels, Reply};
-use crate::worker::root::stale::{instead_of_error, is_failure};
+use crate::worker::root::entity_fetch;
+use crate::worker::root::stale::is_failure;
 use crate::worker::store::{account_store, store_answer, Stored};
 
 /// What came back for a callout.
@@ -159,7 +160,10 @@ pub fn on_fetch_response(cx: &mut Ctx<'_, impl Host>, token: u32, result: FetchR
         headers: &headers,
         body: &body,
     };
-    let mut stored = store_answer(cx, &fetch.key, answer_in, &fetch.asked);
+    let mut stored = match &fetch.entities {
+        Some(batch) => entity_fetch::store(cx, batch, &answer_in),
+        None => store_answer(cx, &fetch.key, answer_in, &fetch.asked),
+    };
     // Sent before anyone is answered: answering switches the effective context.
     after_origin(cx, &fetch, &mut stored);
     let response =
@@ -190,6 +194,7 @@ pub fn finish(
     response: Result<Response, Release>,
     labels: &Labels<'_>,
 ) {
+    entity_fetch::release_held(cx, fetch);
     let now_ms = cx.host().now_ms();
     let config = cx.config();
     let key = &fetch.key;
@@ -214,13 +219,13 @@ pub fn finish(
         cx.worker(|w| w.published.push((*key, now_ms)));
         wake(cx.host(), &watchers, key, for_watchers.as_deref());
     }
-    let flight = cx.worker(|w| w.waiters.take(key));
+    let (flight, batch) = cx.worker(|w| (w.waiters.take(key), w.entity_batches.take(key)));
     let Some(flight) = flight else { return };
     if flight.waiters.is_empty() {
         return;
     }
     let stale = match &response {
-        Ok(r) if is_failure(r) => instead_of_error(cx, key),
+        Ok(r) if is_failure(r) => entity_fetch::instead_of_error(cx, key, batch.as_deref()),
         _ => None,
     };
     for waiter in flight.waiters {

@@ -19,6 +19,14 @@ pub fn is_failure(response: &Response) -> bool {
 /// The stored answer for `key` to give instead of a failure, if it is within its window and not
 /// purged.
 pub fn instead_of_error(cx: &mut Ctx<'_, impl Host>, key: &CacheKey) -> Option<Response> {
+    let bytes = error_entry(cx, key)?;
+    let entry = Entry::decode(&bytes).ok()?;
+    Some(Response::from_entry(&entry, cx.host().now_ms()))
+}
+
+/// The entry for `key` that may replace a failure: within its stale-if-error window (fresh
+/// ones too) and not purged. For whole answers and entities alike.
+pub fn error_entry(cx: &mut Ctx<'_, impl Host>, key: &CacheKey) -> Option<Vec<u8>> {
     let now_ms = cx.host().now_ms();
     let table = &cx.plugin().table;
     let hash = table.hash(key);
@@ -38,5 +46,5 @@ pub fn instead_of_error(cx: &mut Ctx<'_, impl Host>, key: &CacheKey) -> Option<R
     if now_ms >= entry.error_until_ms() {
         return None;
     }
-    Some(Response::from_entry(&entry, now_ms))
+    Some(bytes)
 }

@@ -1,6 +1,7 @@
 //! Entity mode through one worker's fake host: an `_entities` batch forwarded whole and split
 //! into entries, then one answered from entries and a fetch of only what is missing, then one
-//! answered from entries alone.
+//! answered from entries alone. The first scenarios turn `coalesce` off: an all-miss batch is then
+//! forwarded (with coalescing it shares a root fetch, the scenarios at the end).
 
 use super::scenarios::{envoy, Node};
 use crate::effects::fake::Reply;
@@ -59,7 +60,7 @@ fn reply(node: &Node, context: u32) -> Reply {
 
 #[test]
 fn a_batch_is_answered_from_entries_and_only_what_is_missing_is_fetched() {
-    let (a, _b) = envoy(r#"{"debug_headers":true,"entities":{"ttl_seconds":60}}"#);
+    let (a, _b) = envoy(r#"{"debug_headers":true,"coalesce":false,"entities":{"ttl_seconds":60}}"#);
     forwarded(&a, 1, &[1, 2, 1]);
 
     // 1 and 2 stored; 3 is fetched alone, and the answer merged in the gateway's order.
@@ -113,7 +114,7 @@ fn a_batch_is_answered_from_entries_and_only_what_is_missing_is_fetched() {
 
 #[test]
 fn a_partial_fetch_that_fails_lets_the_gateway_s_request_go_upstream_whole() {
-    let (a, _b) = envoy(r#"{"entities":{"ttl_seconds":60}}"#);
+    let (a, _b) = envoy(r#"{"coalesce":false,"entities":{"ttl_seconds":60}}"#);
     forwarded(&a, 1, &[1]);
     let (mut x, flow) = a.post(2, &batch(&[1, 2]), &[]);
     assert_eq!(flow, Flow::Pause);
@@ -145,7 +146,7 @@ fn a_partial_fetch_that_fails_lets_the_gateway_s_request_go_upstream_whole() {
 
 #[test]
 fn entities_with_errors_or_null_are_not_stored_and_other_requests_are_cached_whole() {
-    let (a, _b) = envoy(r#"{"entities":{"ttl_seconds":60}}"#);
+    let (a, _b) = envoy(r#"{"coalesce":false,"entities":{"ttl_seconds":60}}"#);
     let (mut x, _) = a.post(1, &batch(&[1, 2]), &[]);
     *a.host.response_headers.borrow_mut() = json_headers(&[]);
     x.on_response_headers(&mut a.cx(), false);
@@ -159,20 +160,22 @@ fn entities_with_errors_or_null_are_not_stored_and_other_requests_are_cached_who
     assert_eq!(flow, Flow::Pause);
     assert_eq!(reply(&a, 3).header("x-cache"), Some("HIT"));
     // A root field at the subgraph hop: the whole-response cache, as without entity mode.
-    assert!(a
-        .fill(
-            4,
-            r#"{"query":"{ products { id } }"}"#,
-            r#"{"data":{"products":[]}}"#
-        )
-        .header("x-cache")
-        .is_some_and(|c| c == "MISS"));
+    let products = r#"{"query":"{ products { id } }"}"#;
+    let (mut x, flow) = a.post(4, products, &[]);
+    assert_eq!(flow, Flow::Continue);
+    *a.host.response_headers.borrow_mut() = json_headers(&[]);
+    x.on_response_headers(&mut a.cx(), false);
+    assert_eq!(a.host.header_set("x-cache").as_deref(), Some("MISS"));
+    let body = r#"{"data":{"products":[]}}"#;
+    *a.host.response_chunk.borrow_mut() = body.as_bytes().to_vec();
+    x.on_response_body(&mut a.cx(), body.len(), true);
+    assert!(a.hits(5, products));
 }
 
 #[test]
 fn a_purge_by_entity_or_type_reaches_entity_entries() {
     let (a, _b) = envoy(
-        r#"{"purge_path":"/purge","purge_token":"0123456789abcdef","entities":{"ttl_seconds":60}}"#,
+        r#"{"purge_path":"/purge","purge_token":"0123456789abcdef","coalesce":false,"entities":{"ttl_seconds":60}}"#,
     );
     forwarded(&a, 1, &[1, 2]);
     let purged = a.purge(
@@ -204,7 +207,7 @@ fn a_purge_by_entity_or_type_reaches_entity_entries() {
 #[test]
 #[ignore]
 fn profile_partial_batches() {
-    let (a, _b) = envoy(r#"{"entities":{"ttl_seconds":600}}"#);
+    let (a, _b) = envoy(r#"{"coalesce":false,"entities":{"ttl_seconds":600}}"#);
     let ids: Vec<u32> = (1..=24).collect();
     forwarded(&a, 1, &ids);
     for round in 0..300u32 {
@@ -236,7 +239,7 @@ fn a_mutation_at_the_gateway_side_purges_the_entities_it_returns() {
     let gateway_side = Node::new(1, "{}", FakeHost::new());
     let entity_side = Node::new(
         2,
-        r#"{"entities":{"ttl_seconds":60}}"#,
+        r#"{"coalesce":false,"entities":{"ttl_seconds":60}}"#,
         FakeHost::sibling(&gateway_side.host),
     );
     let users = |ids: &[u32]| {
@@ -277,4 +280,297 @@ fn a_mutation_at_the_gateway_side_purges_the_entities_it_returns() {
         json!([{"__typename": "User", "id": "1"}]),
         "the renamed user is fetched again"
     );
+}
+
+/// A JSON answer from the subgraph to a root fetch, with `extra` headers.
+fn root_answer(
+    body: &str,
+    extra: &[(&str, &str)],
+) -> crate::worker::root::shared_fetch::FetchResult {
+    let mut headers = vec![("content-type", "application/json")];
+    headers.extend_from_slice(extra);
+    super::scenarios::answer(200, &headers, body)
+}
+
+/// An all-miss batch led by request `context`: the root fetches it and answers `body`.
+fn fetched_by_root(node: &Node, context: u32, ids: &[u32]) -> Reply {
+    let (_, flow) = node.post(context, &batch(ids), &[]);
+    assert_eq!(flow, Flow::Pause, "waits for the root's fetch");
+    node.deliver_queue();
+    let token = *node.tokens().last().unwrap();
+    node.callout_answers(token, root_answer(&subgraph_answer(ids), &[]));
+    // What follows is another callback.
+    node.host.begin_callback();
+    node.reply(context)
+}
+
+#[test]
+fn identical_all_miss_batches_share_one_fetch_whose_answer_is_split_into_entities() {
+    use crate::effects::counters::Counter;
+    let (a, b) = envoy(r#"{"debug_headers":true,"entities":{"ttl_seconds":60}}"#);
+    let body = batch(&[1, 2, 1]);
+    let (mut leader, flow) = a.post(1, &body, &[]);
+    assert_eq!(flow, Flow::Pause);
+    assert_eq!(a.post(2, &body, &[]).1, Flow::Pause);
+    assert_eq!(b.post(11, &body, &[]).1, Flow::Pause);
+    a.deliver_queue();
+    let dispatched = a.host.dispatched.borrow().clone();
+    assert_eq!(dispatched.len(), 1, "one fetch for the whole Envoy");
+    assert!(b.tokens().is_empty());
+    let (token, callout) = dispatched[0].clone();
+    assert_eq!(
+        callout.body.as_deref(),
+        Some(body.as_bytes()),
+        "the gateway's batch as it sent it"
+    );
+    let answer = subgraph_answer(&[1, 2, 1]);
+    a.callout_answers(
+        token,
+        root_answer(&answer, &[("cache-control", "max-age=120")]),
+    );
+    assert_eq!(a.reply(1).header("x-cache"), Some("MISS"));
+    assert_eq!(a.reply(2).header("x-cache"), Some("COALESCED"));
+    assert_eq!(a.reply(2).body, answer.as_bytes());
+    b.deliver_queue();
+    assert_eq!(b.reply(11).header("x-cache"), Some("COALESCED"));
+    assert_eq!(b.reply(11).body, answer.as_bytes());
+    for node in [&a, &b] {
+        assert!(
+            node.worker.borrow().entity_batches.is_empty(),
+            "a flight's batch is forgotten when it ends"
+        );
+    }
+    // The local reply's callbacks leave it alone (nothing forwarded, nothing captured).
+    a.host.headers_set.borrow_mut().clear();
+    assert_eq!(
+        leader.on_response_headers(&mut a.cx(), false),
+        Flow::Continue
+    );
+    assert!(a.host.headers_set.borrow().is_empty());
+
+    // Stored as two entities, not as the batch: any batch naming them is answered here.
+    assert_eq!(a.host.counted(Counter::Stores), 2);
+    assert_eq!(a.host.counted(Counter::EntitiesFetched), 2);
+    for (context, ids) in [(20, vec![2]), (21, vec![1, 2, 1]), (22, vec![2, 1])] {
+        let (_, flow) = b.post(context, &batch(&ids), &[]);
+        assert_eq!(flow, Flow::Pause);
+        let hit = b.reply(context);
+        assert_eq!(hit.header("x-cache"), Some("HIT"), "{ids:?}");
+        assert_eq!(hit.body, subgraph_answer(&ids).as_bytes());
+    }
+    assert_eq!(b.host.dispatched.borrow().len(), 0);
+    a.assert_host_rules_kept();
+    b.assert_host_rules_kept();
+}
+
+#[test]
+fn batches_that_differ_do_not_share_a_fetch_and_one_let_go_is_forwarded_and_split() {
+    let (a, _b) = envoy(r#"{"entities":{"ttl_seconds":60}}"#);
+    assert_eq!(a.post(1, &batch(&[1, 2]), &[]).1, Flow::Pause);
+    // Same entities in another order: another answer, another flight.
+    assert_eq!(a.post(2, &batch(&[2, 1]), &[]).1, Flow::Pause);
+    a.deliver_queue();
+    assert_eq!(a.tokens().len(), 2);
+    // A follower the leader's answer cannot be given to goes upstream as the gateway sent it.
+    let (mut follower, _) = a.post(3, &batch(&[1, 2]), &[]);
+    let token = a.tokens()[0];
+    let personal = root_answer(&subgraph_answer(&[1, 2]), &[("set-cookie", "a=b")]);
+    a.callout_answers(token, personal);
+    assert_eq!(a.reply(1).header("x-cache"), Some("MISS"));
+    assert_eq!(*a.host.resumed.borrow(), vec![3]);
+    *a.host.response_headers.borrow_mut() = json_headers(&[]);
+    follower.on_response_headers(&mut a.cx(), false);
+    assert_eq!(a.host.header_set("x-cache").as_deref(), Some("MISS"));
+    let body = subgraph_answer(&[1, 2]);
+    *a.host.response_chunk.borrow_mut() = body.as_bytes().to_vec();
+    follower.on_response_body(&mut a.cx(), body.len(), true);
+    let (_, flow) = a.post(4, &batch(&[2]), &[]);
+    assert_eq!(flow, Flow::Pause);
+    assert_eq!(a.reply(4).header("x-cache"), Some("HIT"));
+}
+
+#[test]
+fn a_stale_entity_is_served_while_one_refresh_asks_for_the_stale_ones_alone() {
+    use crate::effects::counters::Counter;
+    let (a, b) = envoy(
+        r#"{"debug_headers":true,"entities":{"ttl_seconds":1,"stale_while_revalidate_seconds":30}}"#,
+    );
+    fetched_by_root(&a, 1, &[1, 2]);
+    a.host.advance(1500);
+    fetched_by_root(&a, 2, &[3]);
+    let dispatched_before = a.tokens().len();
+
+    // 1 and 2 stale, 3 fresh: answered at once, STALE.
+    let (_, flow) = a.post(3, &batch(&[1, 3, 2]), &[]);
+    assert_eq!(flow, Flow::Pause);
+    let stale = a.reply(3);
+    assert_eq!(stale.header("x-cache"), Some("STALE"));
+    assert_eq!(stale.body, subgraph_answer(&[1, 3, 2]).as_bytes());
+    assert_eq!(stale.header("cache-control"), Some("max-age=0"));
+    // Another batch naming a stale entity, on either worker: served, no second refresh.
+    assert_eq!(a.post(4, &batch(&[2]), &[]).1, Flow::Pause);
+    assert_eq!(a.reply(4).header("x-cache"), Some("STALE"));
+    assert_eq!(b.post(11, &batch(&[1, 2]), &[]).1, Flow::Pause);
+    assert_eq!(b.reply(11).header("x-cache"), Some("STALE"));
+    a.deliver_queue();
+    b.deliver_queue();
+    assert!(b.tokens().is_empty(), "refreshed by A already");
+    let tokens = a.tokens();
+    assert_eq!(tokens.len(), dispatched_before + 1, "one refresh");
+    let (token, callout) = a.host.dispatched.borrow().last().cloned().unwrap();
+    let sent: serde_json::Value = serde_json::from_slice(callout.body.as_ref().unwrap()).unwrap();
+    assert_eq!(
+        sent["variables"]["representations"],
+        json!([{"__typename": "Product", "id": "1"}, {"__typename": "Product", "id": "2"}]),
+        "the stale ones alone"
+    );
+    assert_eq!(a.host.counted(Counter::Refreshes), 1);
+    let renewed = r#"{"data":{"_entities":[{"name":"P1 v2"},{"name":"P2 v2"}]}}"#;
+    a.callout_answers(token, root_answer(renewed, &[]));
+
+    // Refreshed: fresh again, with the new data.
+    let (_, flow) = b.post(12, &batch(&[2, 3, 1]), &[]);
+    assert_eq!(flow, Flow::Pause);
+    let hit = b.reply(12);
+    assert_eq!(hit.header("x-cache"), Some("HIT"));
+    assert_eq!(
+        String::from_utf8(hit.body).unwrap(),
+        r#"{"data":{"_entities":[{"name":"P2 v2"},{"name":"P3"},{"name":"P1 v2"}]}}"#
+    );
+    // Past the refresh, a stale entity may be refreshed again.
+    a.host.advance(1500);
+    assert_eq!(a.post(5, &batch(&[1]), &[]).1, Flow::Pause);
+    assert_eq!(a.reply(5).header("x-cache"), Some("STALE"));
+    assert_eq!(a.host.counted(Counter::Refreshes), 2);
+    a.assert_host_rules_kept();
+    b.assert_host_rules_kept();
+}
+
+#[test]
+fn a_subgraph_s_stale_while_revalidate_is_honoured_and_without_it_an_expired_entity_is_a_miss() {
+    let (a, _b) = envoy(r#"{"entities":{"ttl_seconds":60}}"#);
+    let (_, flow) = a.post(1, &batch(&[1, 2]), &[]);
+    assert_eq!(flow, Flow::Pause);
+    a.deliver_queue();
+    let token = *a.tokens().last().unwrap();
+    let cc = [("cache-control", "max-age=1, stale-while-revalidate=30")];
+    a.callout_answers(token, root_answer(&subgraph_answer(&[1, 2]), &cc));
+    a.host.advance(1500);
+    assert_eq!(a.post(2, &batch(&[2]), &[]).1, Flow::Pause);
+    assert_eq!(a.reply(2).header("x-cache"), Some("STALE"));
+    // No window configured nor sent: expired is missing (here, the whole batch: a fetch).
+    fetched_by_root(&a, 3, &[3]);
+    a.host.advance(60_000);
+    let before = a.tokens().len();
+    assert_eq!(a.post(4, &batch(&[3]), &[]).1, Flow::Pause);
+    assert!(a.host.reply_to(4).is_none(), "waits for a fetch");
+    a.deliver_queue();
+    assert_eq!(a.tokens().len(), before + 1);
+}
+
+#[test]
+fn a_failed_partial_fetch_is_answered_from_entries_within_their_stale_if_error_window() {
+    let (a, _b) =
+        envoy(r#"{"debug_headers":true,"entities":{"ttl_seconds":1,"stale_if_error_seconds":60}}"#);
+    fetched_by_root(&a, 1, &[1, 2]);
+    a.host.advance(1500);
+    fetched_by_root(&a, 2, &[3]);
+    let failed = |x: &mut crate::worker::request::exchange::Exchange, status: &str| {
+        let (token, _) = a.host.dispatched.borrow().last().cloned().unwrap();
+        let headers = vec![(":status".to_string(), status.as_bytes().to_vec())];
+        *a.host.callout.borrow_mut() = (headers.clone(), b"upstream".to_vec());
+        let returned = Returned {
+            headers: Some(headers),
+            body_size: 8,
+        };
+        x.on_callout(&mut a.cx(), token, &returned);
+        // The next request is another callback.
+        a.host.begin_callback();
+    };
+    // 1 expired (no stale-while-revalidate): fetched alone; the subgraph fails.
+    let (mut x, flow) = a.post(3, &batch(&[3, 1]), &[]);
+    assert_eq!(flow, Flow::Pause);
+    failed(&mut x, "503");
+    let stale = a.reply(3);
+    assert_eq!(stale.header("x-cache"), Some("STALE"));
+    assert_eq!(stale.body, subgraph_answer(&[3, 1]).as_bytes());
+    // A reset too.
+    let (mut x, _) = a.post(4, &batch(&[1, 3]), &[]);
+    let (token, _) = a.host.dispatched.borrow().last().cloned().unwrap();
+    let reset = Returned {
+        headers: None,
+        body_size: 0,
+    };
+    x.on_callout(&mut a.cx(), token, &reset);
+    a.host.begin_callback();
+    assert_eq!(a.reply(4).header("x-cache"), Some("STALE"));
+    // A 4xx is the subgraph's word, not a failure: the gateway's request goes upstream.
+    let (mut x, _) = a.post(5, &batch(&[3, 1]), &[]);
+    failed(&mut x, "400");
+    assert!(a.host.reply_to(5).is_none());
+    assert_eq!(*a.host.resumed.borrow(), vec![5]);
+
+    // Past the window: as without it, the gateway's request goes upstream whole.
+    a.host.advance(60_000);
+    fetched_by_root(&a, 6, &[3]);
+    let (mut x, flow) = a.post(7, &batch(&[3, 1]), &[]);
+    assert_eq!(flow, Flow::Pause);
+    failed(&mut x, "503");
+    assert!(a.host.reply_to(7).is_none());
+    assert_eq!(*a.host.resumed.borrow(), vec![5, 7]);
+    a.assert_host_rules_kept();
+}
+
+#[test]
+fn a_failed_shared_fetch_of_a_batch_answers_every_waiter_from_stale_entities() {
+    use crate::worker::root::shared_fetch::FetchResult;
+    let (a, b) = envoy(r#"{"entities":{"ttl_seconds":1,"stale_if_error_seconds":60}}"#);
+    fetched_by_root(&a, 1, &[1, 2]);
+    a.host.advance(1500);
+    let body = batch(&[2, 1]);
+    assert_eq!(a.post(2, &body, &[]).1, Flow::Pause);
+    assert_eq!(a.post(3, &body, &[]).1, Flow::Pause);
+    assert_eq!(b.post(11, &body, &[]).1, Flow::Pause);
+    a.deliver_queue();
+    let token = *a.tokens().last().unwrap();
+    a.callout_answers(token, FetchResult::Reset);
+    b.deliver_queue();
+    for reply in [a.reply(2), a.reply(3), b.reply(11)] {
+        assert_eq!(reply.header("x-cache"), Some("STALE"));
+        assert_eq!(reply.body, subgraph_answer(&[2, 1]).as_bytes());
+    }
+    // Past the window, every waiter gets the failure, as Envoy would give it.
+    a.host.advance(60_000);
+    assert_eq!(a.post(4, &body, &[]).1, Flow::Pause);
+    a.deliver_queue();
+    let token = *a.tokens().last().unwrap();
+    let failure = super::scenarios::answer(503, &[("content-type", "text/plain")], "down");
+    a.callout_answers(token, failure);
+    assert_eq!(a.reply(4).status, 503);
+    a.assert_host_rules_kept();
+    b.assert_host_rules_kept();
+}
+
+#[test]
+fn a_private_type_s_batch_is_shared_only_by_the_same_caller() {
+    let config = r#"{"identity":{"source":"header","header":"authorization"},
+        "entities":{"ttl_seconds":60,"types":{"Product":{"scope":"private"}}}}"#;
+    let (a, _b) = envoy(config);
+    let body = batch(&[1]);
+    let ann = [("authorization", "Bearer ann")];
+    assert_eq!(a.post(1, &body, &ann).1, Flow::Pause);
+    assert_eq!(a.post(2, &body, &ann).1, Flow::Pause);
+    assert_eq!(
+        a.post(3, &body, &[("authorization", "Bearer bo")]).1,
+        Flow::Pause
+    );
+    // Without an identity: not cached, not shared.
+    assert_eq!(a.post(4, &body, &[]).1, Flow::Continue);
+    a.deliver_queue();
+    assert_eq!(a.tokens().len(), 2, "one fetch per caller");
+    let (_, callout) = a.host.dispatched.borrow()[0].clone();
+    assert!(callout
+        .headers
+        .iter()
+        .any(|(n, v)| n == "authorization" && v == "Bearer ann"));
 }

@@ -48,7 +48,10 @@ fn forwarded(node: &Node, context: u32, ids: &[u32]) {
 
 #[test]
 fn a_route_turns_entity_mode_on_where_the_listener_has_none() {
-    let a = node(r#"{"route_metadata":"gc","debug_headers":true}"#, true);
+    let a = node(
+        r#"{"route_metadata":"gc","coalesce":false,"debug_headers":true}"#,
+        true,
+    );
     forwarded(&a, 1, &[1, 2]);
     let (_, flow) = a.post(2, &batch(&[2, 1]), &[]);
     assert_eq!(flow, Flow::Pause);

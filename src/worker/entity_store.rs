@@ -1,0 +1,101 @@
+//! Storing the entities of a subgraph's answer to an `_entities` request, each as its own entry:
+//! the one place, for a request's own answer (forwarded or partial) and for the root's fetches
+//! (a coalesced batch, a background refresh).
+
+use crate::cache::entry::Entry;
+use crate::config::{Config, Lifetimes};
+use crate::effects::host::{status, Host};
+use crate::entities::answer::Fetched;
+use crate::entities::entry::{entity_entry, Source};
+use crate::entities::mode::listener_settings;
+use crate::entities::request::{EntitiesRequest, Representation};
+use crate::request::key::CacheKey;
+use crate::worker::ctx::Ctx;
+use crate::worker::store::insert;
+
+/// What an answer was asked for: the request, what of it was sent (per field, the distinct
+/// representation each item of the answer is), and when.
+#[derive(Debug, Clone, Copy)]
+pub struct Split<'a> {
+    pub req: &'a EntitiesRequest,
+    pub sent: &'a [Vec<usize>],
+    pub born_us: u64,
+}
+
+/// What an entity the subgraph answered may be stored for: its type's stale windows with `ttl`
+/// (a `null` entity, not found, gets none).
+pub fn allowed(config: &Config, rep: &Representation, raw: &str, ttl: u64) -> Lifetimes {
+    let windows = match raw {
+        "null" => Lifetimes::default(),
+        _ => listener_settings(config).lifetimes(&rep.typename),
+    };
+    Lifetimes {
+        ttl_seconds: ttl,
+        ..windows
+    }
+}
+
+/// Stores every entity of `fetched` that may be, `policy(f, d)` giving the key (`None`: not
+/// stored) and TTL of field `f`'s distinct representation `d`; the shortest lifetime stored, in
+/// seconds, or 0 when an entity could not be stored (the answer then says so: nothing in it may
+/// be reused).
+pub fn store(
+    cx: &mut Ctx<'_, impl Host>,
+    split: &Split<'_>,
+    policy: impl Fn(usize, usize) -> Option<(Option<CacheKey>, u64)>,
+    headers: &[(String, Vec<u8>)],
+    fetched: &Fetched<'_>,
+) -> Option<u64> {
+    let config = cx.config();
+    let now_ms = cx.host().now_ms();
+    let source = Source {
+        status: status(headers).unwrap_or(0),
+        headers,
+        born_us: split.born_us,
+        now_ms,
+    };
+    let unplaced = fetched.has_unplaced_errors();
+    let mut shortest: Option<u64> = None;
+    let mut done: Vec<(usize, usize)> = Vec::new();
+    for (f, list) in fetched.entities.iter().enumerate() {
+        for (i, got) in list.iter().enumerate() {
+            let Some(d) = split.sent.get(f).and_then(|s| s.get(i)).copied() else {
+                continue;
+            };
+            let rep = split
+                .req
+                .fields
+                .get(f)
+                .and_then(|field| field.distinct.get(d));
+            let (Some(got), Some((key, ttl_seconds)), Some(rep)) = (got, policy(f, d), rep) else {
+                continue;
+            };
+            if done.contains(&(f, d)) {
+                continue;
+            }
+            done.push((f, d));
+            let ttl = if got.raw == "null" {
+                listener_settings(config).null_ttl_seconds
+            } else {
+                ttl_seconds
+            };
+            let allowed = allowed(config, rep, got.raw, ttl);
+            let storable = (got.storable() || (got.raw == "null" && !got.errored)) && !unplaced;
+            let entry = match (key, storable && ttl > 0) {
+                (Some(key), true) => entity_entry(&key, rep, got.raw, &source, config, &allowed)
+                    .ok()
+                    .map(|e| (key, e)),
+                _ => None,
+            };
+            let Some((key, bytes)) = entry else {
+                shortest = Some(0);
+                continue;
+            };
+            let lifetime =
+                Entry::peek(&bytes).map_or(0, |p| p.expires_at_ms.saturating_sub(now_ms) / 1000);
+            shortest = Some(shortest.map_or(lifetime, |s| s.min(lifetime)));
+            let _ = insert(cx, &key, &bytes, now_ms);
+        }
+    }
+    shortest
+}

@@ -1,0 +1,105 @@
+//! Entity mode: an `_entities` batch none of whose entities is cached shares one fetch with the
+//! identical batches of every worker, as whole answers do (`join`): one flight per batch, keyed
+//! by what makes its answer differ (the whole request's key: subgraph, query, selection, every
+//! representation in order, the key's headers; and the caller's identity when a type in it is
+//! private). The root fetches it and splits the answer into entity entries, never a whole entry;
+//! followers get the relayed answer. A batch that found some of its entities is never held for
+//! another batch's fetch: its latency would be tied to that batch's (see docs/entities.md).
+
+use crate::cache::storable::Asked;
+use crate::coalesce::sharing::key_names_caller;
+use crate::config::{Config, Lifetimes, Scope};
+use crate::effects::host::RequestHost;
+use crate::request::canonical::canonicalize;
+use crate::request::classify::{key_context, RequestHead};
+use crate::request::http::parse_post_body;
+use crate::request::key::{build_key, CacheKey};
+use crate::worker::ctx::Ctx;
+use crate::worker::request::entities::EntityExchange;
+use crate::worker::request::join::{join, Joined, Miss};
+use crate::worker::request::read::read_identity;
+use crate::worker::state::Outcome;
+use std::rc::Rc;
+
+/// Joins (or leads) the flight of the all-miss batch `x` (the gateway's `body`), sent by request
+/// `context`: its flight key while it waits, `None` when it goes upstream on its own.
+pub fn join_batch(
+    cx: &mut Ctx<'_, impl RequestHost>,
+    context: u32,
+    head: &RequestHead,
+    body: &[u8],
+    x: &EntityExchange,
+) -> Option<CacheKey> {
+    let config = cx.config();
+    // A conditional request goes alone: its answer may be a 304 meant for its validators.
+    if !config.coalesce || head.conditional() || !x.found_none() {
+        return None;
+    }
+    let private = x.private(config);
+    let identity = match private {
+        true => Some(read_identity(config, cx.host(), head).filter(|id| !id.is_empty())?),
+        false => None,
+    };
+    let key = batch_key(config, head, body, identity.as_deref())?;
+    if cx.worker(|w| w.too_large.contains(&key)) {
+        return None;
+    }
+    let scope = match private {
+        true => Scope::Private,
+        false => Scope::Public,
+    };
+    let batch = Rc::new(x.as_sent_batch(private));
+    let now_ms = cx.host().now_ms();
+    let miss = Miss {
+        context,
+        key,
+        head,
+        body: Some(body.to_vec()),
+        asked: Asked {
+            lifetimes: Lifetimes::default(),
+            born_us: batch.born_us,
+            operation: Rc::default(),
+        },
+        key_names_caller: key_names_caller(scope, &config.vary_headers, &head.vary),
+        scope,
+        now_ms,
+        entities: Some(Rc::clone(&batch)),
+    };
+    if join(cx, miss) != Joined::Waiting {
+        return None;
+    }
+    let keep_ms = cx.plugin().lease_ms().saturating_add(config.max_wait_ms);
+    cx.worker(|w| w.entity_batches.remember(key, batch, now_ms, keep_ms));
+    Some(key)
+}
+
+/// The flight key of a batch: its whole-request key (`request::key`), made an entity batch's,
+/// scoped to `identity` when given.
+fn batch_key(
+    config: &Config,
+    head: &RequestHead,
+    body: &[u8],
+    identity: Option<&[u8]>,
+) -> Option<CacheKey> {
+    let full_path = std::str::from_utf8(&head.path).ok()?;
+    let req = parse_post_body(body).ok()?;
+    let op = canonicalize(&req.query, req.operation_name.as_deref(), config.limits()).ok()?;
+    let key = build_key(&key_context(config, head, full_path), &req, &op).entity_batch();
+    Some(match identity {
+        Some(id) => key.scoped(id),
+        None => key,
+    })
+}
+
+/// The waiting request `context` hears back (its response callbacks run): whether the root
+/// answered it; otherwise it was let go (or Envoy answered it) and goes upstream as forwarded.
+pub fn answered(cx: &mut Ctx<'_, impl RequestHost>, context: u32) -> bool {
+    match cx.try_worker(|w| w.outcomes.remove(&context)).flatten() {
+        Some(Outcome::Answered { .. }) => true,
+        Some(Outcome::Released(_)) => false,
+        None => {
+            cx.try_worker(|w| w.waiters.remove_waiter(context));
+            false
+        }
+    }
+}

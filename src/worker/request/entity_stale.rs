@@ -1,0 +1,175 @@
+//! Stale entities in entity mode. An entity past its lifetime but within its
+//! `stale-while-revalidate` window counts as found (the answer says `STALE`), and is refreshed
+//! in the background by the root context, which outlives the request (the request's own callout
+//! dies with it once answered), with the body rewritten to the stale representations alone.
+//! At most one refresh per entity at a time, across workers: each stale entity's key is claimed
+//! as a flight (lead only, so nobody waits on it), and the refresh asks for the entities it won.
+//! And when the partial fetch fails, the missing entities may come from entries within their
+//! `stale-if-error` window.
+
+use crate::cache::storable::Asked;
+use crate::coalesce::flights::{Claim, Join, JoinMode};
+use crate::coalesce::liveness::Alive;
+use crate::coalesce::upstream::{upstream_request, L2Role, SharedFetch};
+use crate::config::{Config, Lifetimes, Scope};
+use crate::effects::counters::Counter;
+use crate::effects::host::RequestHost;
+use crate::entities::batch::EntityBatch;
+use crate::entities::mode::listener_settings;
+use crate::entities::request::EntitiesRequest;
+use crate::request::classify::RequestHead;
+use crate::request::key::CacheKey;
+use crate::worker::callout::Returned;
+use crate::worker::ctx::Ctx;
+use crate::worker::request::read::fetch_cluster;
+use crate::worker::root::shared_fetch::{abandon, request_dispatch};
+use crate::worker::root::stale::error_entry;
+use std::rc::Rc;
+
+/// Entities of a request: field, distinct index, key (`None`: not cacheable).
+type Picked = [(usize, usize, Option<CacheKey>)];
+
+/// An entry found for an entity: field, distinct index, entry.
+pub type StaleEntry = (usize, usize, Rc<[u8]>);
+
+/// One stale entity this worker refreshes: its field, its distinct index, its key.
+type Won = (usize, usize, CacheKey);
+
+/// Whether a stale entity may be served: only where a refresh can run (coalescing on, and a
+/// wake-up queue through which the root is asked to send it).
+pub fn may_refresh(cx: &mut Ctx<'_, impl RequestHost>) -> bool {
+    cx.config().coalesce && cx.worker(|w| w.queue.is_some())
+}
+
+fn private(config: &Config, req: &EntitiesRequest, f: usize, d: usize) -> bool {
+    let rep = req.fields.get(f).and_then(|field| field.distinct.get(d));
+    match rep {
+        Some(rep) => listener_settings(config).policy(&rep.typename).1 == Scope::Private,
+        // Unknown: as private (the fetch then carries the caller's credentials).
+        None => true,
+    }
+}
+
+/// Starts the background refresh of the request's `stale` entities that no worker refreshes
+/// yet; `batch(sent, private)` is what the root needs to store the answer (see `entities::batch`).
+pub fn refresh(
+    cx: &mut Ctx<'_, impl RequestHost>,
+    head: &RequestHead,
+    req: &EntitiesRequest,
+    stale: &Picked,
+    batch: impl FnOnce(Vec<Vec<usize>>, bool) -> EntityBatch,
+) {
+    let stale: Vec<Won> = stale
+        .iter()
+        .filter_map(|&(f, d, key)| key.map(|k| (f, d, k)))
+        .collect();
+    if stale.is_empty() {
+        return;
+    }
+    let won = claim(cx, &stale);
+    if won.is_empty() {
+        return;
+    }
+    if let Some(fetch) = refresh_fetch(cx, head, req, &won, batch) {
+        let key = fetch.key;
+        cx.worker(|w| w.pending.push(fetch));
+        if request_dispatch(cx) {
+            cx.host().count(Counter::Refreshes);
+            return;
+        }
+        cx.worker(|w| w.pending.retain(|f| f.key != key));
+    }
+    // No refresh can run: its flights are given up (the next request tries again).
+    for (_, _, key) in won {
+        cx.worker(|w| w.waiters.take(&key));
+        abandon(cx, &key);
+    }
+}
+
+/// The stale entities whose refresh this worker now leads.
+fn claim(cx: &mut Ctx<'_, impl RequestHost>, stale: &[Won]) -> Vec<Won> {
+    let Some((me, queue)) = cx.worker(|w| Some((w.id, w.queue?))) else {
+        return Vec::new();
+    };
+    let now_ms = cx.host().now_ms();
+    let alive = Alive::read(cx.host(), now_ms);
+    let lease_ms = cx.plugin().lease_ms();
+    let mut won = Vec::new();
+    for &(f, d, key) in stale {
+        // Refreshed here already (or named twice by this request).
+        if cx.worker(|w| w.waiters.contains(&key)) {
+            continue;
+        }
+        let claim = Claim {
+            key,
+            me,
+            queue,
+            now_ms,
+            lease_ms,
+            mode: JoinMode::LeadOnly,
+        };
+        if cx.plugin().flights.join(cx.host(), &claim, &alive) == Join::Lead {
+            cx.worker(|w| w.waiters.start_refresh(key, now_ms));
+            won.push((f, d, key));
+        }
+    }
+    won
+}
+
+/// The root's fetch of the `won` entities: the request rewritten to them, keyed by the first
+/// one's flight and holding the others'.
+fn refresh_fetch(
+    cx: &mut Ctx<'_, impl RequestHost>,
+    head: &RequestHead,
+    req: &EntitiesRequest,
+    won: &[Won],
+    batch: impl FnOnce(Vec<Vec<usize>>, bool) -> EntityBatch,
+) -> Option<SharedFetch> {
+    let config = cx.config();
+    let mut sent = vec![Vec::new(); req.fields.len()];
+    let mut private_type = false;
+    for &(f, d, _) in won {
+        sent.get_mut(f)?.push(d);
+        private_type |= private(config, req, f, d);
+    }
+    let scope = match private_type {
+        true => Scope::Private,
+        false => Scope::Public,
+    };
+    let cluster = fetch_cluster(config, cx.host(), head)?;
+    let request = upstream_request(cluster, head, Some(req.rewritten(&sent)), config, scope)?;
+    let (first, others) = won.split_first()?;
+    let mut batch = batch(sent, private_type);
+    batch.also_holds = others.iter().map(|(_, _, k)| *k).collect();
+    Some(SharedFetch {
+        key: first.2,
+        request,
+        asked: Asked {
+            lifetimes: Lifetimes::default(),
+            born_us: batch.born_us,
+            operation: Rc::default(),
+        },
+        dispatched_ms: 0,
+        key_names_caller: private_type,
+        l2: L2Role::Off,
+        entities: Some(Rc::new(batch)),
+    })
+}
+
+/// The fetch of the `missing` entities failed (reset, timeout, 5xx): each one's entry within its
+/// `stale-if-error` window, or `None` when one has none (then the gateway's request goes
+/// upstream whole, as without the window).
+pub fn error_entries(
+    cx: &mut Ctx<'_, impl RequestHost>,
+    missing: &Picked,
+    returned: &Returned,
+) -> Option<Vec<StaleEntry>> {
+    let failed = returned.headers.is_none() || returned.status().is_none_or(|s| s >= 500);
+    if !failed || missing.is_empty() {
+        return None;
+    }
+    missing
+        .iter()
+        .map(|&(f, d, key)| Some((f, d, error_entry(cx, &key?)?.into())))
+        .collect()
+}

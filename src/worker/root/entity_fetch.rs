@@ -1,0 +1,132 @@
+//! Root: the fetches entity mode makes from the root context (a coalesced all-miss batch, a
+//! background refresh of stale entities). Their answer is split into entity entries, as a
+//! forwarded batch's is, never stored whole (an `_entities` answer holds no `__typename`: entity
+//! purges would not reach it); a refresh ends the flights of every entity it refreshed; a failed
+//! batch is answered from its entities' entries within their stale-if-error window.
+
+use crate::cache::entry::Entry;
+use crate::cache::not_stored::NotStored;
+use crate::cache::storable::Answer;
+use crate::coalesce::relay::Response;
+use crate::coalesce::upstream::SharedFetch;
+use crate::effects::counters::Counter;
+use crate::effects::host::Host;
+use crate::entities::answer::{assemble, Fetched};
+use crate::entities::batch::EntityBatch;
+use crate::request::key::CacheKey;
+use crate::worker::ctx::Ctx;
+use crate::worker::entity_store::{self, Split};
+use crate::worker::root::stale::{self, error_entry};
+use crate::worker::store::Stored;
+
+fn not_stored(why: &'static str) -> Stored {
+    Stored {
+        not_stored: Some(why),
+        ..Stored::default()
+    }
+}
+
+/// Stores the entities of `answer`, fetched for `batch`; what storing did, for the leader's
+/// debug headers (nothing for the fleet's L2: there is no whole entry).
+pub fn store(cx: &mut Ctx<'_, impl Host>, batch: &EntityBatch, answer: &Answer<'_>) -> Stored {
+    let mut asked: Vec<(usize, usize)> = batch
+        .sent
+        .iter()
+        .enumerate()
+        .flat_map(|(f, s)| s.iter().map(move |d| (f, *d)))
+        .collect();
+    asked.sort_unstable();
+    asked.dedup();
+    cx.host()
+        .count_n(Counter::EntitiesFetched, asked.len() as u64);
+    let limit = cx
+        .config()
+        .entities
+        .as_ref()
+        .map_or(0, |e| e.max_answer_bytes);
+    if answer.status != 200 {
+        return not_stored(NotStored::Status.as_str());
+    }
+    if answer.body.len() > limit {
+        return not_stored(NotStored::TooLarge.as_str());
+    }
+    let Ok(fetched) = Fetched::read(answer.body, &batch.req, &batch.sent) else {
+        return not_stored(NotStored::NotJson.as_str());
+    };
+    let split = Split {
+        req: &batch.req,
+        sent: &batch.sent,
+        born_us: batch.born_us,
+    };
+    let policy = |f: usize, d: usize| batch.entities.get(f)?.get(d).copied();
+    match entity_store::store(cx, &split, policy, answer.headers, &fetched) {
+        Some(s) if s > 0 => Stored::default(),
+        _ => not_stored("entity-not-stored"),
+    }
+}
+
+/// Ends the refresh flights `fetch` holds beside its own key (see `request::entity_stale`).
+pub fn release_held(cx: &mut Ctx<'_, impl Host>, fetch: &SharedFetch) {
+    let Some(batch) = &fetch.entities else { return };
+    if batch.also_holds.is_empty() {
+        return;
+    }
+    let id = cx.worker(|w| w.id);
+    let now_ms = cx.host().now_ms();
+    for key in &batch.also_holds {
+        cx.worker(|w| w.waiters.take(key));
+        // Lead-only claims: nobody watches them.
+        cx.plugin()
+            .flights
+            .complete(cx.host(), key, id, None, now_ms);
+    }
+}
+
+/// What to answer the waiters of `key` instead of a failure: for an entity `batch` (the one this
+/// worker's requests waited on), the batch assembled from its entities' entries within their
+/// stale-if-error window (every one of them, else nothing); otherwise the whole answer's
+/// (`stale::instead_of_error`).
+pub fn instead_of_error(
+    cx: &mut Ctx<'_, impl Host>,
+    key: &CacheKey,
+    batch: Option<&EntityBatch>,
+) -> Option<Response> {
+    match batch {
+        Some(batch) => from_entries(cx, batch),
+        None => stale::instead_of_error(cx, key),
+    }
+}
+
+fn from_entries(cx: &mut Ctx<'_, impl Host>, batch: &EntityBatch) -> Option<Response> {
+    let mut bodies: Vec<Vec<Vec<u8>>> = Vec::with_capacity(batch.entities.len());
+    for row in &batch.entities {
+        let mut found = Vec::with_capacity(row.len());
+        for (key, _) in row {
+            let bytes = error_entry(cx, &(*key)?)?;
+            found.push(Entry::decode(&bytes).ok()?.body.to_vec());
+        }
+        bodies.push(found);
+    }
+    let texts = bodies
+        .iter()
+        .map(|row| row.iter().map(|b| std::str::from_utf8(b).ok()).collect())
+        .collect::<Option<Vec<Vec<&str>>>>()?;
+    let cache_control = match batch.private {
+        true => "private, max-age=0",
+        false => "max-age=0",
+    };
+    let headers = [
+        ("content-type", "application/json"),
+        ("cache-control", cache_control),
+        ("age", "0"),
+    ];
+    Some(Response {
+        status: 200,
+        headers: headers
+            .iter()
+            .map(|(n, v)| (n.to_string(), v.to_string()))
+            .collect(),
+        body: assemble(&batch.req, &texts, None),
+        tags: String::new(),
+    })
+}
