@@ -13,6 +13,7 @@ use crate::effects::counters::Counter;
 use crate::effects::host::Host;
 use crate::entities::answer::{assemble, Fetched};
 use crate::entities::batch::EntityBatch;
+use crate::entities::mode::listener_settings;
 use crate::request::key::CacheKey;
 use crate::worker::ctx::Ctx;
 use crate::worker::entity_store::{self, Split};
@@ -39,11 +40,8 @@ pub fn store(cx: &mut Ctx<'_, impl Host>, batch: &EntityBatch, answer: &Answer<'
     asked.dedup();
     cx.host()
         .count_n(Counter::EntitiesFetched, asked.len() as u64);
-    let limit = cx
-        .config()
-        .entities
-        .as_ref()
-        .map_or(0, |e| e.max_answer_bytes);
+    // The listener's limit, also where a route turned entity mode on.
+    let limit = listener_settings(cx.config()).max_answer_bytes;
     if answer.status != 200 {
         return not_stored(NotStored::Status.as_str());
     }
