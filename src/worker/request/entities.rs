@@ -16,9 +16,11 @@ use crate::request::classify::{key_context, RequestHead};
 use crate::request::key::{CacheKey, EntityAsk, EntityKeys};
 use crate::worker::callout::Returned;
 use crate::worker::ctx::Ctx;
+use crate::worker::l2::entities::queue_stores;
 use crate::worker::request::lookup::{find, Found};
 use crate::worker::request::read::{fetch_cluster, read_identity};
 use crate::worker::root::answer::CACHE_HEADER;
+use crate::worker::root::shared_fetch::request_dispatch;
 use crate::worker::store::insert;
 use std::rc::Rc;
 
@@ -65,22 +67,43 @@ pub enum Next {
 
 /// Looks every representation up, and answers, fetches the missing ones, or forwards.
 pub fn start(cx: &mut Ctx<'_, impl RequestHost>, head: &RequestHead, req: EntitiesRequest) -> Next {
+    let x = look_up_l1(cx, head, req);
+    decide(cx, head, x)
+}
+
+/// Looks every representation up in this Envoy's entries (L1).
+pub fn look_up_l1(
+    cx: &mut Ctx<'_, impl RequestHost>,
+    head: &RequestHead,
+    req: EntitiesRequest,
+) -> EntityExchange {
     let now_us = cx.host().now_us();
     let slots = look_up(cx, head, &req, now_us / 1000);
-    let missing: Vec<Vec<usize>> = slots
-        .iter()
-        .map(|f| (0..f.len()).filter(|d| f[*d].found.is_none()).collect())
-        .collect();
-    let mut x = EntityExchange {
+    EntityExchange {
         req,
         slots,
         sent: Vec::new(),
         born_us: now_us,
         token: None,
         capture: None,
-    };
+    }
+}
+
+/// With what was found (in L1, and in the fleet's L2 if it was asked): answers, fetches the
+/// missing ones, or forwards.
+pub fn decide(
+    cx: &mut Ctx<'_, impl RequestHost>,
+    head: &RequestHead,
+    mut x: EntityExchange,
+) -> Next {
+    let missing: Vec<Vec<usize>> = x
+        .slots
+        .iter()
+        .map(|f| (0..f.len()).filter(|d| f[*d].found.is_none()).collect())
+        .collect();
     if missing.iter().all(Vec::is_empty) {
-        answer_from_entries(cx, &x, now_us / 1000);
+        let now_ms = cx.host().now_ms();
+        answer_from_entries(cx, &x, now_ms);
         return Next::Answered;
     }
     cx.host().set_request_header("accept-encoding", "identity");
@@ -332,6 +355,7 @@ fn store(
     let unplaced = fetched.has_unplaced_errors();
     let mut shortest: Option<u64> = None;
     let mut done: Vec<(usize, usize)> = Vec::new();
+    let mut to_l2 = Vec::new();
     for (f, list) in fetched.entities.iter().enumerate() {
         for (i, got) in list.iter().enumerate() {
             let Some(d) = x.sent.get(f).and_then(|s| s.get(i)).copied() else {
@@ -370,9 +394,37 @@ fn store(
                 Entry::peek(&bytes).map_or(0, |p| p.expires_at_ms.saturating_sub(now_ms) / 1000);
             shortest = Some(shortest.map_or(lifetime, |s| s.min(lifetime)));
             let _ = insert(cx, &key, &bytes, now_ms);
+            to_l2.push((key, bytes));
         }
     }
+    // The fleet's L2, in one call sent by the root (this request's own callout dies with it).
+    if queue_stores(cx, &to_l2) {
+        request_dispatch(cx);
+    }
     shortest
+}
+
+/// What the fleet's L2 (`worker::l2::entities`) needs of a request in flight.
+impl EntityExchange {
+    /// The keys of the entities found nowhere yet that may be cached, with their TTL.
+    pub fn missing_keys(&self) -> Vec<(CacheKey, u64)> {
+        self.slots
+            .iter()
+            .flatten()
+            .filter(|s| s.found.is_none() && s.ttl_seconds > 0)
+            .filter_map(|s| s.key.map(|k| (k, s.ttl_seconds)))
+            .collect()
+    }
+
+    /// An entry for `key` found outside L1 (vetted, and put in L1 already): found for every
+    /// entity with that key.
+    pub fn found_elsewhere(&mut self, key: &CacheKey, entry: &Rc<[u8]>) {
+        for slot in self.slots.iter_mut().flatten() {
+            if slot.found.is_none() && slot.key.as_ref() == Some(key) {
+                slot.found = Some(Rc::clone(entry));
+            }
+        }
+    }
 }
 
 impl EntityExchange {
