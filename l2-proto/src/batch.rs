@@ -58,9 +58,7 @@ fn header(count: usize) -> Option<Vec<u8>> {
 
 /// Reads the version and count; the rest of the body.
 fn read_header<'a>(bytes: &'a [u8], what: &'static str) -> Result<(usize, &'a [u8]), DecodeError> {
-    let (&version, rest) = bytes
-        .split_first()
-        .ok_or(DecodeError::Malformed(what))?;
+    let (&version, rest) = bytes.split_first().ok_or(DecodeError::Malformed(what))?;
     if version != VERSION {
         return Err(DecodeError::Version(version));
     }
@@ -121,7 +119,8 @@ pub fn encode_mget_answer(values: &[Option<&[u8]>]) -> Option<Vec<u8>> {
     let mut out = header(values.len())?;
     for v in values {
         let fits = |v: &&[u8]| {
-            !v.is_empty() && out.len() + VALUE_HEAD + v.len() + values.len() <= MAX_MGET_ANSWER_BYTES
+            !v.is_empty()
+                && out.len() + VALUE_HEAD + v.len() + values.len() <= MAX_MGET_ANSWER_BYTES
         };
         match v.filter(fits) {
             Some(v) => {
@@ -282,10 +281,7 @@ mod tests {
         count_wrong[1] = 3;
         assert_eq!(decode_mget(&count_wrong), Err(bad));
         assert_eq!(decode_mget(&[VERSION, 0, 0]), Err(bad), "no key");
-        assert_eq!(
-            decode_mget(&[]),
-            Err(DecodeError::Malformed("mget header"))
-        );
+        assert_eq!(decode_mget(&[]), Err(DecodeError::Malformed("mget header")));
         assert_eq!(
             decode_mget(&[VERSION, 1]),
             Err(DecodeError::Malformed("mget header"))
@@ -338,7 +334,11 @@ mod tests {
         assert_eq!(decode_mget_answer(&body[..body.len() - 1], 2), Err(value));
         let mut long = body.clone();
         long[4] = 200;
-        assert_eq!(decode_mget_answer(&long, 2), Err(value), "length past the end");
+        assert_eq!(
+            decode_mget_answer(&long, 2),
+            Err(value),
+            "length past the end"
+        );
         let mut zero = body.clone();
         zero[4] = 0;
         assert_eq!(decode_mget_answer(&zero, 2), Err(value), "an empty value");
@@ -350,7 +350,10 @@ mod tests {
         );
         let mut version = body;
         version[0] = 9;
-        assert_eq!(decode_mget_answer(&version, 2), Err(DecodeError::Version(9)));
+        assert_eq!(
+            decode_mget_answer(&version, 2),
+            Err(DecodeError::Version(9))
+        );
         let huge = vec![0u8; MAX_MGET_ANSWER_BYTES + 1];
         assert!(matches!(
             decode_mget_answer(&huge, 1),
@@ -397,7 +400,10 @@ mod tests {
             })
             .collect();
         let bodies = MstoreItem::encode_all(&many);
-        let counts: Vec<usize> = bodies.iter().map(|b| decode_mstore(b).unwrap().len()).collect();
+        let counts: Vec<usize> = bodies
+            .iter()
+            .map(|b| decode_mstore(b).unwrap().len())
+            .collect();
         assert_eq!(counts, vec![MAX_BATCH_KEYS, 3]);
         let big = vec![2u8; MAX_MSTORE_BYTES / 2];
         let heavy: Vec<MstoreItem<'_>> = (0..3)

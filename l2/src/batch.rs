@@ -42,10 +42,15 @@ pub async fn mget(State(app): State<Arc<App>>, req: Request) -> Response {
     };
     let hits = values.iter().filter(|v| v.is_some()).count();
     app.metrics.batch_keys(BatchKey::Hit, hits);
-    app.metrics.batch_keys(BatchKey::Absent, values.len() - hits);
+    app.metrics
+        .batch_keys(BatchKey::Absent, values.len() - hits);
     let refs: Vec<Option<&[u8]>> = values.iter().map(Option::as_deref).collect();
     let Some(answer) = encode_mget_answer(&refs) else {
-        return failed(&app, Outcome::MgetError, &crate::backend::Fail::Reply("MGET"));
+        return failed(
+            &app,
+            Outcome::MgetError,
+            &crate::backend::Fail::Reply("MGET"),
+        );
     };
     app.metrics.count(Outcome::MgetAnswered);
     let mut r = (StatusCode::OK, answer).into_response();
@@ -79,7 +84,11 @@ pub async fn mstore(State(app): State<Arc<App>>, req: Request) -> Response {
             );
         }
         Err(BodyError::Read(e)) => {
-            return bad(&app, Outcome::MstoreBadRequest, format!("reading body: {e}"))
+            return bad(
+                &app,
+                Outcome::MstoreBadRequest,
+                format!("reading body: {e}"),
+            )
         }
     };
     let items = match decode_mstore(&body) {

@@ -347,6 +347,8 @@ mod tests {
         assert!(text.contains("l2_long_polls_in_flight 0\n"));
         assert!(text.contains("l2_long_polls_total{verb=\"lookup\"} 1\n"));
         m.batch_keys(BatchKey::Absent, 3);
-        assert!(m.render().contains("l2_batch_keys_total{result=\"absent\"} 3\n"));
+        assert!(m
+            .render()
+            .contains("l2_batch_keys_total{result=\"absent\"} 3\n"));
     }
 }

@@ -18,7 +18,9 @@ fn bytes_of(hex: &str) -> Key {
 }
 
 fn keys(tag: &str, n: usize) -> Vec<Key> {
-    (0..n).map(|i| bytes_of(&key(&format!("{tag}{i}")))).collect()
+    (0..n)
+        .map(|i| bytes_of(&key(&format!("{tag}{i}"))))
+        .collect()
 }
 
 fn mget(l2: &L2, keys: &[Key]) -> Vec<Option<Vec<u8>>> {
@@ -52,7 +54,9 @@ fn a_batch_of_20_is_one_call_and_one_redis_command() {
     let redis = Redis::start();
     let l2 = L2::single(&redis, &[]);
     let ks = keys("batch", 20);
-    let values: Vec<Vec<u8>> = (0..20).map(|i| format!("entity {i}").into_bytes()).collect();
+    let values: Vec<Vec<u8>> = (0..20)
+        .map(|i| format!("entity {i}").into_bytes())
+        .collect();
     let items: Vec<MstoreItem<'_>> = ks
         .iter()
         .zip(&values)
@@ -72,7 +76,10 @@ fn a_batch_of_20_is_one_call_and_one_redis_command() {
         redis::Value::BulkString(b"\x01entity 0".to_vec())
     );
     let pttl = redis.cmd(&[b"PTTL", name.as_bytes()]);
-    assert!(matches!(pttl, redis::Value::Int(t) if t > 0 && t <= 60_000), "{pttl:?}");
+    assert!(
+        matches!(pttl, redis::Value::Int(t) if t > 0 && t <= 60_000),
+        "{pttl:?}"
+    );
     assert_eq!(calls(&redis, "set"), 15, "no lease, no script, no publish");
     assert_eq!(calls(&redis, "evalsha") + calls(&redis, "publish"), 0);
 
@@ -199,8 +206,14 @@ fn a_cluster_answers_a_batch_spread_over_every_master() {
     }
     let got = mget(&l2, &asked);
     let per_master: Vec<u64> = cluster.nodes.iter().map(|n| calls(n, "mget")).collect();
-    println!("cluster: one mget call of {} keys ran MGET per master: {per_master:?}", asked.len());
-    assert!(per_master.iter().all(|&n| n >= 1), "every master asked at once");
+    println!(
+        "cluster: one mget call of {} keys ran MGET per master: {per_master:?}",
+        asked.len()
+    );
+    assert!(
+        per_master.iter().all(|&n| n >= 1),
+        "every master asked at once"
+    );
     assert_eq!(
         per_master.iter().sum::<u64>() as usize,
         asked.len(),
