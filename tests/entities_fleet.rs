@@ -79,15 +79,16 @@ impl Drop for Subgraphs {
 struct EntityFleet {
     envoys: Vec<Envoy>,
     l2: L2,
-    redis: Redis,
+    redis: RedisBackend,
     subgraphs: Subgraphs,
 }
 
 impl EntityFleet {
-    fn start() -> EntityFleet {
+    fn start(backend: Backend) -> EntityFleet {
         let subgraphs = Subgraphs::start();
-        let redis = Redis::start();
-        let l2 = L2::start_bin(&l2_bin(), &["--redis", &redis.url()]);
+        let redis = RedisBackend::start(backend);
+        let [flag, url] = redis.l2_args();
+        let l2 = L2::start_bin(&l2_bin(), &[flag.as_str(), url.as_str()]);
         wait_l2_service_healthy(&l2);
         // fleet.yaml routes /graphql to its "origin": here, the products subgraph.
         let entities = r#""vary_headers": [], "entities": {"ttl_seconds": 60},"#;
@@ -112,13 +113,55 @@ impl EntityFleet {
             .metric(r#"l2_requests_total{verb="mget",outcome="answered"}"#)
     }
 
-    /// `MGET`s Redis ran since the last `CONFIG RESETSTAT`.
-    fn redis_mgets(&self) -> u64 {
-        let stats = self.redis.info(&["INFO", "commandstats"]);
-        stats
-            .lines()
-            .find_map(|l| l.strip_prefix("cmdstat_mget:calls="))
-            .map_or(0, |rest| rest.split(',').next().unwrap().parse().unwrap())
+    fn nodes(&self) -> Vec<&Redis> {
+        match &self.redis {
+            RedisBackend::Single(r) => vec![r],
+            RedisBackend::Cluster(c) => c.nodes.iter().collect(),
+        }
+    }
+
+    fn reset_stats(&self) {
+        for n in self.nodes() {
+            n.info(&["CONFIG", "RESETSTAT"]);
+        }
+    }
+
+    /// Per Redis node since [`EntityFleet::reset_stats`]: the `MGET`s it ran, and the reads of
+    /// client sockets it processed (`total_reads_processed`, this `INFO` included: one read
+    /// carries every command a client wrote at once, so it counts round trips).
+    fn redis_mgets(&self) -> Vec<(u64, u64)> {
+        let stat = |text: &str, prefix: &str| {
+            text.lines()
+                .find_map(|l| l.strip_prefix(prefix))
+                .map_or(0, |rest| {
+                    rest.split(',').next().unwrap().trim().parse().unwrap()
+                })
+        };
+        let read = |n: &Redis| {
+            let text = n.info(&["INFO", "all"]);
+            (
+                stat(&text, "cmdstat_mget:calls="),
+                stat(&text, "total_reads_processed:"),
+            )
+        };
+        self.nodes().into_iter().map(read).collect()
+    }
+
+    /// What one mget of `keys` costs Redis: on one node, one `MGET`; on a Cluster, redis-rs
+    /// splits it by slot (every key has its own), the parts sent to every master at once.
+    fn assert_one_round_trip(&self, keys: u64) {
+        let (per_node, reads): (Vec<u64>, Vec<u64>) = self.redis_mgets().into_iter().unzip();
+        println!(
+            "one request's {keys} missing entities: MGETs per Redis node {per_node:?}, \
+             socket reads per node {reads:?} (one of them the INFO that asks)"
+        );
+        match &self.redis {
+            RedisBackend::Single(_) => assert_eq!(per_node, vec![1]),
+            RedisBackend::Cluster(_) => {
+                assert_eq!(per_node.iter().sum::<u64>(), keys, "one per slot");
+                assert!(per_node.iter().all(|&n| n > 0), "every master at once");
+            }
+        }
     }
 
     /// Waits until the L2 service has stored `n` entities (sent after the answer, by the root).
@@ -162,7 +205,16 @@ fn ask(envoy: &Envoy, ids: &[u32]) -> Resp {
 
 #[test]
 fn entities_one_envoy_fetched_are_answered_by_another_with_one_l2_call_per_request() {
-    let mut fleet = EntityFleet::start();
+    one_l2_call_per_request(Backend::Single);
+}
+
+#[test]
+fn on_a_cluster_too() {
+    one_l2_call_per_request(Backend::Cluster);
+}
+
+fn one_l2_call_per_request(backend: Backend) {
+    let mut fleet = EntityFleet::start(backend);
     let (a, b) = (&fleet.envoys[0], &fleet.envoys[1]);
     let twenty: Vec<u32> = (21..=40).collect();
 
@@ -173,7 +225,7 @@ fn entities_one_envoy_fetched_are_answered_by_another_with_one_l2_call_per_reque
     assert_eq!(fleet.mgets(), 1, "A asked the L2 once");
 
     // B: all 20 from the L2, in one call and one Redis command; the subgraph not asked.
-    fleet.redis.info(&["CONFIG", "RESETSTAT"]);
+    fleet.reset_stats();
     let hit = ask(b, &twenty);
     assert_eq!(hit.cache(), "HIT", "{:?}", hit.headers);
     assert_eq!(hit.header("x-cache-entities"), Some("hit=20 fetched=0"));
@@ -183,9 +235,7 @@ fn entities_one_envoy_fetched_are_answered_by_another_with_one_l2_call_per_reque
         "the subgraph was not asked"
     );
     assert_eq!(fleet.mgets(), 2, "one mget for B's request of 20");
-    let round_trips = fleet.redis_mgets();
-    println!("Redis round trips for B's batch of 20 entities: {round_trips} MGET");
-    assert_eq!(round_trips, 1);
+    fleet.assert_one_round_trip(20);
     assert_eq!(b.counter("l2_hits"), 20);
 
     // B again: its own L1 now, the L2 not asked.
@@ -194,7 +244,7 @@ fn entities_one_envoy_fetched_are_answered_by_another_with_one_l2_call_per_reque
 
     // B, half known: one mget for the 10 it lacks, then only the 10 unknown to anyone fetched.
     let mixed: Vec<u32> = (31..=50).collect();
-    fleet.redis.info(&["CONFIG", "RESETSTAT"]);
+    fleet.reset_stats();
     let partial = ask(b, &mixed);
     assert_eq!(partial.cache(), "PARTIAL");
     assert_eq!(
@@ -202,7 +252,8 @@ fn entities_one_envoy_fetched_are_answered_by_another_with_one_l2_call_per_reque
         Some("hit=10 fetched=10")
     );
     assert_eq!(fleet.subgraphs.representations(), 30);
-    assert_eq!((fleet.mgets(), fleet.redis_mgets()), (3, 1));
+    assert_eq!(fleet.mgets(), 3);
+    fleet.assert_one_round_trip(10);
     fleet.wait_stored(30);
 
     // Redis stopped: every answer is still the subgraph's (L1 hits, and misses fetched).
