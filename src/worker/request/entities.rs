@@ -65,13 +65,8 @@ pub enum Next {
     Forwarded(Box<EntityExchange>),
 }
 
-/// Looks every representation up, and answers, fetches the missing ones, or forwards.
-pub fn start(cx: &mut Ctx<'_, impl RequestHost>, head: &RequestHead, req: EntitiesRequest) -> Next {
-    let x = look_up_l1(cx, head, req);
-    decide(cx, head, x)
-}
-
-/// Looks every representation up in this Envoy's entries (L1).
+/// Looks every representation up in this Envoy's entries (L1); then, once the fleet's L2 has
+/// been asked for what is missing (if it is), [`decide`].
 pub fn look_up_l1(
     cx: &mut Ctx<'_, impl RequestHost>,
     head: &RequestHead,
