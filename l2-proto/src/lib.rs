@@ -12,7 +12,8 @@
 //! - [`header`] and [`content_type`]: the header names and values both sides read or write;
 //! - [`limits`]: the bounds the service enforces and the filter keeps within, and the checks of
 //!   the values that go back into a path;
-//! - the envelopes: [`lookup`] (`x-l2: hit | lead | busy`), [`purge`] (the binary purge record
+//! - the envelopes: [`batch`] (the binary bodies of `POST /v1/mget` and `PUT /v1/mstore`,
+//!   entity mode's batch verbs), [`lookup`] (`x-l2: hit | lead | busy`), [`purge`] (the binary purge record
 //!   one Envoy writes and the others read through the log), [`purges`] (the JSON answers of
 //!   `POST /v1/purge` and `GET /v1/purges`).
 //!
@@ -20,6 +21,7 @@
 //! anything that is not exactly what the contract describes, and never panics.
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used, clippy::panic))]
 
+pub mod batch;
 pub mod error;
 pub mod limits;
 pub mod lookup;

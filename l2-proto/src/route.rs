@@ -7,6 +7,10 @@ use crate::limits::{MAX_LEASE_MS, MAX_TTL_MS, MIN_LEASE_MS, MIN_TTL_MS};
 pub const LOOKUP: &str = "/v1/lookup";
 /// `PUT`: stores a value (the body) and releases the owner's lease.
 pub const STORE: &str = "/v1/store";
+/// `POST`: the values of several keys (entity mode; body and answer: [`crate::batch`]).
+pub const MGET: &str = "/v1/mget";
+/// `PUT`: stores several values (entity mode; body: [`crate::batch`]). No lease is involved.
+pub const MSTORE: &str = "/v1/mstore";
 /// `POST`: gives a lease up.
 pub const RELEASE: &str = "/v1/release";
 /// `POST`: appends a purge record (the body) to the purge log.

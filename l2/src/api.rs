@@ -65,6 +65,8 @@ pub fn router(app: Arc<App>) -> Router {
         .route(route::LOOKUP, post(lookup))
         .route(route::STORE, put(store))
         .route(route::RELEASE, post(release))
+        .route(route::MGET, post(crate::batch::mget))
+        .route(route::MSTORE, put(crate::batch::mstore))
         .route(route::PURGE, post(purge))
         .route(route::PURGES, get(purges))
         .route(route::HEALTH, get(health))
@@ -76,7 +78,7 @@ pub fn router(app: Arc<App>) -> Router {
         .with_state(app)
 }
 
-fn text(status: StatusCode, msg: impl Into<String>) -> Response {
+pub(crate) fn text(status: StatusCode, msg: impl Into<String>) -> Response {
     let mut r = (status, msg.into()).into_response();
     r.headers_mut().insert(
         CONTENT_TYPE,
@@ -92,14 +94,14 @@ fn tagged(tag: LookupTag, body: Vec<u8>) -> Response {
     r
 }
 
-fn bad(app: &App, o: Outcome, msg: String) -> Response {
+pub(crate) fn bad(app: &App, o: Outcome, msg: String) -> Response {
     app.metrics.count(o);
     text(StatusCode::BAD_REQUEST, msg)
 }
 
 /// A Redis failure on a verb is 424, not 5xx: with a Cluster it is often one master's keys only,
 /// and Envoy's outlier detection (consecutive 5xx) would eject every healthy L2 replica for it.
-fn failed(app: &App, o: Outcome, f: &Fail) -> Response {
+pub(crate) fn failed(app: &App, o: Outcome, f: &Fail) -> Response {
     app.metrics.count(o);
     app.metrics.redis_error();
     text(StatusCode::FAILED_DEPENDENCY, f.to_string())
@@ -173,12 +175,12 @@ impl Query {
     }
 }
 
-enum BodyError {
+pub(crate) enum BodyError {
     TooLarge,
     Read(String),
 }
 
-async fn read_body(req: Request, limit: usize) -> Result<Bytes, BodyError> {
+pub(crate) async fn read_body(req: Request, limit: usize) -> Result<Bytes, BodyError> {
     let declared = req
         .headers()
         .get(CONTENT_LENGTH)
@@ -281,13 +283,14 @@ async fn lookup(State(app): State<Arc<App>>, uri: Uri) -> Response {
         app.metrics.wakeup(source);
     }
 }
-/// Bytes a store may be about to receive: its declared length, else the most it may send.
-fn body_budget(app: &App, req: &Request) -> usize {
+/// Bytes a store may be about to receive: its declared length, else the most it may send
+/// (`limit`).
+pub(crate) fn body_budget(req: &Request, limit: usize) -> usize {
     req.headers()
         .get(CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<usize>().ok())
-        .map_or(app.max_value_bytes, |n| n.min(app.max_value_bytes))
+        .map_or(limit, |n| n.min(limit))
 }
 
 async fn store(State(app): State<Arc<App>>, req: Request) -> Response {
@@ -303,7 +306,7 @@ async fn store(State(app): State<Arc<App>>, req: Request) -> Response {
         Err(msg) => return bad(&app, Outcome::StoreBadRequest, msg),
     };
     // Bodies are held whole until Redis has them: bound the memory all of them take at once.
-    let budget = u32::try_from(body_budget(&app, &req)).unwrap_or(u32::MAX);
+    let budget = u32::try_from(body_budget(&req, app.max_value_bytes)).unwrap_or(u32::MAX);
     let Ok(_bytes) = app.inflight_bytes.try_acquire_many(budget) else {
         app.metrics.shed(Shed::StoreBytes);
         return text(

@@ -421,6 +421,28 @@ fn parse_lookup(v: Value) -> Option<Lookup> {
     }
 }
 
+/// An `MGET` reply of `n` values: each a current-version value (its version byte taken off), or
+/// absent (nil, or another version).
+fn parse_mget(v: Value, n: usize) -> Option<Vec<Option<Vec<u8>>>> {
+    let Value::Array(a) = v else {
+        return None;
+    };
+    if a.len() != n {
+        return None;
+    }
+    a.into_iter()
+        .map(|v| match v {
+            Value::Nil => Some(None),
+            Value::BulkString(mut b) if b.first() == Some(&VALUE_VERSION) && b.len() > 1 => {
+                b.remove(0);
+                Some(Some(b))
+            }
+            Value::BulkString(_) => Some(None),
+            _ => None,
+        })
+        .collect()
+}
+
 fn parse_purges(v: &Value) -> Option<Purges> {
     let a = array(Some(v))?;
     let gen = text(a.first())?;
@@ -651,6 +673,62 @@ impl Backend {
         Ok(n == 1)
     }
 
+    /// The values of `hexes` (absent: `None`), in their order: ONE `MGET` of their value names.
+    /// On a single node that is one round trip; on a Cluster redis-rs splits it by slot and sends
+    /// the parts to their masters at once (pipelined on each master's one connection), so the
+    /// call waits for one round trip per master, in parallel. Any part failing fails the call.
+    pub async fn mget(&self, hexes: &[String]) -> Result<Vec<Option<Vec<u8>>>, Fail> {
+        let names: Vec<String> = hexes.iter().map(|h| Keys::new(h).value).collect();
+        let names = &names;
+        let v: Value = self
+            .exec(self.timeout, |mut c| async move {
+                redis::cmd("MGET").arg(names).query_async(&mut c).await
+            })
+            .await?;
+        parse_mget(v, hexes.len()).ok_or(Fail::Reply("MGET"))
+    }
+
+    /// Stores each `(hex, ttl_ms, body)` as `[VALUE_VERSION] + body` with `PX ttl_ms`: no lease,
+    /// no wake-up (nobody waits for an entity). On a single node, one pipeline of `SET`s: one
+    /// round trip. A Cluster refuses a pipeline across slots, so there every `SET` goes at once
+    /// to its master (pipelined on each master's one connection).
+    pub async fn mstore(&self, items: &[(String, u64, &[u8])]) -> Result<(), Fail> {
+        let sets: Vec<Cmd> = items
+            .iter()
+            .map(|(hex, ttl_ms, body)| {
+                let mut versioned = Vec::with_capacity(body.len() + 1);
+                versioned.push(VALUE_VERSION);
+                versioned.extend_from_slice(body);
+                let mut set = redis::cmd("SET");
+                set.arg(Keys::new(hex).value)
+                    .arg(versioned)
+                    .arg("PX")
+                    .arg(*ttl_ms);
+                set
+            })
+            .collect();
+        let sets = &sets;
+        self.exec(self.timeout, |c| async move {
+            match c {
+                Conn::Single(mut c) => {
+                    let mut pipe = redis::pipe();
+                    for set in sets {
+                        pipe.add_command(set.clone()).ignore();
+                    }
+                    pipe.query_async::<()>(&mut c).await
+                }
+                Conn::Cluster(c) => {
+                    let each = sets.iter().map(|set| {
+                        let mut c = c.clone();
+                        async move { set.query_async::<()>(&mut c).await }
+                    });
+                    futures_util::future::try_join_all(each).await.map(|_| ())
+                }
+            }
+        })
+        .await
+    }
+
     /// XADD gc:purges MAXLEN ~ 10000 * d <data>; returns the entry id and the log's generation.
     pub async fn purge(&self, data: &[u8]) -> Result<(String, String), Fail> {
         let fresh = new_gen();
@@ -770,6 +848,18 @@ mod tests {
             Some(Lookup::Busy { lease_ms: 40 })
         ));
         assert!(parse_lookup(Value::Nil).is_none());
+        let m = Value::Array(vec![
+            Value::BulkString(b"\x01ab".to_vec()),
+            Value::Nil,
+            Value::BulkString(b"\x02old".to_vec()),
+            Value::BulkString(b"\x01".to_vec()),
+        ]);
+        assert_eq!(
+            parse_mget(m.clone(), 4).unwrap(),
+            vec![Some(b"ab".to_vec()), None, None, None]
+        );
+        assert!(parse_mget(m, 3).is_none(), "not one value per key");
+        assert!(parse_mget(Value::Array(vec![Value::Int(1)]), 1).is_none());
         let p = Value::Array(vec![
             Value::BulkString(b"00112233aabbccdd".to_vec()),
             Value::BulkString(b"5-0".to_vec()),

@@ -5,6 +5,7 @@
 mod api;
 mod auth;
 mod backend;
+mod batch;
 mod config;
 mod follow;
 mod metrics;

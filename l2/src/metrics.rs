@@ -29,9 +29,17 @@ pub enum Outcome {
     PurgesError,
     HealthOk,
     HealthError,
+    MgetAnswered,
+    MgetTooLarge,
+    MgetBadRequest,
+    MgetError,
+    MstoreStored,
+    MstoreTooLarge,
+    MstoreBadRequest,
+    MstoreError,
 }
 
-const OUTCOMES: [(Outcome, &str, &str); 22] = [
+const OUTCOMES: [(Outcome, &str, &str); 30] = [
     (Outcome::LookupHit, "lookup", "hit"),
     (Outcome::LookupLead, "lookup", "lead"),
     (Outcome::LookupBusy, "lookup", "busy"),
@@ -54,7 +62,32 @@ const OUTCOMES: [(Outcome, &str, &str); 22] = [
     (Outcome::PurgesError, "purges", "error"),
     (Outcome::HealthOk, "health", "ok"),
     (Outcome::HealthError, "health", "error"),
+    (Outcome::MgetAnswered, "mget", "answered"),
+    (Outcome::MgetTooLarge, "mget", "too_large"),
+    (Outcome::MgetBadRequest, "mget", "bad_request"),
+    (Outcome::MgetError, "mget", "error"),
+    (Outcome::MstoreStored, "mstore", "stored"),
+    (Outcome::MstoreTooLarge, "mstore", "too_large"),
+    (Outcome::MstoreBadRequest, "mstore", "bad_request"),
+    (Outcome::MstoreError, "mstore", "error"),
 ];
+
+/// What became of one key of a batch verb (`l2_batch_keys_total{result}`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BatchKey {
+    /// An mget key that had a value.
+    Hit = 0,
+    /// An mget key that had none.
+    Absent = 1,
+    /// An mstore item written.
+    Stored = 2,
+    /// An mstore item over --max-value-bytes, left out.
+    TooLarge = 3,
+}
+
+impl BatchKey {
+    const LABELS: [&'static str; 4] = ["hit", "absent", "stored", "too_large"];
+}
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum PollVerb {
@@ -117,6 +150,7 @@ pub struct Metrics {
     pubsub_connected: AtomicI64,
     pubsub_reconnects: AtomicU64,
     connection_rebuilds: AtomicU64,
+    batch_keys: [AtomicU64; 4],
 }
 
 /// Holds one in-flight long-poll; dropping it (answer sent, or client gone) lowers the gauge.
@@ -156,6 +190,10 @@ impl Metrics {
 
     pub fn follower_read(&self) {
         self.follower_reads.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub fn batch_keys(&self, what: BatchKey, n: usize) {
+        self.batch_keys[what as usize].fetch_add(n as u64, Ordering::Relaxed);
     }
 
     pub fn redis_error(&self) {
@@ -227,6 +265,17 @@ impl Metrics {
             self.pubsub_reconnects.load(r),
         );
         self.render_guards(&mut out);
+        out.push_str(
+            "# HELP l2_batch_keys_total Keys of mget and items of mstore, by what became of them.\n\
+             # TYPE l2_batch_keys_total counter\n",
+        );
+        for (i, result) in BatchKey::LABELS.iter().enumerate() {
+            let _ = writeln!(
+                out,
+                "l2_batch_keys_total{{result=\"{result}\"}} {}",
+                self.batch_keys[i].load(r)
+            );
+        }
         out
     }
 
@@ -297,5 +346,9 @@ mod tests {
         assert!(text.contains("l2_requests_total{verb=\"store\",outcome=\"stored\"} 1\n"));
         assert!(text.contains("l2_long_polls_in_flight 0\n"));
         assert!(text.contains("l2_long_polls_total{verb=\"lookup\"} 1\n"));
+        m.batch_keys(BatchKey::Absent, 3);
+        assert!(m
+            .render()
+            .contains("l2_batch_keys_total{result=\"absent\"} 3\n"));
     }
 }

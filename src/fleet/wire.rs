@@ -6,7 +6,7 @@
 use crate::config::L2;
 use crate::effects::host::{status, Callout};
 use crate::request::key::CacheKey;
-use l2_proto::{content_type, header, route};
+use l2_proto::{batch, content_type, header, route};
 
 /// The answer of `POST /v1/lookup` (a hit: an encoded cache entry, sealed by the storing node).
 pub use l2_proto::lookup::Looked;
@@ -99,6 +99,76 @@ pub fn publish_purge(l2: &L2, record: &[u8]) -> Callout {
 pub fn read_purges(l2: &L2, cursor: &str, generation: Option<&str>, wait_ms: u64) -> Callout {
     let path = route::purges(cursor, generation, wait_ms);
     call(l2, &l2.wait_cluster, "GET", path, None)
+}
+
+/// Entity mode: the values of `keys` (at most `l2_proto::batch::MAX_BATCH_KEYS`) in one call;
+/// `None` for none or too many. Nothing is signed: what comes back is checked per key.
+pub fn mget(l2: &L2, keys: &[CacheKey]) -> Option<Callout> {
+    let names: Vec<batch::Key> = keys
+        .iter()
+        .map(|k| l2.fleet_key.l2_name(k).digest)
+        .collect();
+    let body = batch::encode_mget(&names)?;
+    Some(call(
+        l2,
+        &l2.cluster,
+        "POST",
+        route::MGET.to_string(),
+        Some(body),
+    ))
+}
+
+/// Entity mode: stores each `(key, ttl_ms, entry)`, signed with the fleet key, in as few calls
+/// as the contract's limits allow (one for any batch a gateway sends).
+pub fn mstore(l2: &L2, items: &[(CacheKey, u64, &[u8])]) -> Vec<Callout> {
+    let sealed: Vec<(batch::Key, u64, Vec<u8>)> = items
+        .iter()
+        .map(|(key, ttl_ms, entry)| {
+            let name = l2.fleet_key.l2_name(key).digest;
+            (name, *ttl_ms, l2.fleet_key.seal_entry(key, entry))
+        })
+        .collect();
+    let items: Vec<batch::MstoreItem<'_>> = sealed
+        .iter()
+        .map(|(key, ttl_ms, value)| batch::MstoreItem {
+            key: *key,
+            ttl_ms: *ttl_ms,
+            value,
+        })
+        .collect();
+    batch::MstoreItem::encode_all(&items)
+        .into_iter()
+        .map(|body| {
+            call(
+                l2,
+                &l2.cluster,
+                "PUT",
+                route::MSTORE.to_string(),
+                Some(body),
+            )
+        })
+        .collect()
+}
+
+/// Reads an mget's answer to `asked` keys: per key, its sealed value or `None`. `body` is read
+/// only for a `200` no larger than the contract allows (`body_size`).
+pub fn read_mget(
+    headers: &[(String, Vec<u8>)],
+    body_size: usize,
+    body: impl FnOnce() -> Option<Vec<u8>>,
+    asked: usize,
+) -> Result<Vec<Option<Vec<u8>>>, L2Failure> {
+    match status(headers) {
+        Some(200) => {}
+        Some(s) => return Err(L2Failure::Status(s)),
+        None => return Err(L2Failure::Malformed),
+    }
+    if body_size > batch::MAX_MGET_ANSWER_BYTES {
+        return Err(L2Failure::TooLarge);
+    }
+    let body = body().ok_or(L2Failure::Malformed)?;
+    let values = batch::decode_mget_answer(&body, asked).map_err(|_| L2Failure::Malformed)?;
+    Ok(values.into_iter().map(|v| v.map(<[u8]>::to_vec)).collect())
 }
 
 fn header_value<'h>(headers: &'h [(String, Vec<u8>)], name: &str) -> Option<&'h [u8]> {
@@ -198,6 +268,51 @@ mod tests {
             .headers
             .contains(&("authorization".into(), "Bearer s3cret-0123456789".into())));
         assert_eq!(owner(255), "00000000000000ff");
+    }
+
+    #[test]
+    fn batch_calls_are_keyed_and_signed_and_their_answers_read_strictly() {
+        let keys = [CacheKey { digest: [1; 32] }, CacheKey { digest: [2; 32] }];
+        let get = mget(&l2(), &keys).unwrap();
+        assert_eq!((get.cluster.as_str(), path(&get)), ("l2", "/v1/mget"));
+        let names = batch::decode_mget(get.body.as_ref().unwrap()).unwrap();
+        assert_eq!(
+            names[1],
+            l2().fleet_key.l2_name(&keys[1]).digest,
+            "names are keyed"
+        );
+        assert!(mget(&l2(), &[]).is_none());
+        let puts = mstore(&l2(), &[(keys[0], 5_000, b"entry")]);
+        assert_eq!(puts.len(), 1);
+        assert_eq!(
+            (puts[0].headers[0].1.as_str(), path(&puts[0])),
+            ("PUT", "/v1/mstore")
+        );
+        let items = batch::decode_mstore(puts[0].body.as_ref().unwrap()).unwrap();
+        assert_eq!(items[0].ttl_ms, 5_000);
+        let opened = l2().fleet_key.open_entry(&keys[0], items[0].value);
+        assert_eq!(opened, Some(&b"entry"[..]), "sealed for its key");
+        let encoded = batch::encode_mget_answer(&[Some(b"v"), None]).unwrap();
+        let n = encoded.len();
+        let body = || Some(encoded.clone());
+        assert_eq!(
+            read_mget(&answer("200", None), n, body, 2),
+            Ok(vec![Some(b"v".to_vec()), None])
+        );
+        assert_eq!(
+            read_mget(&answer("200", None), n, body, 3),
+            Err(L2Failure::Malformed)
+        );
+        assert_eq!(
+            read_mget(&answer("424", None), n, body, 2),
+            Err(L2Failure::Status(424))
+        );
+        let huge = batch::MAX_MGET_ANSWER_BYTES + 1;
+        assert_eq!(
+            read_mget(&answer("200", None), huge, || panic!("not read"), 2),
+            Err(L2Failure::TooLarge)
+        );
+        assert_eq!(read_mget(&[], n, body, 2), Err(L2Failure::Malformed));
     }
 
     #[test]

@@ -11,6 +11,7 @@ use crate::entities::mode::listener_settings;
 use crate::entities::request::{EntitiesRequest, Representation};
 use crate::request::key::CacheKey;
 use crate::worker::ctx::Ctx;
+use crate::worker::l2::entities::queue_stores;
 use crate::worker::store::insert;
 
 /// What an answer was asked for: the request, what of it was sent (per field, the distinct
@@ -36,16 +37,16 @@ pub fn allowed(config: &Config, rep: &Representation, raw: &str, ttl: u64) -> Li
 }
 
 /// Stores every entity of `fetched` that may be, `policy(f, d)` giving the key (`None`: not
-/// stored) and TTL of field `f`'s distinct representation `d`; the shortest lifetime stored, in
-/// seconds, or 0 when an entity could not be stored (the answer then says so: nothing in it may
-/// be reused).
+/// stored) and TTL of field `f`'s distinct representation `d`, in L1 and queued for the fleet's
+/// L2; the shortest lifetime stored, in seconds, or 0 when an entity could not be stored (the
+/// answer then says so: nothing in it may be reused), and whether an L2 write was queued.
 pub fn store(
     cx: &mut Ctx<'_, impl Host>,
     split: &Split<'_>,
     policy: impl Fn(usize, usize) -> Option<(Option<CacheKey>, u64)>,
     headers: &[(String, Vec<u8>)],
     fetched: &Fetched<'_>,
-) -> Option<u64> {
+) -> (Option<u64>, bool) {
     let config = cx.config();
     let now_ms = cx.host().now_ms();
     let source = Source {
@@ -57,6 +58,7 @@ pub fn store(
     let unplaced = fetched.has_unplaced_errors();
     let mut shortest: Option<u64> = None;
     let mut done: Vec<(usize, usize)> = Vec::new();
+    let mut to_l2 = Vec::new();
     for (f, list) in fetched.entities.iter().enumerate() {
         for (i, got) in list.iter().enumerate() {
             let Some(d) = split.sent.get(f).and_then(|s| s.get(i)).copied() else {
@@ -95,7 +97,11 @@ pub fn store(
                 Entry::peek(&bytes).map_or(0, |p| p.expires_at_ms.saturating_sub(now_ms) / 1000);
             shortest = Some(shortest.map_or(lifetime, |s| s.min(lifetime)));
             let _ = insert(cx, &key, &bytes, now_ms);
+            to_l2.push((key, bytes));
         }
     }
-    shortest
+    // The fleet's L2, in one mstore the root sends (at once if the caller asks it to, else on
+    // its next tick).
+    let queued = queue_stores(cx, &to_l2);
+    (shortest, queued)
 }

@@ -2,5 +2,6 @@
 //! of it runs, and the rest of the worker must behave as if it did not exist.
 
 pub mod ask;
+pub mod entities;
 pub mod feed;
 pub mod write;

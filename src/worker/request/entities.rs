@@ -23,6 +23,7 @@ use crate::worker::request::entity_stale::{self, StaleEntry};
 use crate::worker::request::lookup::{find, Found};
 use crate::worker::request::read::{fetch_cluster, read_identity};
 use crate::worker::root::answer::CACHE_HEADER;
+use crate::worker::root::shared_fetch::request_dispatch;
 use std::rc::Rc;
 
 /// A response's headers, as the host hands them over.
@@ -68,28 +69,44 @@ pub enum Next {
     Forwarded(Box<EntityExchange>),
 }
 
-/// Looks every representation up, and answers, fetches the missing ones, or forwards.
-pub fn start(cx: &mut Ctx<'_, impl RequestHost>, head: &RequestHead, req: EntitiesRequest) -> Next {
+/// Looks every representation up in this Envoy's entries (L1); then, once the fleet's L2 has
+/// been asked for what is missing (if it is), [`decide`].
+pub fn look_up_l1(
+    cx: &mut Ctx<'_, impl RequestHost>,
+    head: &RequestHead,
+    req: EntitiesRequest,
+) -> EntityExchange {
     let now_us = cx.host().now_us();
     let slots = look_up(cx, head, &req, now_us / 1000);
-    let missing: Vec<Vec<usize>> = slots
-        .iter()
-        .map(|f| (0..f.len()).filter(|d| f[*d].found.is_none()).collect())
-        .collect();
-    let mut x = EntityExchange {
+    EntityExchange {
         req,
         slots,
         sent: Vec::new(),
         born_us: now_us,
         token: None,
         capture: None,
-    };
+    }
+}
+
+/// With what was found (in L1, and in the fleet's L2 if it was asked): answers, fetches the
+/// missing ones, or forwards.
+pub fn decide(
+    cx: &mut Ctx<'_, impl RequestHost>,
+    head: &RequestHead,
+    mut x: EntityExchange,
+) -> Next {
     let stale = x.where_(|s| s.stale && s.key.is_some());
     entity_stale::refresh(cx, head, &x.req, &stale, |sent, private| {
         x.batch(sent, private)
     });
+    let missing: Vec<Vec<usize>> = x
+        .slots
+        .iter()
+        .map(|f| (0..f.len()).filter(|d| f[*d].found.is_none()).collect())
+        .collect();
     if missing.iter().all(Vec::is_empty) {
-        answer_from_entries(cx, &x, now_us / 1000);
+        let now_ms = cx.host().now_ms();
+        answer_from_entries(cx, &x, now_ms);
         return Next::Answered;
     }
     cx.host().set_request_header("accept-encoding", "identity");
@@ -352,7 +369,35 @@ fn store(
         let slot = x.slots.get(f)?.get(d)?;
         Some((slot.key, slot.ttl_seconds))
     };
-    entity_store::store(cx, &split, policy, headers, fetched)
+    let (shortest, queued) = entity_store::store(cx, &split, policy, headers, fetched);
+    // This request's own callout would die with it: the root sends the L2 write.
+    if queued {
+        request_dispatch(cx);
+    }
+    shortest
+}
+
+/// What the fleet's L2 (`worker::l2::entities`) needs of a request in flight.
+impl EntityExchange {
+    /// The keys of the entities found nowhere yet that may be cached, with their TTL.
+    pub fn missing_keys(&self) -> Vec<(CacheKey, u64)> {
+        self.slots
+            .iter()
+            .flatten()
+            .filter(|s| s.found.is_none() && s.ttl_seconds > 0)
+            .filter_map(|s| s.key.map(|k| (k, s.ttl_seconds)))
+            .collect()
+    }
+
+    /// An entry for `key` found outside L1 (vetted, and put in L1 already): found for every
+    /// entity with that key.
+    pub fn found_elsewhere(&mut self, key: &CacheKey, entry: &Rc<[u8]>) {
+        for slot in self.slots.iter_mut().flatten() {
+            if slot.found.is_none() && slot.key.as_ref() == Some(key) {
+                slot.found = Some(Rc::clone(entry));
+            }
+        }
+    }
 }
 
 impl EntityExchange {

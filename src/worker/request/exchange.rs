@@ -28,6 +28,7 @@ use crate::request::http::split_path;
 use crate::request::key::CacheKey;
 use crate::worker::callout::Returned;
 use crate::worker::ctx::Ctx;
+use crate::worker::l2::entities as l2_entities;
 use crate::worker::l2::write::queue_store;
 use crate::worker::operation_counts::{count_operation, operation_of, Tally};
 use crate::worker::request::capture::{Capture, Chunk};
@@ -78,6 +79,14 @@ enum State {
     Shadow {
         key: CacheKey,
         shadowed: Box<Shadowed>,
+    },
+    /// An `_entities` request paused while the fleet's L2 is asked for what L1 lacks (one call).
+    EntityAskingL2 {
+        x: Box<EntityExchange>,
+        head: Box<RequestHead>,
+        /// Kept to join the batch's flight if L2 brings none of its entities.
+        body: Vec<u8>,
+        asked: l2_entities::Asked,
     },
     /// An `_entities` request paused for its partial fetch (entity mode).
     EntityFetching(Box<EntityExchange>),
@@ -496,7 +505,32 @@ impl Exchange {
         req: EntitiesRequest,
         body: &[u8],
     ) -> Flow {
-        match entities::start(cx, head, req) {
+        let x = entities::look_up_l1(cx, head, req);
+        if let Some(asked) = l2_entities::ask(cx, &x.missing_keys()) {
+            // Whatever L2 brings, something may go upstream: uncompressed, to be stored.
+            cx.host().set_request_header("accept-encoding", IDENTITY);
+            self.state = State::EntityAskingL2 {
+                x: Box::new(x),
+                head: Box::new(head.clone()),
+                body: body.to_vec(),
+                asked,
+            };
+            return Flow::Pause;
+        }
+        let next = entities::decide(cx, head, x);
+        self.entity_next(cx, (head, body), next, false)
+    }
+
+    /// What entity mode decided; `resume`: the request was paused (for L2) and goes on upstream
+    /// if forwarded.
+    fn entity_next<H: RequestHost>(
+        &mut self,
+        cx: &mut Ctx<'_, H>,
+        (head, body): (&RequestHead, &[u8]),
+        next: Next,
+        resume: bool,
+    ) -> Flow {
+        match next {
             Next::Answered => {
                 cx.host().count(Counter::Hits);
                 self.state = State::Served;
@@ -513,19 +547,48 @@ impl Exchange {
                     self.state = State::EntityWaiting(x);
                     return Flow::Pause;
                 }
+                // Recorded before the host call: Envoy may run this request's callbacks inside it.
                 self.state = State::EntityForwarded(x);
+                if resume {
+                    cx.host().resume(self.context);
+                }
                 Flow::Continue
             }
         }
     }
 
-    /// A callout this request sent came back (entity mode's partial fetch).
+    /// The fleet's L2 answered what L1 lacked: what it brought counts as found, then entity
+    /// mode decides as without L2.
+    fn on_l2_entities<H: RequestHost>(&mut self, cx: &mut Ctx<'_, H>, returned: &Returned) {
+        let State::EntityAskingL2 {
+            mut x,
+            head,
+            body,
+            asked,
+        } = std::mem::replace(&mut self.state, State::Served)
+        else {
+            return;
+        };
+        for (key, entry) in l2_entities::on_answer(cx, &asked, returned) {
+            x.found_elsewhere(&key, &entry);
+        }
+        let next = entities::decide(cx, &head, *x);
+        self.entity_next(cx, (&head, &body), next, true);
+    }
+
+    /// A callout this request sent came back (entity mode's L2 mget or partial fetch).
     pub fn on_callout<H: RequestHost>(
         &mut self,
         cx: &mut Ctx<'_, H>,
         token: u32,
         returned: &Returned,
     ) {
+        if let State::EntityAskingL2 { asked, .. } = &self.state {
+            if asked.token == token {
+                self.on_l2_entities(cx, returned);
+            }
+            return;
+        }
         let State::EntityFetching(x) = &self.state else {
             return;
         };

@@ -57,7 +57,7 @@ pub fn store(cx: &mut Ctx<'_, impl Host>, batch: &EntityBatch, answer: &Answer<'
         born_us: batch.born_us,
     };
     let policy = |f: usize, d: usize| batch.entities.get(f)?.get(d).copied();
-    match entity_store::store(cx, &split, policy, answer.headers, &fetched) {
+    match entity_store::store(cx, &split, policy, answer.headers, &fetched).0 {
         Some(s) if s > 0 => Stored::default(),
         _ => not_stored("entity-not-stored"),
     }
