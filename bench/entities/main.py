@@ -82,6 +82,13 @@ PRODUCTS, USERS = 20_000, 5_000
 # database once per request does: in-memory subgraphs that resolve in microseconds leave an entity
 # cache nothing to save but their CPU (ENTITIES_SOURCE_MS=0 measures that case).
 SOURCE_MS = int(os.environ.get("ENTITIES_SOURCE_MS", "2"))
+# Client latency is also measured below saturation: after the saturation run, the same stream
+# continues on ENTITIES_LIGHT_CONNECTIONS connections (each sends its next request when answered).
+# A closed loop at saturation has mean latency connections / throughput (Little's law), so its
+# percentiles rank CPU per request on this shared machine, not what a request waits for.
+# (autocannon's overallRate is no fixed offered load: it sends each second's quota at full speed.)
+LIGHT = int(os.environ.get("ENTITIES_LIGHT_CONNECTIONS", "2"))
+LIGHT_SECONDS = int(os.environ.get("ENTITIES_LIGHT_SECONDS", "15"))
 QUERY = ("query Search($term: String!, $offset: Int!) { search(term: $term, first: 10, offset: $offset) "
          "{ id name price reviews { id rating author { id name } } } }")
 
@@ -277,9 +284,9 @@ def subgraph_envoy(ports, config):
     return Envoy("subgraphs", yaml_text)
 
 
-def load(url, bodies_file, start, amount=None, seconds=None):
+def load(url, bodies_file, start, amount=None, seconds=None, connections=CONNECTIONS):
     args = ["node", str(LOAD), "--url", url, "--bodies", bodies_file, "--start", str(start),
-            "--connections", str(CONNECTIONS)]
+            "--connections", str(connections)]
     args += ["--amount", str(amount)] if amount else ["--duration", str(seconds)]
     out = subprocess.run(args, capture_output=True, text=True, timeout=(seconds or 120) + 60)
     if out.returncode != 0:
@@ -314,11 +321,15 @@ def run_config(name, front_bytes, entity_bytes, keys, bodies, bodies_file, probe
         cpu = {n: cpu_seconds(p) - cpu_before[n] for n, p in procs.items()}
         counts = subgraphs.counts()
         after = {n: e.counters() for n, e in envoys.items()}
+        # Latency below saturation: the same stream continued on LIGHT connections.
+        paced = load(url, bodies_file, r["next_index"], seconds=LIGHT_SECONDS, connections=LIGHT) if LIGHT else None
         # Answers to a few queries of the warm-up, asked again now: each must equal (a)'s.
         answers = [ask(url, bodies[i]) for i in probes]
     finally:
         cleanup()
     r["rps"] = r["requests"] / r["duration_s"]
+    if paced:
+        r["paced"] = {k: paced[k] for k in ("requests", "duration_s", "non2xx", "latency_ms")}
     r["cpu_seconds"] = cpu
     r["cpu_ms_per_request"] = {n: v * 1000 / max(r["requests"], 1) for n, v in cpu.items()}
     r["representations"] = sum(c["representations"] for c in counts.values())
@@ -344,6 +355,11 @@ def aggregate(runs):
         "rounds_p99_ms": [round(r["latency_ms"]["p99"], 1) for r in runs],
         "p50_ms": med(lambda r: r["latency_ms"]["p50"]),
         "p99_ms": med(lambda r: r["latency_ms"]["p99"]),
+        # On LIGHT connections (below saturation), median round.
+        "paced_p50_ms": med(lambda r: r["paced"]["latency_ms"]["p50"]) if "paced" in runs[0] else None,
+        "paced_p99_ms": med(lambda r: r["paced"]["latency_ms"]["p99"]) if "paced" in runs[0] else None,
+        "rounds_paced_p99_ms": [round(r["paced"]["latency_ms"]["p99"], 1) for r in runs if "paced" in r],
+        "paced_non2xx": sum(r.get("paced", {}).get("non2xx", 0) for r in runs),
         "representations_per_request": sum(r["representations"] for r in runs) / max(req, 1),
         "subgraph_requests_per_request": sum(r["subgraph_requests"] for r in runs) / max(req, 1),
         "exact_repeats": med(lambda r: r["exact_repeats"]),
@@ -456,40 +472,45 @@ def summary(values):
 def report(agg, partial, meta):
     a, b, c, d = (agg[n] for n in "abcd")
     reps_ratio = b["representations_per_request"] / max(c["representations_per_request"], 1e-9)
-    p99_ratio = c["p99_ms"] / a["p99_ms"]
+    paced = c["paced_p99_ms"] is not None
+    p99_ratio = (c["paced_p99_ms"] / a["paced_p99_ms"]) if paced else c["p99_ms"] / a["p99_ms"]
+    sat_ratio = c["p99_ms"] / a["p99_ms"]
     part = partial["ratio"]["p50"]
+    where = f"on {LIGHT} connections (below saturation)" if paced else "at saturation"
     targets = [
         ("(c) representations per client request at least 5x fewer than (b)", f"{reps_ratio:.1f}x fewer", reps_ratio >= 5),
-        ("(c) client p99 no higher than (a)", f"{p99_ratio:.2f} of (a)", p99_ratio <= 1.0),
+        (f"(c) client p99 no higher than (a), {where}", f"{p99_ratio:.2f} of (a) (at saturation {sat_ratio:.2f})",
+         p99_ratio <= 1.0),
         ("partial hit (18 of 20 cached) <= 1.2x a full miss, median", f"{part:.2f}x", part <= 1.2),
     ]
-    lines = ["| configuration | client req/s | p50 ms | p99 ms | representations / client request | subgraph requests / client request | front cache hit ratio | CPU ms / client request | exact repeats in the stream |",
+    lines = [f"| configuration | client req/s (saturation) | p50 / p99 ms at saturation | p50 / p99 ms on {LIGHT} connections | representations / client request | subgraph requests / client request | front cache hit ratio | CPU ms / client request | exact repeats in the stream |",
              "|---|---|---|---|---|---|---|---|---|"]
     for name, label, *_ in CONFIGS:
         r = agg[name]
         hr = "-" if r["front_hit_ratio"] is None else f"{r['front_hit_ratio']:.1%}"
-        lines.append(f"| ({name}) {label} | {r['rps']:.0f} | {r['p50_ms']:.1f} | {r['p99_ms']:.1f} | "
+        at_rate = f"{r['paced_p50_ms']:.1f} / {r['paced_p99_ms']:.1f}" if paced else "-"
+        lines.append(f"| ({name}) {label} | {r['rps']:.0f} | {r['p50_ms']:.1f} / {r['p99_ms']:.1f} | {at_rate} | "
                      f"{r['representations_per_request']:.2f} | {r['subgraph_requests_per_request']:.2f} | {hr} | "
                      f"{sum(r['cpu_ms_per_request'].values()):.2f} | {r['exact_repeats']:.1%} |")
     lines.append("")
     lines.append("Per configuration: req/s and p99 of each round (the table: their median); CPU ms per client request "
-                 "by process; representations per client request by type.")
+                 "by process (saturation runs); representations per client request by type.")
     lines.append("")
-    lines.append("| configuration | req/s by round | p99 ms by round | CPU ms / client request | Product / User representations |")
-    lines.append("|---|---|---|---|---|")
+    lines.append(f"| configuration | req/s by round | p99 ms by round (saturation) | p99 ms by round ({LIGHT} connections) | CPU ms / client request | Product / User representations |")
+    lines.append("|---|---|---|---|---|---|")
     for name, label, *_ in CONFIGS:
         r = agg[name]
         cpu = ", ".join(f"{n.replace('envoy_', 'Envoy ')} {v:.2f}" for n, v in r["cpu_ms_per_request"].items())
         res = r["resolved_per_request"]
         lines.append(f"| ({name}) | {', '.join(map(str, r['rounds_rps']))} | {', '.join(map(str, r['rounds_p99_ms']))} | "
-                     f"{cpu} | {res['Product']:.2f} / {res['User']:.2f} |")
+                     f"{', '.join(map(str, r['rounds_paced_p99_ms'])) or '-'} | {cpu} | {res['Product']:.2f} / {res['User']:.2f} |")
     lines.append("")
     lines.append("Partial hit at the subgraph hop (`_entities` of 20 Products to the reviews subgraph through Envoy, "
                  f"{partial['repetitions']} repetitions each, ms):")
     lines.append("")
     lines.append("| request | p50 | p90 | p99 | mean |")
     lines.append("|---|---|---|---|---|")
-    for k, label in (("miss", "MISS: none cached (forwarded, split)"), ("partial", "PARTIAL: 18 cached, 2 fetched"),
+    for k, label in (("miss", "MISS: none cached (fetched whole, split)"), ("partial", "PARTIAL: 18 cached, 2 fetched"),
                      ("hit", "HIT: all 20 cached"), ("direct", "straight to the subgraph (no Envoy)")):
         s = partial[k]
         lines.append(f"| {label} | {s['p50']:.2f} | {s['p90']:.2f} | {s['p99']:.2f} | {s['mean']:.2f} |")
@@ -520,9 +541,13 @@ def chart(agg, partial, path):
         ax.text(i, r["rps"], f"{r['rps']:.0f}", ha="center", va="bottom")
     ax.set_title("client requests/s (median round)")
     ax = axes[0][1]
-    ax.bar([x - 0.2 for x in xs], [r["p50_ms"] for r in rows], 0.4, label="p50", color="#aec7e8")
-    ax.bar([x + 0.2 for x in xs], [r["p99_ms"] for r in rows], 0.4, label="p99", color="#1f77b4")
-    ax.set_title("client latency, ms (median round)")
+    paced = rows[0]["paced_p99_ms"] is not None
+    p50 = [r["paced_p50_ms" if paced else "p50_ms"] for r in rows]
+    p99 = [r["paced_p99_ms" if paced else "p99_ms"] for r in rows]
+    ax.bar([x - 0.2 for x in xs], p50, 0.4, label="p50", color="#aec7e8")
+    ax.bar([x + 0.2 for x in xs], p99, 0.4, label="p99", color="#1f77b4")
+    ax.set_title(f"client latency on {LIGHT} connections, ms (median round)" if paced
+                 else "client latency at saturation, ms (median round)")
     ax.legend()
     ax = axes[0][2]
     procs = ["gateway", "subgraphs", "envoy_front", "envoy_subgraphs"]
@@ -603,7 +628,9 @@ def main():
             runs[name].append((r, answers))
             print(f"  round {round_no + 1} ({name}) {label:22s} {r['rps']:7.0f} req/s  p50 {r['latency_ms']['p50']:6.1f} ms"
                   f"  p99 {r['latency_ms']['p99']:6.1f} ms  {r['representations_per_request']:6.2f} representations/request"
-                  f"  non-2xx {r['non2xx']}  repeats {r['exact_repeats']:.1%}", flush=True)
+                  f"  non-2xx {r['non2xx']}  repeats {r['exact_repeats']:.1%}"
+                  + (f"  on {LIGHT} connections p50 {r['paced']['latency_ms']['p50']:5.1f} p99 {r['paced']['latency_ms']['p99']:5.1f} ms"
+                     if "paced" in r else ""), flush=True)
             print("      CPU ms per client request: " + ", ".join(f"{n} {v:.2f}" for n, v in r["cpu_ms_per_request"].items())
                   + f"; entity layer {r['envoy_counters'].get('subgraphs', {})}", flush=True)
     for name in runs:
@@ -624,7 +651,7 @@ def main():
         "load_average_at_end": os.getloadavg(),
     }
     settings = {"connections": CONNECTIONS, "seconds": SECONDS, "warmup_requests": WARMUP, "rounds": ROUNDS,
-                "cache_bytes": CACHE_BYTES, "seed": SEED, "terms": TERMS, "term_zipf": TERM_ZIPF, "pages": PAGES,
+                "cache_bytes": CACHE_BYTES, "light_connections": LIGHT, "light_seconds": LIGHT_SECONDS, "seed": SEED, "terms": TERMS, "term_zipf": TERM_ZIPF, "pages": PAGES,
                 "query": QUERY, "products": PRODUCTS, "users": USERS, "subgraph_cache_control": SUBGRAPH_CACHE_CONTROL, "subgraph_source_ms": SOURCE_MS, "front_config": FRONT_CONFIG,
                 "entity_config": ENTITY_CONFIG, "configs": [{"name": n, "label": l, "front_cache_bytes": f,
                                                              "entity_cache_bytes": e} for n, l, f, e in CONFIGS]}
@@ -633,7 +660,8 @@ def main():
            "partial_hit": partial, "targets": targets, "answers_equal": answers_equal}
     (RESULTS / f"{NAME}.json").write_text(json.dumps(out, indent=2) + "\n")
     head = (f"# make bench-entities\n\n{machine['cpus']} CPUs ({machine['cpu_model']}), Envoy {machine['envoy']}, "
-            f"Node {machine['node']}; {CONNECTIONS} connections, {WARMUP} requests of warm-up then {SECONDS} s, "
+            f"Node {machine['node']}; {CONNECTIONS} connections, {WARMUP} requests of warm-up then {SECONDS} s, then "
+            f"{LIGHT_SECONDS} s on {LIGHT} connections (latency below saturation), "
             f"{ROUNDS} rounds a configuration; cache_bytes {CACHE_BYTES} a configuration (in (d) half for each "
             f"cache); each subgraph request waits {SOURCE_MS} ms for its data source (ENTITIES_SOURCE_MS). "
             "See docs/performance.md for the workload.\n\n")
