@@ -229,6 +229,20 @@ fn profile_partial_batches() {
     }
 }
 
+/// Not a test: all-miss batches of 20 fetched by the root and split into entries, for a profiler
+/// (`valgrind --tool=callgrind ... --ignored profile_miss_batches`).
+#[test]
+#[ignore]
+fn profile_miss_batches() {
+    let (a, _b) = envoy(r#"{"entities":{"ttl_seconds":600},"cache_bytes":67108864}"#);
+    for round in 0..200u32 {
+        let ids: Vec<u32> = (0..20).map(|i| 10_000 + round * 20 + i).collect();
+        fetched_by_root(&a, 10 + round, &ids);
+        a.host.answered.borrow_mut().clear();
+        a.host.dispatched.borrow_mut().clear();
+    }
+}
+
 /// Both hops in one VM (envoy/federation.yaml): the gateway side's filter and the entity side's
 /// share shared data, so a mutation's purge at the gateway side reaches the entity entries of
 /// the objects it returned.
