@@ -59,12 +59,23 @@ impl CacheKey {
         }
     }
 
-    /// The flight key of an `_entities` batch whose whole-request key is this one: never the key
-    /// of an entry (entity mode stores the batch's entities, not the batch).
-    pub fn entity_batch(&self) -> CacheKey {
+    /// The flight key of an `_entities` batch: each field's response key, then the key of the
+    /// entity at each position in order. Those keys hold all that shapes an entity's answer (the
+    /// subgraph, the selection, the other variables, the key's headers, the representation), so
+    /// equal batch keys mean equal answers. Never the key of an entry (entity mode stores the
+    /// batch's entities, not the batch).
+    pub fn entity_batch<'a>(
+        fields: impl IntoIterator<Item = (&'a str, Vec<&'a CacheKey>)>,
+    ) -> CacheKey {
         let mut w = KeyWriter::new();
-        w.field(1, b"graphql-cache/entity-batch/v1");
-        w.field(2, &self.digest);
+        w.field(1, b"graphql-cache/entity-batch/v2");
+        for (response_key, entities) in fields {
+            w.field(2, response_key.as_bytes());
+            w.field(3, &(entities.len() as u64).to_le_bytes());
+            for key in entities {
+                w.update(&key.digest);
+            }
+        }
         CacheKey {
             digest: w.0.finalize().into(),
         }
@@ -312,5 +323,28 @@ mod tests {
             .collect();
         assert!(spread.len() > 60, "the secret decides the slot");
         assert_eq!(k.hex().len(), 64);
+    }
+
+    #[test]
+    fn a_batch_key_is_its_response_keys_and_its_entities_in_order() {
+        let ctx = ctx();
+        let ask = EntityAsk {
+            selection: "{...on Product{name}}",
+            other_variables: "{}",
+            extensions: None,
+        };
+        let keys = EntityKeys::new(&ctx, &ask);
+        let (one, two) = (keys.key(r#"{"id":"1"}"#), keys.key(r#"{"id":"2"}"#));
+        let batch = |name: &'static str, list: &[&CacheKey]| {
+            CacheKey::entity_batch([(name, list.to_vec())])
+        };
+        let base = batch("_entities", &[&one, &two]);
+        assert_eq!(base, batch("_entities", &[&one, &two]));
+        assert_ne!(base, batch("_entities", &[&two, &one]), "order");
+        assert_ne!(base, batch("_v0__entities", &[&one, &two]), "response key");
+        assert_ne!(base, batch("_entities", &[&one, &two, &two]), "positions");
+        let split = CacheKey::entity_batch([("_entities", vec![&one]), ("_entities", vec![&two])]);
+        assert_ne!(base, split, "fields");
+        assert_ne!(base, one, "never an entry's key");
     }
 }

@@ -472,6 +472,24 @@ impl EntityExchange {
             .any(|r| entities.policy(&r.typename).1 == Scope::Private)
     }
 
+    /// The flight key of this batch as the gateway sent it (see `CacheKey::entity_batch`);
+    /// `None` when an entity has no key (a private type without an identity).
+    pub fn batch_key(&self) -> Option<CacheKey> {
+        if self.slots.len() != self.req.fields.len() {
+            return None;
+        }
+        let mut fields = Vec::with_capacity(self.req.fields.len());
+        for (field, slots) in self.req.fields.iter().zip(&self.slots) {
+            let keys = field
+                .positions
+                .iter()
+                .map(|d| slots.get(*d).and_then(|s| s.key.as_ref()))
+                .collect::<Option<Vec<_>>>()?;
+            fields.push((field.response_key.as_str(), keys));
+        }
+        Some(CacheKey::entity_batch(fields))
+    }
+
     /// What the root needs to fetch this request as it is sent (see `entities::batch`).
     pub fn as_sent_batch(&self, private: bool) -> EntityBatch {
         self.batch(self.sent.clone(), private)

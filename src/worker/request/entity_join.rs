@@ -8,12 +8,10 @@
 
 use crate::cache::storable::Asked;
 use crate::coalesce::sharing::key_names_caller;
-use crate::config::{Config, Lifetimes, Scope};
+use crate::config::{Lifetimes, Scope};
 use crate::effects::host::RequestHost;
-use crate::request::canonical::canonicalize;
-use crate::request::classify::{key_context, RequestHead};
-use crate::request::http::parse_post_body;
-use crate::request::key::{build_key, CacheKey};
+use crate::request::classify::RequestHead;
+use crate::request::key::CacheKey;
 use crate::worker::ctx::Ctx;
 use crate::worker::request::entities::EntityExchange;
 use crate::worker::request::join::{join, Joined, Miss};
@@ -40,7 +38,7 @@ pub fn join_batch(
         true => Some(read_identity(config, cx.host(), head).filter(|id| !id.is_empty())?),
         false => None,
     };
-    let key = batch_key(config, head, body, identity.as_deref())?;
+    let key = batch_key(x, identity.as_deref())?;
     if cx.worker(|w| w.too_large.contains(&key)) {
         return None;
     }
@@ -75,16 +73,8 @@ pub fn join_batch(
 
 /// The flight key of a batch: its whole-request key (`request::key`), made an entity batch's,
 /// scoped to `identity` when given.
-fn batch_key(
-    config: &Config,
-    head: &RequestHead,
-    body: &[u8],
-    identity: Option<&[u8]>,
-) -> Option<CacheKey> {
-    let full_path = std::str::from_utf8(&head.path).ok()?;
-    let req = parse_post_body(body).ok()?;
-    let op = canonicalize(&req.query, req.operation_name.as_deref(), config.limits()).ok()?;
-    let key = build_key(&key_context(config, head, full_path), &req, &op).entity_batch();
+fn batch_key(x: &EntityExchange, identity: Option<&[u8]>) -> Option<CacheKey> {
+    let key = x.batch_key()?;
     Some(match identity {
         Some(id) => key.scoped(id),
         None => key,
