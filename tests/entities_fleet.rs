@@ -9,71 +9,10 @@
 mod support;
 
 use serde_json::{json, Value};
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 use support::*;
 
 const QUERY: &str = "query($representations:[_Any!]!){_entities(representations:$representations){...on Product{id name price}}}";
-
-/// The three Node subgraphs; only products is used here.
-struct Subgraphs {
-    child: Child,
-    products: u16,
-}
-
-impl Subgraphs {
-    fn start() -> Subgraphs {
-        let dir = repo_root().join("tests/federation");
-        assert!(
-            dir.join("node_modules").exists(),
-            "run `make tests/federation/node_modules` first"
-        );
-        let mut child = Command::new("node")
-            .arg(dir.join("subgraphs.mjs"))
-            .args([
-                "--port-products",
-                "0",
-                "--port-reviews",
-                "0",
-                "--port-users",
-                "0",
-            ])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .unwrap();
-        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-        let ready = loop {
-            match lines.next() {
-                Some(Ok(line)) if line.contains(" ready ") => break line,
-                Some(Ok(_)) => continue,
-                _ => panic!("subgraphs.mjs stopped before it was ready"),
-            }
-        };
-        let urls: Value = serde_json::from_str(ready.split_once(" ready ").unwrap().1).unwrap();
-        let url = urls["products"].as_str().unwrap();
-        let products = url.split(':').nth(2).unwrap().split('/').next().unwrap();
-        Subgraphs {
-            child,
-            products: products.parse().unwrap(),
-        }
-    }
-
-    /// Representations the products subgraph has resolved so far.
-    fn representations(&self) -> u64 {
-        http(self.products, Req::get("/counts")).json()["representations"]
-            .as_u64()
-            .unwrap()
-    }
-}
-
-impl Drop for Subgraphs {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
 
 /// Fields drop in order: the Envoys before the service, the service before Redis.
 struct EntityFleet {
@@ -94,7 +33,7 @@ impl EntityFleet {
         wait_l2_service_healthy(&l2);
         // fleet.yaml routes /graphql to its "origin": here, the products subgraph.
         let entities = r#""vary_headers": [], "entities": {"ttl_seconds": 60},"#;
-        let bootstrap = fleet_config(subgraphs.products, l2.addr.port(), entities);
+        let bootstrap = fleet_config(subgraphs.ports[0], l2.addr.port(), entities);
         let envoys: Vec<Envoy> = (0..2)
             .map(|_| {
                 let envoy = Envoy::start_bootstrap(&bootstrap, 2);

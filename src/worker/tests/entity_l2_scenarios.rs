@@ -3,6 +3,7 @@
 //! asks all it lacks in one mget, and only what L2 vouches for is served; any failure is "L2 had
 //! nothing".
 
+use super::entity_scenarios::batch as batch_of;
 use super::scenarios::Node;
 use crate::effects::counters::Counter;
 use crate::effects::fake::FakeHost;
@@ -19,15 +20,6 @@ const FLEET: &str = r#"{"debug_headers":true,"entities":{"ttl_seconds":60},
 const OTHER_FLEET: &str = r#"{"debug_headers":true,"entities":{"ttl_seconds":60},
     "l2":{"cluster":"l2","wait_cluster":"l2_wait","fleet_key":"another-fleet-key-0123456789abcdef"}}"#;
 const EMPTY_LOG: &str = r#"{"last":"0","gap":false,"entries":[]}"#;
-const QUERY: &str = "query($representations:[_Any!]!){_entities(representations:$representations){...on Product{name}}}";
-
-fn batch_of(ids: &[u32]) -> String {
-    let reps: Vec<_> = ids
-        .iter()
-        .map(|i| json!({"__typename": "Product", "id": i.to_string()}))
-        .collect();
-    json!({"query": QUERY, "variables": {"representations": reps}}).to_string()
-}
 
 fn subgraph_answer(ids: &[u32]) -> String {
     let list: Vec<String> = ids

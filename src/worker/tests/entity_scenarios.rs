@@ -11,7 +11,7 @@ use serde_json::json;
 
 const QUERY: &str = "query($representations:[_Any!]!){_entities(representations:$representations){...on Product{name}}}";
 
-fn batch(ids: &[u32]) -> String {
+pub(super) fn batch(ids: &[u32]) -> String {
     let reps: Vec<_> = ids
         .iter()
         .map(|i| json!({"__typename": "Product", "id": i.to_string()}))

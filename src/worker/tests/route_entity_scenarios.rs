@@ -2,21 +2,12 @@
 //! listener without `entities`, and `entities: false` off on one with it (its batches are then
 //! cached as whole answers: a batch that shares entities with a stored one is not a partial hit).
 
+use super::entity_scenarios::batch;
 use super::scenarios::Node;
 use crate::effects::fake::FakeHost;
 use crate::worker::request::exchange::Flow;
-use serde_json::json;
 
-const QUERY: &str = "query($representations:[_Any!]!){_entities(representations:$representations){...on Product{name}}}";
 const ROUTE: &str = "xds.route_metadata.filter_metadata.gc.entities";
-
-fn batch(ids: &[u32]) -> String {
-    let reps: Vec<_> = ids
-        .iter()
-        .map(|i| json!({"__typename": "Product", "id": i.to_string()}))
-        .collect();
-    json!({"query": QUERY, "variables": {"representations": reps}}).to_string()
-}
 
 /// A node whose route says `entities: <on>`.
 fn node(config: &str, on: bool) -> Node {
