@@ -6,7 +6,6 @@
 //! the fetch: L2 sits below the root and never answers a request itself.
 
 use crate::cache::entry::Entry;
-use crate::cache::peer::{vetted, Bounds};
 use crate::coalesce::relay::Response;
 use crate::coalesce::upstream::{L2Role, SharedFetch};
 use crate::config::L2;
@@ -18,6 +17,7 @@ use crate::fleet::wire::{self, owner, read_lookup, L2Failure, Looked};
 use crate::invalidate::marks::Verdict;
 use crate::worker::callout::Returned;
 use crate::worker::ctx::Ctx;
+use crate::worker::l2::vet;
 use crate::worker::marks::{refresh_marks, verdict};
 use crate::worker::store::insert;
 
@@ -132,29 +132,12 @@ pub fn on_answer(
 /// still fresh. A stale but keepable entry is put in L1 for stale serving; the flight still
 /// fetches.
 fn usable(cx: &mut Ctx<'_, impl Host>, fetch: &SharedFetch, sealed: &[u8]) -> Option<Response> {
-    let (config, host) = (cx.config(), cx.host());
+    let host = cx.host();
     let now_ms = host.now_ms();
     if !follower::read(host).trusted(now_ms) {
         return None;
     }
-    let l2 = config.l2.as_ref()?;
-    let bounds = Bounds {
-        key: &fetch.key,
-        lifetimes: &fetch.asked.lifetimes,
-        vary_headers: &config.vary_headers,
-        max_entry_bytes: config.max_entry_bytes,
-        now_ms,
-        now_us: host.now_us(),
-        skew_us: l2.purge_skew_ms.saturating_mul(1000),
-    };
-    let vetted = l2
-        .fleet_key
-        .open_entry(&fetch.key, sealed)
-        .and_then(|bytes| vetted(bytes, &bounds).ok());
-    let Some(bytes) = vetted else {
-        host.count(Counter::L2Rejected);
-        return None;
-    };
+    let bytes = vet::open(cx, &fetch.key, &fetch.asked.lifetimes, sealed)?;
     let entry = Entry::decode(&bytes).ok()?;
     refresh_marks(cx);
     let verdict = cx.worker(|w| verdict(w, &bytes));

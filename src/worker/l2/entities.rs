@@ -8,7 +8,6 @@
 //! L2). Any failure is "L2 had nothing" (counted), never an error.
 
 use crate::cache::entry::Entry;
-use crate::cache::peer::{vetted, Bounds};
 use crate::config::{Lifetimes, L2};
 use crate::effects::counters::Counter;
 use crate::effects::host::Host;
@@ -18,6 +17,7 @@ use crate::invalidate::marks::Verdict;
 use crate::request::key::CacheKey;
 use crate::worker::callout::Returned;
 use crate::worker::ctx::Ctx;
+use crate::worker::l2::vet;
 use crate::worker::l2::write::l2_ttl_ms;
 use crate::worker::marks::{refresh_marks, verdict};
 use crate::worker::store::insert;
@@ -105,30 +105,12 @@ fn usable(
     ttl_seconds: u64,
     sealed: &[u8],
 ) -> Option<Rc<[u8]>> {
-    let (config, host) = (cx.config(), cx.host());
-    let l2 = config.l2.as_ref()?;
-    let now_ms = host.now_ms();
+    let now_ms = cx.host().now_ms();
     let lifetimes = Lifetimes {
         ttl_seconds,
         ..Lifetimes::default()
     };
-    let bounds = Bounds {
-        key,
-        lifetimes: &lifetimes,
-        vary_headers: &config.vary_headers,
-        max_entry_bytes: config.max_entry_bytes,
-        now_ms,
-        now_us: host.now_us(),
-        skew_us: l2.purge_skew_ms.saturating_mul(1000),
-    };
-    let opened = l2
-        .fleet_key
-        .open_entry(key, sealed)
-        .and_then(|bytes| vetted(bytes, &bounds).ok());
-    let Some(bytes) = opened else {
-        host.count(Counter::L2Rejected);
-        return None;
-    };
+    let bytes = vet::open(cx, key, &lifetimes, sealed)?;
     let fresh = Entry::decode(&bytes).is_ok_and(|e| e.expires_at_ms > now_ms);
     if !fresh || cx.worker(|w| verdict(w, &bytes)) != Verdict::Fresh {
         return None;

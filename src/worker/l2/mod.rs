@@ -4,4 +4,5 @@
 pub mod ask;
 pub mod entities;
 pub mod feed;
+pub mod vet;
 pub mod write;
