@@ -53,10 +53,19 @@ fn stored_through_a(fleet: &Fleet, n: u32) -> (Vec<u8>, Vec<u8>) {
         miss.text()
     );
     fleet.wait_l2_stores(stores + 1);
-    let added: Vec<Vec<u8>> = l2_value_names(redis(fleet))
-        .difference(&before)
-        .cloned()
-        .collect();
+    // The store counted may be B's of the query before (B stores what it fetched after refusing a
+    // forgery): wait for this query's own value to appear.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    let added = loop {
+        let added: Vec<Vec<u8>> = l2_value_names(redis(fleet))
+            .difference(&before)
+            .cloned()
+            .collect();
+        if !added.is_empty() || std::time::Instant::now() > deadline {
+            break added;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    };
     assert_eq!(added.len(), 1, "one new L2 value for query {n}");
     let value = get(redis(fleet), &added[0]);
     (added[0].clone(), value)
