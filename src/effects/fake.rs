@@ -89,6 +89,8 @@ pub struct FakeHost {
     next_token: Cell<u32>,
     /// Envoy refuses to register a wake-up queue.
     pub refuse_queue: Cell<bool>,
+    /// The root timer's period as last set (0: never set here).
+    pub tick_ms: Cell<u64>,
     /// Envoy refuses callouts (breaker open, no healthy host).
     pub refuse_dispatch: Cell<bool>,
     /// Clusters whose callouts Envoy refuses (circuit breaker open, every host ejected).
@@ -178,6 +180,7 @@ impl FakeHost {
             dispatched: RefCell::default(),
             next_token: Cell::new(1),
             refuse_queue: Cell::new(false),
+            tick_ms: Cell::new(0),
             refuse_dispatch: Cell::new(false),
             refuse_clusters: RefCell::default(),
             answered: RefCell::default(),
@@ -331,6 +334,11 @@ impl Host for FakeHost {
         let token = self.next_token.get();
         self.next_token.set(token + 1);
         Some(token)
+    }
+
+    fn set_tick_ms(&self, period_ms: u64) -> bool {
+        self.tick_ms.set(period_ms);
+        true
     }
 
     fn enqueue(&self, queue: u32, message: &[u8]) -> bool {

@@ -76,6 +76,9 @@ pub trait Host: SharedStore {
     /// Puts `message` on the wake-up queue `queue` (any worker's). `false` if refused.
     fn enqueue(&self, queue: u32, message: &[u8]) -> bool;
 
+    /// From the root context: its timer fires every `period_ms` from now on. `false` if refused.
+    fn set_tick_ms(&self, period_ms: u64) -> bool;
+
     /// Sends `request` upstream from this worker's root context; the answer arrives as a callout
     /// response with the returned token.
     fn dispatch(&self, request: &Callout, timeout_ms: u64) -> Result<u32, Refused>;

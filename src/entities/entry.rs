@@ -6,7 +6,7 @@ use crate::cache::not_stored::NotStored;
 use crate::cache::storable::{encode_entry, kept_headers, storable_life, Content};
 use crate::config::{Config, Lifetimes};
 use crate::entities::request::Representation;
-use crate::invalidate::tags::{entry_tags, find_in_answer, Found};
+use crate::invalidate::tags::{entry_tags, find_in_value, Found};
 use crate::request::key::CacheKey;
 
 /// The subgraph's answer an entity came in: its status and headers.
@@ -51,21 +51,9 @@ pub fn entity_entry(
 /// The entity's own tag (its representation names its type and key), then the types and
 /// entities inside it.
 fn tags(rep: &Representation, raw: &str, config: &Config) -> Vec<String> {
-    let wrap = |json: &str| format!(r#"{{"data":{{"e":{json}}}}}"#);
-    let mut found: Found =
-        find_in_answer(wrap(&rep.canonical).as_bytes(), &config.key_fields).unwrap_or_default();
-    let inside = find_in_answer(wrap(raw).as_bytes(), &config.key_fields).unwrap_or_default();
-    for t in inside.types {
-        if !found.types.contains(&t) {
-            found.types.push(t);
-        }
-    }
-    for e in inside.entities {
-        if !found.entities.contains(&e) {
-            found.entities.push(e);
-        }
-    }
-    found.truncated |= inside.truncated;
+    let mut found = Found::default();
+    find_in_value(&rep.canonical, &config.key_fields, &mut found);
+    find_in_value(raw, &config.key_fields, &mut found);
     entry_tags(None, &[], &found)
 }
 

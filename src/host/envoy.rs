@@ -82,6 +82,10 @@ impl Host for Envoy<'_> {
         hostcalls::enqueue_shared_queue(queue, Some(message)).is_ok()
     }
 
+    fn set_tick_ms(&self, period_ms: u64) -> bool {
+        hostcalls::set_tick_period(Duration::from_millis(period_ms)).is_ok()
+    }
+
     fn dispatch(&self, request: &Callout, timeout_ms: u64) -> Result<u32, Refused> {
         let headers: Vec<(&str, &str)> = request
             .headers

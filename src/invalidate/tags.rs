@@ -75,6 +75,24 @@ pub fn find_in_answer(body: &[u8], key_fields: &KeyFields) -> Option<Found> {
     Some(found)
 }
 
+/// Adds to `found` the types and entities of one JSON value (an entity as a subgraph wrote it,
+/// or its representation), as [`find_in_answer`] reads them under `data`. Text that cannot name a
+/// type (no `__typename`, no escape that could spell it) is not parsed: most entities hold none.
+pub fn find_in_value(json: &str, key_fields: &KeyFields, found: &mut Found) {
+    if !json.contains(TYPENAME) && !json.contains("\\u") {
+        return;
+    }
+    let Ok(value) = serde_json::from_str::<Value>(json) else {
+        return;
+    };
+    walk_objects(&value, (), found, |found, map, (), children| {
+        if let Some(Value::String(t)) = map.get(TYPENAME) {
+            note(found, t, map, key_fields);
+        }
+        children.extend(map.values().map(|v| (v, ())));
+    });
+}
+
 /// Visits the objects under `data` depth first in document order, each with the state its parent
 /// gave it; `visit` notes an object and pushes the children to walk into, in document order. Stops
 /// after `MAX_OBJECTS` objects (`found.truncated`), so a huge answer costs a bounded walk.
@@ -193,6 +211,28 @@ mod tests {
         "posts":[{"__typename":"Post","id":7,"author":{"__typename":"User","id":"2"}},
                  {"__typename":"Post","id":"7"}]},
         "stats":{"count":3}}}"#;
+
+    #[test]
+    fn a_value_reads_as_the_same_value_under_data_does() {
+        let keys = KeyFields::default();
+        for json in [
+            r#"{"__typename":"Product","id":"1"}"#,
+            r#"{"reviews":[{"id":"r","author":{"__typename":"User","id":9}}]}"#,
+            r#"{"name":"no type here"}"#,
+            r#"{"\u005f_typename":"User","id":"3"}"#,
+            "null",
+            "not json",
+        ] {
+            let mut found = Found::default();
+            find_in_value(json, &keys, &mut found);
+            let wrapped = format!(r#"{{"data":{{"e":{json}}}}}"#);
+            let want = find_in_answer(wrapped.as_bytes(), &keys).unwrap_or_default();
+            assert_eq!(found, want, "{json}");
+        }
+        let mut found = Found::default();
+        find_in_value(r#"{"\u005f_typename":"User","id":"3"}"#, &keys, &mut found);
+        assert_eq!(found.entities, vec![("User".to_string(), "3".to_string())]);
+    }
 
     #[test]
     fn types_and_entities_in_document_order_ids_as_text() {

@@ -11,6 +11,7 @@ use crate::coalesce::waiters::LocalFlights;
 use crate::config::Config;
 use crate::effects::operation_stats::OperationStats;
 use crate::entities::batch::WaitedBatches;
+use crate::entities::deferred::DeferredSplits;
 use crate::entities::request::Shapes;
 use crate::fast_hash::{FastMap, FastSet};
 use crate::fleet::calls::L2Calls;
@@ -131,6 +132,12 @@ pub struct Worker {
     pub entity_shapes: Shapes,
     /// Entity mode: the batches this worker's requests wait on (for stale-if-error per entity).
     pub entity_batches: WaitedBatches,
+    /// Entity mode: root-fetched answers already relayed, their entities still to be stored.
+    pub deferred_splits: DeferredSplits,
+    /// The root's timer is set to fire soon, for the held answers (see `root::tick`).
+    pub quick_tick: bool,
+    /// When the root's timer last did its periodic work.
+    pub last_housekeeping_ms: u64,
 }
 
 /// At most `capacity` keys, the oldest forgotten first.
@@ -189,6 +196,9 @@ impl Worker {
             operations: OperationStats::new(config.operation_stats),
             entity_shapes: Shapes::default(),
             entity_batches: WaitedBatches::default(),
+            deferred_splits: DeferredSplits::default(),
+            quick_tick: false,
+            last_housekeeping_ms: 0,
         }
     }
 

@@ -1,6 +1,6 @@
 //! Root: the fetches entity mode makes from the root context (a coalesced all-miss batch, a
 //! background refresh of stale entities). Their answer is split into entity entries, as a
-//! forwarded batch's is, never stored whole (an `_entities` answer holds no `__typename`: entity
+//! forwarded batch's is (a coalesced batch's once its waiters are answered), never stored whole (an `_entities` answer holds no `__typename`: entity
 //! purges would not reach it); a refresh ends the flights of every entity it refreshed; a failed
 //! batch is answered from its entities' entries within their stale-if-error window.
 
@@ -13,12 +13,15 @@ use crate::effects::counters::Counter;
 use crate::effects::host::Host;
 use crate::entities::answer::{assemble, Fetched};
 use crate::entities::batch::EntityBatch;
+use crate::entities::deferred::DeferredSplit;
 use crate::entities::mode::listener_settings;
 use crate::request::key::CacheKey;
 use crate::worker::ctx::Ctx;
 use crate::worker::entity_store::{self, Split};
 use crate::worker::root::stale::{self, error_entry};
+use crate::worker::root::timer::tick_soon;
 use crate::worker::store::Stored;
+use std::rc::Rc;
 
 fn not_stored(why: &'static str) -> Stored {
     Stored {
@@ -27,9 +30,60 @@ fn not_stored(why: &'static str) -> Stored {
     }
 }
 
-/// Stores the entities of `answer`, fetched for `batch`; what storing did, for the leader's
-/// debug headers (nothing for the fleet's L2: there is no whole entry).
-pub fn store(cx: &mut Ctx<'_, impl Host>, batch: &EntityBatch, answer: &Answer<'_>) -> Stored {
+/// Stores the entities of `answer`, fetched for `batch`, now, or holds the answer to split it
+/// after its waiters are answered (then `true`: call [`split_later`] once they are). What storing
+/// did, for the leader's debug headers (nothing for the fleet's L2: there is no whole entry).
+pub fn store_or_defer(
+    cx: &mut Ctx<'_, impl Host>,
+    batch: &Rc<EntityBatch>,
+    answer: &Answer<'_>,
+) -> (Stored, bool) {
+    if let Some(refused) = refused(cx, batch, answer) {
+        return (refused, false);
+    }
+    // A background refresh has nobody waiting.
+    if !batch.also_holds.is_empty() {
+        return (split(cx, batch, answer), false);
+    }
+    let held = DeferredSplit {
+        batch: Rc::clone(batch),
+        status: answer.status,
+        headers: answer.headers.to_vec(),
+        body: answer.body.to_vec(),
+    };
+    match cx.worker(|w| w.deferred_splits.hold(held)) {
+        Ok(()) => (Stored::default(), true),
+        Err(_) => (split(cx, batch, answer), false),
+    }
+}
+
+/// Has the root's timer split the held answers soon, once Envoy has written the answers just
+/// made (see `tick::SPLIT_AFTER_MS`); splits them now if the host refuses.
+pub fn split_later(cx: &mut Ctx<'_, impl Host>) {
+    if !tick_soon(cx) {
+        split_held(cx);
+    }
+}
+
+/// Splits every held answer into entity entries (the root's timer).
+pub fn split_held(cx: &mut Ctx<'_, impl Host>) {
+    while let Some(held) = cx.worker(|w| w.deferred_splits.take_oldest()) {
+        let answer = Answer {
+            status: held.status,
+            headers: &held.headers,
+            body: &held.body,
+        };
+        split(cx, &held.batch, &answer);
+    }
+}
+
+/// Why the answer fetched for `batch` stores nothing at all, if it does not; counts what it was
+/// asked for.
+fn refused(
+    cx: &mut Ctx<'_, impl Host>,
+    batch: &EntityBatch,
+    answer: &Answer<'_>,
+) -> Option<Stored> {
     let mut asked: Vec<(usize, usize)> = batch
         .sent
         .iter()
@@ -43,11 +97,16 @@ pub fn store(cx: &mut Ctx<'_, impl Host>, batch: &EntityBatch, answer: &Answer<'
     // The listener's limit, also where a route turned entity mode on.
     let limit = listener_settings(cx.config()).max_answer_bytes;
     if answer.status != 200 {
-        return not_stored(NotStored::Status.as_str());
+        return Some(not_stored(NotStored::Status.as_str()));
     }
     if answer.body.len() > limit {
-        return not_stored(NotStored::TooLarge.as_str());
+        return Some(not_stored(NotStored::TooLarge.as_str()));
     }
+    None
+}
+
+/// Stores the entities of `answer`, fetched for `batch` (whose status and size passed).
+fn split(cx: &mut Ctx<'_, impl Host>, batch: &EntityBatch, answer: &Answer<'_>) -> Stored {
     let Ok(fetched) = Fetched::read(answer.body, &batch.req, &batch.sent) else {
         return not_stored(NotStored::NotJson.as_str());
     };

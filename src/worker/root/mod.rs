@@ -10,3 +10,4 @@ pub mod followers;
 pub mod shared_fetch;
 pub mod stale;
 pub mod tick;
+pub mod timer;

@@ -160,15 +160,18 @@ pub fn on_fetch_response(cx: &mut Ctx<'_, impl Host>, token: u32, result: FetchR
         headers: &headers,
         body: &body,
     };
-    let mut stored = match &fetch.entities {
-        Some(batch) => entity_fetch::store(cx, batch, &answer_in),
-        None => store_answer(cx, &fetch.key, answer_in, &fetch.asked),
+    let (mut stored, split_later) = match &fetch.entities {
+        Some(batch) => entity_fetch::store_or_defer(cx, batch, &answer_in),
+        None => (store_answer(cx, &fetch.key, answer_in, &fetch.asked), false),
     };
     // Sent before anyone is answered: answering switches the effective context.
     after_origin(cx, &fetch, &mut stored);
     let response =
         Response::from_upstream(status, headers, body).map_err(|_| Release::NotRelayable);
     finish(cx, &fetch, response, &Labels::fetched(&stored));
+    if split_later {
+        entity_fetch::split_later(cx);
+    }
 }
 
 /// The answer for a callout Envoy reset. Envoy ends a callout that timed out after the headers

@@ -313,6 +313,8 @@ fn fetched_by_root(node: &Node, context: u32, ids: &[u32]) -> Reply {
     node.deliver_queue();
     let token = *node.tokens().last().unwrap();
     node.callout_answers(token, root_answer(&subgraph_answer(ids), &[]));
+    // The root splits the answer at its next (quick) tick, after answering.
+    node.tick();
     // What follows is another callback.
     node.host.begin_callback();
     node.reply(context)
@@ -362,6 +364,14 @@ fn identical_all_miss_batches_share_one_fetch_whose_answer_is_split_into_entitie
     );
     assert!(a.host.headers_set.borrow().is_empty());
 
+    // Answered before anything is stored: the root splits the answer at a tick set to come at
+    // once, after Envoy has written the answers; then its timer is as before.
+    assert_eq!(a.host.counted(Counter::Stores), 0);
+    assert!(!a.worker.borrow().deferred_splits.is_empty());
+    assert_eq!(a.host.tick_ms.get(), 1);
+    a.tick();
+    assert!(a.worker.borrow().deferred_splits.is_empty());
+    assert_eq!(a.host.tick_ms.get(), 100);
     // Stored as two entities, not as the batch: any batch naming them is answered here.
     assert_eq!(a.host.counted(Counter::Stores), 2);
     assert_eq!(a.host.counted(Counter::EntitiesFetched), 2);
@@ -461,6 +471,57 @@ fn a_stale_entity_is_served_while_one_refresh_asks_for_the_stale_ones_alone() {
 }
 
 #[test]
+fn a_quick_tick_splits_what_was_answered_and_leaves_the_periodic_work_to_its_time() {
+    use crate::effects::counters::Counter;
+    let (a, _b) = envoy(r#"{"entities":{"ttl_seconds":60}}"#);
+    a.tick();
+    let beat = a.worker.borrow().last_housekeeping_ms;
+    let asked = [(1, [1, 2]), (2, [3, 4])];
+    for (context, ids) in asked {
+        assert_eq!(a.post(context, &batch(&ids), &[]).1, Flow::Pause);
+    }
+    a.deliver_queue();
+    let tokens = a.tokens();
+    assert_eq!(tokens.len(), 2);
+    for (token, (context, ids)) in tokens.into_iter().zip(asked) {
+        a.callout_answers(token, root_answer(&subgraph_answer(&ids), &[]));
+        assert_eq!(a.reply(context).body, subgraph_answer(&ids).as_bytes());
+    }
+    assert_eq!(a.host.counted(Counter::Stores), 0);
+    assert_eq!(
+        a.worker.borrow().deferred_splits.len(),
+        2,
+        "one quick tick for both"
+    );
+    a.host.advance(1);
+    a.tick();
+    assert_eq!(a.host.counted(Counter::Stores), 4);
+    assert_eq!(a.worker.borrow().last_housekeeping_ms, beat, "not due yet");
+    assert_eq!(a.host.tick_ms.get(), 100);
+    assert_eq!(a.post(3, &batch(&[4, 1]), &[]).1, Flow::Pause);
+    assert_eq!(a.reply(3).header("x-cache"), Some("HIT"));
+    a.assert_host_rules_kept();
+}
+
+#[test]
+fn a_batch_arriving_before_the_quick_tick_finds_what_was_answered() {
+    use crate::effects::counters::Counter;
+    let (a, _b) = envoy(r#"{"entities":{"ttl_seconds":60}}"#);
+    assert_eq!(a.post(1, &batch(&[1, 2]), &[]).1, Flow::Pause);
+    a.deliver_queue();
+    let token = *a.tokens().last().unwrap();
+    a.callout_answers(token, root_answer(&subgraph_answer(&[1, 2]), &[]));
+    assert_eq!(a.host.counted(Counter::Stores), 0);
+    a.host.begin_callback();
+    assert_eq!(a.post(2, &batch(&[2, 1]), &[]).1, Flow::Pause);
+    assert_eq!(a.reply(2).header("x-cache"), Some("HIT"));
+    assert_eq!(a.host.counted(Counter::Stores), 2);
+    a.tick();
+    assert_eq!(a.host.counted(Counter::Stores), 2, "nothing left to split");
+    a.assert_host_rules_kept();
+}
+
+#[test]
 fn a_subgraph_s_stale_while_revalidate_is_honoured_and_without_it_an_expired_entity_is_a_miss() {
     let (a, _b) = envoy(r#"{"entities":{"ttl_seconds":60}}"#);
     let (_, flow) = a.post(1, &batch(&[1, 2]), &[]);
@@ -469,6 +530,7 @@ fn a_subgraph_s_stale_while_revalidate_is_honoured_and_without_it_an_expired_ent
     let token = *a.tokens().last().unwrap();
     let cc = [("cache-control", "max-age=1, stale-while-revalidate=30")];
     a.callout_answers(token, root_answer(&subgraph_answer(&[1, 2]), &cc));
+    a.tick();
     a.host.advance(1500);
     assert_eq!(a.post(2, &batch(&[2]), &[]).1, Flow::Pause);
     assert_eq!(a.reply(2).header("x-cache"), Some("STALE"));
