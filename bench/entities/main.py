@@ -9,6 +9,7 @@ Topology (tests/federation/: three Node subgraphs, Apollo Gateway 2.14), all on 
   (b) client -> Envoy (whole answers) -> gateway -> subgraphs
   (c) client -> gateway -> Envoy (entities) -> subgraphs
   (d) client -> Envoy (whole answers) -> gateway -> Envoy (entities) -> subgraphs
+  (e) client -> gateway -> Envoy (no filter) -> subgraphs: (c)'s hop without the filter
 
 Each Envoy its own process with one worker (so each layer's counters are its own); nothing
 pinned (the gateway, the subgraphs, the Envoys and the load share the machine's cores). A run of a
@@ -104,7 +105,12 @@ CONFIGS = [
     ("b", "whole-response cache", CACHE_BYTES, 0),
     ("c", "entity cache", 0, CACHE_BYTES),
     ("d", "both (half each)", CACHE_BYTES // 2, CACHE_BYTES // 2),
+    # (c)'s topology without the filter: what the Envoy hop itself costs, so (c) against (e) is
+    # the filter's own effect where an Envoy is on that hop anyway (a mesh, a sidecar).
+    ("e", "Envoy hop, no filter", 0, 0),
 ]
+# The configuration whose subgraph hop is a plain Envoy.
+PLAIN_HOP = "e"
 
 PROCS = []
 DIRS = []
@@ -271,11 +277,12 @@ def front_envoy(gateway_port, cache_bytes):
 
 
 def subgraph_envoy(ports, config):
-    """envoy/federation.yaml's `subgraphs` listener: a prefix route to each subgraph, paths kept."""
+    """envoy/federation.yaml's `subgraphs` listener: a prefix route to each subgraph, paths kept
+    (with no filter when `config` is None)."""
     routes = "\n".join(route(f"/{n}/", n) for n in ("products", "reviews", "users"))
+    filters = filter_item(config, "graphql_cache_entities") if config is not None else ""
     listener = bench.render("listener.yaml", name="subgraphs", port=0, listener_extra="", stat_prefix="subgraphs",
-                            routes=routes, catch_all="direct_response: { status: 404 }",
-                            filters=filter_item(config, "graphql_cache_entities"))
+                            routes=routes, catch_all="direct_response: { status: 404 }", filters=filters)
     clusters = bench.render("cluster.yaml", name="reviews", port=ports["reviews"]) + \
         bench.render("cluster.yaml", name="users", port=ports["users"])
     yaml_text = bench.render("envoy.yaml", admin_port=0, listener=listener,
@@ -304,8 +311,9 @@ def run_config(name, front_bytes, entity_bytes, keys, bodies, bodies_file, probe
     envoys = {}
     try:
         urls = dict(subgraphs.urls)
-        if entity_bytes:
-            envoys["subgraphs"] = subgraph_envoy(subgraphs.ports, dict(ENTITY_CONFIG, cache_bytes=entity_bytes))
+        if entity_bytes or name == PLAIN_HOP:
+            config = dict(ENTITY_CONFIG, cache_bytes=entity_bytes) if entity_bytes else None
+            envoys["subgraphs"] = subgraph_envoy(subgraphs.ports, config)
             urls = {n: f"http://127.0.0.1:{envoys['subgraphs'].port}/{n}/graphql" for n in urls}
         gateway_proc, url = gateway(urls)
         if front_bytes:
@@ -470,12 +478,15 @@ def summary(values):
 
 # --- report ------------------------------------------------------------------------------------
 def report(agg, partial, meta):
-    a, b, c, d = (agg[n] for n in "abcd")
+    a, b, c = (agg[n] for n in "abc")
     reps_ratio = b["representations_per_request"] / max(c["representations_per_request"], 1e-9)
     paced = c["paced_p99_ms"] is not None
     p99_ratio = (c["paced_p99_ms"] / a["paced_p99_ms"]) if paced else c["p99_ms"] / a["p99_ms"]
     sat_ratio = c["p99_ms"] / a["p99_ms"]
     part = partial["ratio"]["p50"]
+    e = agg[PLAIN_HOP]
+    hop_ratio = (c["paced_p99_ms"] / e["paced_p99_ms"]) if paced else c["p99_ms"] / e["p99_ms"]
+    hop_sat = c["p99_ms"] / e["p99_ms"]
     where = f"on {LIGHT} connections (below saturation)" if paced else "at saturation"
     targets = [
         ("(c) representations per client request at least 5x fewer than (b)", f"{reps_ratio:.1f}x fewer", reps_ratio >= 5),
@@ -519,7 +530,10 @@ def report(agg, partial, meta):
     lines.append("")
     for t, v, ok in targets:
         lines.append(f"- {'PASS' if ok else 'MISS'} {t}: {v}")
-    lines.append(f"- every probe answer equal to (a)'s in (b), (c), (d): {meta['answers_equal']}; "
+    lines.append(f"- (not a target) (c) client p99 against ({PLAIN_HOP}), the same Envoy hop without the filter, {where}: "
+                 f"{hop_ratio:.2f} (at saturation {hop_sat:.2f}); ({PLAIN_HOP}) against (a): "
+                 f"{(e['paced_p99_ms'] / a['paced_p99_ms']) if paced else e['p99_ms'] / a['p99_ms']:.2f}")
+    lines.append(f"- every probe answer equal to (a)'s in (b), (c), (d), (e): {meta['answers_equal']}; "
                  f"partial, miss, hit and direct answers equal: {partial['answers_equal']}")
     return "\n".join(lines), [{"target": t, "value": v, "pass": ok} for t, v, ok in targets]
 
@@ -530,10 +544,10 @@ def chart(agg, partial, path):
     import matplotlib.pyplot as plt
     import matplotlib.ticker
 
-    names = [f"({n}) {label}".replace(" (half", "\n(half").replace(" cache", "\ncache") for n, label, *_ in CONFIGS]
+    names = [f"({n}) {label}".replace(" (half", "\n(half").replace(" cache", "\ncache").replace(" hop,", " hop,\n") for n, label, *_ in CONFIGS]
     rows = [agg[n] for n, *_ in CONFIGS]
     xs = list(range(len(rows)))
-    colors = ["#7f7f7f", "#1f77b4", "#2ca02c", "#9467bd"]
+    colors = ["#7f7f7f", "#1f77b4", "#2ca02c", "#9467bd", "#c7c7c7"]
     fig, axes = plt.subplots(2, 3, figsize=(17, 9))
     ax = axes[0][0]
     ax.bar(xs, [r["rps"] for r in rows], color=colors)
