@@ -428,6 +428,19 @@ fn products_resolved(subgraphs: &Subgraphs) -> u64 {
     counts["resolved"]["Product"].as_u64().unwrap_or(0)
 }
 
+/// Waits (at most 5 s) until Envoy has stored `n` entries: a coalesced batch is answered first
+/// and its entities stored a moment later (the root's next tick, about 1 ms; at once on the same
+/// worker for a batch that needs them, but the next request may reach another worker).
+fn wait_stores(envoy: &Envoy, n: u64) {
+    for _ in 0..100 {
+        if envoy.counter("stores") >= n {
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    panic!("Envoy stored {} of {n}", envoy.counter("stores"));
+}
+
 /// Waits (at most 5 s) until the products subgraph has resolved `n` representations.
 fn wait_resolved(subgraphs: &Subgraphs, n: u64) {
     for _ in 0..100 {
@@ -468,6 +481,7 @@ fn identical_batches_resolve_once_and_stale_entities_refresh_in_the_background()
     assert_eq!(labels, [["COALESCED"; 7].as_slice(), &["MISS"]].concat());
     // The batch's four representations (2 twice, as the gateway sent it), resolved once.
     assert_eq!(products_resolved(&subgraphs), 4, "one upstream resolution");
+    wait_stores(&envoy, 3);
     // Split into entities: another batch naming them is answered by Envoy.
     let hit = http(
         port,
@@ -481,6 +495,7 @@ fn identical_batches_resolve_once_and_stale_entities_refresh_in_the_background()
     let fresh = http(port, Req::post_json(&products_batch(&[4])).path("/graphql"));
     assert_eq!(fresh.cache(), "MISS");
     assert_eq!(products_resolved(&subgraphs), 5);
+    wait_stores(&envoy, 4);
     let stale = http(
         port,
         Req::post_json(&products_batch(&[4, 1, 2, 3])).path("/graphql"),
@@ -521,6 +536,7 @@ fn a_subgraph_that_is_gone_is_replaced_by_entities_within_stale_if_error() {
     assert_eq!(stored.status, 200);
     std::thread::sleep(std::time::Duration::from_millis(1200));
     assert_eq!(ask(&[3]).cache(), "MISS", "3 fresh, 1 and 2 expired");
+    wait_stores(&envoy, 3);
     drop(subgraphs.process);
 
     let partial = ask(&[3, 1]);

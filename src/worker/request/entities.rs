@@ -23,6 +23,7 @@ use crate::worker::request::entity_stale::{self, StaleEntry};
 use crate::worker::request::lookup::{find, Found};
 use crate::worker::request::read::{fetch_cluster, read_identity};
 use crate::worker::root::answer::CACHE_HEADER;
+use crate::worker::root::entity_fetch::split_held;
 use crate::worker::root::shared_fetch::request_dispatch;
 use std::rc::Rc;
 
@@ -86,6 +87,23 @@ pub fn look_up_l1(
         token: None,
         capture: None,
     }
+}
+
+/// [`look_up_l1`], after splitting the answers the root relayed but holds unsplit (see
+/// `root::timer`) if they will store an entity this batch misses: a gateway asking again once
+/// answered finds what it was answered, and a batch they do not concern pays nothing for them.
+pub fn look_up_l1_after_held(
+    cx: &mut Ctx<'_, impl RequestHost>,
+    head: &RequestHead,
+    req: EntitiesRequest,
+) -> EntityExchange {
+    let x = look_up_l1(cx, head, req);
+    let missing = x.missing_keys();
+    if !cx.worker(|w| w.deferred_splits.holds_any(missing.iter().map(|(k, _)| k))) {
+        return x;
+    }
+    split_held(cx);
+    look_up_l1(cx, head, x.req)
 }
 
 /// With what was found (in L1, and in the fleet's L2 if it was asked): answers, fetches the

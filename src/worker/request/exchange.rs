@@ -42,7 +42,6 @@ use crate::worker::request::purge::{self, admin_api, Admin, AtHeaders};
 use crate::worker::request::read::{read_head, read_identity, read_route};
 use crate::worker::request::shadow::Shadowed;
 use crate::worker::root::answer::{CACHE_HEADER, KEY_HEADER, REASON_HEADER};
-use crate::worker::root::entity_fetch::split_held;
 use crate::worker::root::shared_fetch::request_dispatch;
 use crate::worker::state::Outcome;
 use crate::worker::store::account_store;
@@ -506,10 +505,7 @@ impl Exchange {
         req: EntitiesRequest,
         body: &[u8],
     ) -> Flow {
-        // Answers the root relayed but has not split yet (see `root::timer`): stored before this
-        // batch looks, so a client asking again once answered finds what it was answered.
-        split_held(cx);
-        let x = entities::look_up_l1(cx, head, req);
+        let x = entities::look_up_l1_after_held(cx, head, req);
         if let Some(asked) = l2_entities::ask(cx, &x.missing_keys()) {
             // Whatever L2 brings, something may go upstream: uncompressed, to be stored.
             cx.host().set_request_header("accept-encoding", IDENTITY);

@@ -512,6 +512,10 @@ fn a_batch_arriving_before_the_quick_tick_finds_what_was_answered() {
     let token = *a.tokens().last().unwrap();
     a.callout_answers(token, root_answer(&subgraph_answer(&[1, 2]), &[]));
     assert_eq!(a.host.counted(Counter::Stores), 0);
+    // A batch the held answer does not concern leaves it for the timer.
+    a.host.begin_callback();
+    assert_eq!(a.post(3, &batch(&[7]), &[]).1, Flow::Pause);
+    assert_eq!(a.host.counted(Counter::Stores), 0);
     a.host.begin_callback();
     assert_eq!(a.post(2, &batch(&[2, 1]), &[]).1, Flow::Pause);
     assert_eq!(a.reply(2).header("x-cache"), Some("HIT"));
