@@ -30,7 +30,7 @@ help:
 	@echo "make bench-ab - where a hit's time goes (each bench/ab/ patch A/B'd against HEAD)"
 	@echo "make bench-hostcalls - what one proxy-wasm host call costs a request"
 	@echo "make bench-hitratio - hit ratio on synthetic traces through Envoy beside LRU, W-TinyLFU and Belady"
-	@echo "make bench-entities - a federation catalogue through Apollo Gateway: no cache, whole answers, entities, both"
+	@echo "make bench-entities - a federation catalogue through Apollo Gateway: no cache, whole answers, entities, both, a plain Envoy hop"
 	@echo "make soak   - a million distinct keys through Envoy, RSS sampled (bounded memory)"
 	@echo "make oci    - the filter as a reproducible OCI image (Istio, Envoy Gateway) under target/oci/"
 	@echo "make fuzz   - coverage-guided fuzzing of every parser and decoder (FUZZ_SECONDS each)"
