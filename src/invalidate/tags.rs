@@ -66,12 +66,7 @@ pub fn find_in_answer(body: &[u8], key_fields: &KeyFields) -> Option<Found> {
         return None;
     }
     let mut found = Found::default();
-    walk_objects(data, (), &mut found, |found, map, (), children| {
-        if let Some(Value::String(t)) = map.get(TYPENAME) {
-            note(found, t, map, key_fields);
-        }
-        children.extend(map.values().map(|v| (v, ())));
-    });
+    note_typed(data, key_fields, &mut found);
     Some(found)
 }
 
@@ -82,10 +77,14 @@ pub fn find_in_value(json: &str, key_fields: &KeyFields, found: &mut Found) {
     if !json.contains(TYPENAME) && !json.contains("\\u") {
         return;
     }
-    let Ok(value) = serde_json::from_str::<Value>(json) else {
-        return;
-    };
-    walk_objects(&value, (), found, |found, map, (), children| {
+    if let Ok(value) = serde_json::from_str::<Value>(json) {
+        note_typed(&value, key_fields, found);
+    }
+}
+
+/// Notes every object under `value` that names its type, and its id.
+fn note_typed(value: &Value, key_fields: &KeyFields, found: &mut Found) {
+    walk_objects(value, (), found, |found, map, (), children| {
         if let Some(Value::String(t)) = map.get(TYPENAME) {
             note(found, t, map, key_fields);
         }

@@ -134,7 +134,7 @@ pub struct Worker {
     pub entity_batches: WaitedBatches,
     /// Entity mode: root-fetched answers already relayed, their entities still to be stored.
     pub deferred_splits: DeferredSplits,
-    /// The root's timer is set to fire soon, for the held answers (see `root::tick`).
+    /// The root's timer is set to fire soon, for the held answers (see `root::timer`).
     pub quick_tick: bool,
     /// When the root's timer last did its periodic work.
     pub last_housekeeping_ms: u64,

@@ -1,8 +1,9 @@
 //! Root: the fetches entity mode makes from the root context (a coalesced all-miss batch, a
 //! background refresh of stale entities). Their answer is split into entity entries, as a
-//! forwarded batch's is (a coalesced batch's once its waiters are answered), never stored whole (an `_entities` answer holds no `__typename`: entity
-//! purges would not reach it); a refresh ends the flights of every entity it refreshed; a failed
-//! batch is answered from its entities' entries within their stale-if-error window.
+//! forwarded batch's is (a coalesced batch's once its waiters are answered), never stored whole
+//! (an `_entities` answer holds no `__typename`: entity purges would not reach it); a refresh
+//! ends the flights of every entity it refreshed; a failed batch is answered from its entities'
+//! entries within their stale-if-error window.
 
 use crate::cache::entry::Entry;
 use crate::cache::not_stored::NotStored;
@@ -58,7 +59,7 @@ pub fn store_or_defer(
 }
 
 /// Has the root's timer split the held answers soon, once Envoy has written the answers just
-/// made (see `tick::SPLIT_AFTER_MS`); splits them now if the host refuses.
+/// made (see `timer::SPLIT_AFTER_MS`); splits them now if the host refuses.
 pub fn split_later(cx: &mut Ctx<'_, impl Host>) {
     if !tick_soon(cx) {
         split_held(cx);

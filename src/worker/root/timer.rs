@@ -10,7 +10,8 @@ pub const TICK: Duration = Duration::from_millis(100);
 /// How soon after answering a batch the root splits its answer into entities: a timer, because
 /// Envoy writes an answer to its socket in the next turn of its event loop, after anything
 /// posted in this one (a queued message) has run, but before a timer that is not yet due. (An
-/// entity batch that arrives first splits them before it looks: see `request::exchange`.)
+/// entity batch that needs them and arrives first splits them before it looks: see
+/// `request::entities::look_up_l1_after_held`.)
 pub const SPLIT_AFTER_MS: u64 = 1;
 /// A quick tick does the timer's periodic work only if this long has passed since it last did
 /// (timers may fire a little early).
