@@ -37,8 +37,7 @@ use graphql_cache::invalidate::tags::{entry_tags, find_in_answer, OperationTags,
 use graphql_cache::request::apq;
 use graphql_cache::request::canonical::{canonicalize, mutation_shape, Limits};
 use graphql_cache::request::classify::{
-    classify_body, classify_get, classify_headers, no_persisted_queries, HeadersVerdict,
-    RequestHead,
+    classify_body, classify_get, classify_headers, HeadersVerdict, Known, RequestHead,
 };
 use graphql_cache::request::http::{
     is_json_content_type, parse_get_query, parse_post_body, split_path,
@@ -126,8 +125,8 @@ pub fn get_query(data: &[u8]) {
     };
     let config = Config::default();
     let h = head("GET", "/graphql");
-    let a = classify_get(&config, &h, "/graphql", Some(query), &no_persisted_queries);
-    let b = classify_get(&config, &h, "/graphql", Some(query), &no_persisted_queries);
+    let a = classify_get(&config, &h, "/graphql", Some(query), Known::nothing());
+    let b = classify_get(&config, &h, "/graphql", Some(query), Known::nothing());
     assert_eq!(a.map(|c| c.key).ok(), b.map(|c| c.key).ok());
     if let Ok(req) = parse_get_query(query) {
         assert_canonical_fixed_point(&req.query);

@@ -1031,7 +1031,7 @@ fn show(body: &[u8]) -> String {
 /// The canonical text and key of a POST body, or why it was not cacheable.
 fn classify(body: &[u8]) -> Result<(String, CacheKey), TestCaseError> {
     classify_body(&config(), &head(), body)
-        .map(|c| (c.operation.text, c.key))
+        .map(|c| (c.operation.text.clone(), c.key))
         .map_err(|e| TestCaseError::fail(format!("{:?} for body\n  {}", e.reason, show(body))))
 }
 

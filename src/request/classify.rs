@@ -16,6 +16,7 @@ use crate::request::http::{
 };
 use crate::request::key::{build_key, CacheKey, KeyContext};
 use crate::request::memo::MemoInput;
+use crate::request::operations::{Operations, ReadOperation};
 use crate::request::rules::{request_policy, RequestPolicy, RouteOverride};
 use serde::de::IgnoredAny;
 use serde::Deserialize;
@@ -89,7 +90,7 @@ impl RequestHead {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Classified {
     pub key: CacheKey,
-    pub operation: CanonicalOperation,
+    pub operation: Rc<CanonicalOperation>,
     pub policy: RequestPolicy,
     /// A checked persisted-query hash and its text, to teach the table.
     pub teaches: Option<Rc<(String, String)>>,
@@ -136,8 +137,8 @@ impl From<Classified> for Decided {
             key: c.key,
             policy: c.policy,
             operation: Rc::new(OperationTags {
-                name: c.operation.name,
-                root_fields: c.operation.root_fields,
+                name: c.operation.name.clone(),
+                root_fields: c.operation.root_fields.clone(),
             }),
             teaches: c.teaches,
             hash_only: c.hash_only,
@@ -211,7 +212,7 @@ pub fn classify_headers(
         return HeadersVerdict::NotHandled;
     }
     match head.method.as_slice() {
-        b"GET" => match classify_get(config, head, path, query_string, &no_persisted_queries) {
+        b"GET" => match classify_get(config, head, path, query_string, Known::nothing()) {
             Ok(c) => HeadersVerdict::Ready(c),
             Err(b) => HeadersVerdict::Bypass(b.reason),
         },
@@ -259,14 +260,47 @@ pub fn classify_get(
     head: &RequestHead,
     path: &str,
     query_string: Option<&str>,
-    persisted: Resolve<'_>,
+    known: Known<'_>,
 ) -> Result<Classified, Bypassed> {
     let req = parse_get_query(query_string.unwrap_or_default())?;
-    identify(config, head, path, req, persisted)
+    identify(config, head, path, req, known)
 }
 
 /// Finds the query text of a persisted-query hash (`request::apq`), for hash-only requests.
 pub type Resolve<'a> = &'a dyn Fn(&str) -> Option<String>;
+
+/// What classification may reuse from earlier requests.
+pub struct Known<'a> {
+    /// The texts of persisted queries, by hash.
+    pub persisted: Resolve<'a>,
+    /// The operations a worker has read (`None`: each is read afresh).
+    pub operations: Option<&'a mut Operations>,
+}
+
+impl<'a> Known<'a> {
+    /// Nothing: every hash unknown, every operation read afresh.
+    pub fn nothing() -> Known<'static> {
+        Known {
+            persisted: &no_persisted_queries,
+            operations: None,
+        }
+    }
+
+    /// Persisted queries from `persisted`, operations read afresh.
+    pub fn persisted(persisted: Resolve<'a>) -> Known<'a> {
+        Known {
+            persisted,
+            operations: None,
+        }
+    }
+
+    fn operation(&mut self, query: &str, name: Option<&str>, config: &Config) -> ReadOperation {
+        match &mut self.operations {
+            Some(memo) => memo.read(query, name, config.limits()),
+            None => canonicalize(query, name, config.limits()).map(Rc::new),
+        }
+    }
+}
 
 /// For callers without persisted queries: every hash is unknown.
 pub fn no_persisted_queries(_: &str) -> Option<String> {
@@ -279,7 +313,7 @@ pub fn classify_body(
     head: &RequestHead,
     body: &[u8],
 ) -> Result<Classified, Bypassed> {
-    classify_post(config, head, body, &no_persisted_queries)
+    classify_post(config, head, body, Known::nothing())
 }
 
 /// [`classify_body`] with persisted queries resolved by `persisted`.
@@ -287,7 +321,7 @@ pub fn classify_post(
     config: &Config,
     head: &RequestHead,
     body: &[u8],
-    persisted: Resolve<'_>,
+    known: Known<'_>,
 ) -> Result<Classified, Bypassed> {
     if body.len() > config.max_body_bytes {
         return Err(Bypass::BodyTooLarge.into());
@@ -295,7 +329,7 @@ pub fn classify_post(
     // The whole path, query string included: some servers let URL parameters override the body.
     let full_path = std::str::from_utf8(&head.path).map_err(|_| Bypass::BadQueryString)?;
     let req = parse_post_body(body)?;
-    identify(config, head, full_path, req, persisted)
+    identify(config, head, full_path, req, known)
 }
 
 /// The shape of a mutation's answer (see `invalidate::shape`), from the request bytes the origin
@@ -374,11 +408,12 @@ fn identify(
     head: &RequestHead,
     path: &str,
     mut req: GraphQlRequest,
-    persisted: Resolve<'_>,
+    mut known: Known<'_>,
 ) -> Result<Classified, Bypassed> {
     let hash_only = req.persisted.as_ref().is_some_and(|p| !p.with_query);
-    let teaches = resolve_persisted(&mut req, persisted)?;
-    let operation = canonicalize(&req.query, req.operation_name.as_deref(), config.limits())
+    let teaches = resolve_persisted(&mut req, known.persisted)?;
+    let operation = known
+        .operation(&req.query, req.operation_name.as_deref(), config)
         .map_err(|e| match e {
             CanonicalError::TooDeep => Bypass::TooDeep,
             CanonicalError::TooWide => Bypass::TooWide,

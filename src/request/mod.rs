@@ -1,7 +1,7 @@
 //! The request and its key, free of host calls: GraphQL over HTTP (`http`), strict JSON for the
 //! key (`json`), canonical printing (`canonical`), per-operation policy (`rules`), the key
 //! (`key`), the whole decision from request head and body to key or bypass (`classify`, with its
-//! per-worker `memo`), why a request passes through (`bypass`), and what the matched route says
+//! per-worker `memo`, and `operations`, the memo of canonical operations), why a request passes through (`bypass`), and what the matched route says
 //! (`route_metadata`).
 //!
 //! It reads the configuration's types (rules, limits) from `config`, never the other way round.
@@ -15,5 +15,6 @@ pub mod http;
 pub mod json;
 pub mod key;
 pub mod memo;
+pub mod operations;
 pub mod route_metadata;
 pub mod rules;

@@ -21,11 +21,14 @@ use crate::request::apq::ApqTable;
 use crate::request::classify::{Bypassed, Decided};
 use crate::request::key::{CacheKey, SlotKey};
 use crate::request::memo::Memo;
+use crate::request::operations::Operations;
 use crate::worker::watchdog::BodyWatchdog;
 
 /// Requests larger than this are classified every time rather than memoized, which bounds the
 /// memo at `key_memo_entries` x 8 KiB per worker.
 const MEMO_MAX_INPUT: usize = 8 * 1024;
+/// Operations a worker keeps canonical (a gateway's query plans, a client's operations).
+const OPERATIONS_KEPT: usize = 256;
 /// Keys remembered as answering too large to share.
 const TOO_LARGE_KEPT: usize = 1024;
 /// A flight's lease outlives its fetch timeout by this much before it counts as lost.
@@ -60,6 +63,11 @@ impl Plugin {
             .saturating_add(LEASE_GRACE_MS)
             .saturating_add(l2)
     }
+}
+
+/// The memo of operations a configuration asks for: off with the key memo.
+fn operations_read(config: &Config) -> Operations {
+    Operations::new(config.key_memo_entries.min(OPERATIONS_KEPT), MEMO_MAX_INPUT)
 }
 
 /// The shared table's shape a configuration asks for.
@@ -106,6 +114,9 @@ pub struct Worker {
     pub watchdog: BodyWatchdog,
     /// Raw request bytes to classification.
     pub memo: Memo<Result<Decided, Bypassed>>,
+    /// Canonical operations by text and name: the memo above misses whenever the variables
+    /// change. Off with it (`key_memo_entries: 0`); at most 256 texts of 8 KiB.
+    pub operations_read: Operations,
     /// Recently served entries, in front of shared data, each checked against the purge marks
     /// of some epoch (checked again once the epoch moves).
     pub hot: HotCache,
@@ -185,6 +196,7 @@ impl Worker {
             outcomes: FastMap::default(),
             watchdog: BodyWatchdog::default(),
             memo: Memo::new(config.key_memo_entries, MEMO_MAX_INPUT),
+            operations_read: operations_read(config),
             hot: HotCache::new(config.local_cache_bytes),
             seen: Seen::new(&layout(config)),
             purges: PurgeView::default(),
@@ -205,6 +217,7 @@ impl Worker {
     /// A new configuration: what was derived from the old one goes (keys may differ now).
     pub fn reconfigure(&mut self, config: &Config) {
         self.memo = Memo::new(config.key_memo_entries, MEMO_MAX_INPUT);
+        self.operations_read = operations_read(config);
         self.hot = HotCache::new(config.local_cache_bytes);
         self.seen = Seen::new(&layout(config));
         self.purges = PurgeView::default();

@@ -22,10 +22,11 @@ use crate::invalidate::tags::OperationTags;
 use crate::request::bypass::Bypass;
 use crate::request::classify::{
     classify_get, classify_headers, classify_post, handles, memo_input, mutation_shape_of,
-    scope_key, Bypassed, Classified, Decided, HeadersVerdict, RequestHead,
+    scope_key, Bypassed, Classified, Decided, HeadersVerdict, Known, RequestHead,
 };
 use crate::request::http::split_path;
 use crate::request::key::CacheKey;
+use crate::request::operations::Operations;
 use crate::worker::callout::Returned;
 use crate::worker::ctx::Ctx;
 use crate::worker::l2::entities as l2_entities;
@@ -179,10 +180,14 @@ impl Exchange {
             }
             read_route(config, cx.host(), &mut head);
             let apq = &cx.plugin().apq;
-            let decided = decide(cx, &head, b"", |host| {
+            let decided = decide(cx, &head, b"", |host, operations| {
                 let full = std::str::from_utf8(&head.path).map_err(|_| Bypass::BadQueryString)?;
                 let (path, query) = split_path(full);
-                classify_get(config, &head, path, query, &|h| apq.lookup(host, h))
+                let known = Known {
+                    persisted: &|h| apq.lookup(host, h),
+                    operations: Some(operations),
+                };
+                classify_get(config, &head, path, query, known)
             });
             return self.lookup_scoped(cx, decided, &head, None);
         }
@@ -261,8 +266,12 @@ impl Exchange {
             }
         }
         let apq = &cx.plugin().apq;
-        let decided = decide(cx, &head, &body, |host| {
-            classify_post(config, &head, &body, &|h| apq.lookup(host, h))
+        let decided = decide(cx, &head, &body, |host, operations| {
+            let known = Known {
+                persisted: &|h| apq.lookup(host, h),
+                operations: Some(operations),
+            };
+            classify_post(config, &head, &body, known)
         });
         self.lookup_scoped(cx, decided, &head, Some(body))
     }
@@ -996,18 +1005,22 @@ fn trailers_refused() -> Refusal {
     }
 }
 
-/// Classifies through the per-worker memo: an identical recent request is not parsed again.
+/// Classifies through the per-worker memos: an identical recent request is not parsed again, nor
+/// an operation read recently (with other variables, say).
 fn decide<H: RequestHost>(
     cx: &mut Ctx<'_, H>,
     head: &RequestHead,
     body: &[u8],
-    classify: impl FnOnce(&H) -> Result<Classified, Bypassed>,
+    classify: impl FnOnce(&H, &mut Operations) -> Result<Classified, Bypassed>,
 ) -> Result<Decided, Bypassed> {
     let input = memo_input(head, body);
     if let Some(known) = cx.worker(|w| w.memo.get(&input)) {
         return known;
     }
-    let decided = classify(cx.host()).map(Decided::from);
+    // Out of the worker while classifying: nothing in classification touches the worker.
+    let mut operations = cx.worker(|w| std::mem::take(&mut w.operations_read));
+    let decided = classify(cx.host(), &mut operations).map(Decided::from);
+    cx.worker(|w| w.operations_read = operations);
     // An unknown persisted query may be taught any moment: asked again, not remembered.
     if !matches!(&decided, Err(b) if b.reason == Bypass::PersistedQueryUnknown) {
         let remembered = decided.clone();

@@ -13,7 +13,7 @@ use crate::invalidate::purge_request::Refusal;
 use crate::request::bypass::Bypass;
 use crate::request::classify::{
     classify_get, classify_headers, classify_post, handles, head_of, scope_key, Bypassed, Decided,
-    HeadersVerdict, RequestHead,
+    HeadersVerdict, Known, RequestHead,
 };
 use crate::request::explain::{fingerprint, key_parts, Described};
 use crate::request::http::split_path;
@@ -90,14 +90,15 @@ fn classify_described(
         }
         let full = std::str::from_utf8(&head.path).map_err(|_| Bypass::BadQueryString)?;
         let (path, query) = split_path(full);
-        return classify_get(config, head, path, query, &persisted).map(Decided::from);
+        return classify_get(config, head, path, query, Known::persisted(&persisted))
+            .map(Decided::from);
     }
     match classify_headers(config, head, body.is_empty()) {
         HeadersVerdict::Ready(c) => Ok(c.into()),
         HeadersVerdict::Bypass(b) => Err(b.into()),
         HeadersVerdict::NotHandled => Err(Bypass::Method.into()),
         HeadersVerdict::NeedBody => {
-            classify_post(config, head, body, &persisted).map(Decided::from)
+            classify_post(config, head, body, Known::persisted(&persisted)).map(Decided::from)
         }
     }
 }

@@ -654,3 +654,32 @@ fn a_private_type_s_batch_is_shared_only_by_the_same_caller() {
         .iter()
         .any(|(n, v)| n == "authorization" && v == "Bearer ann"));
 }
+
+/// Not a test: root-field misses (a gateway's search, new variables every time) fetched by the
+/// root and stored whole, for a profiler (`... --ignored profile_root_misses`).
+#[test]
+#[ignore]
+fn profile_root_misses() {
+    let (a, _b) = envoy(r#"{"entities":{"ttl_seconds":600},"cache_bytes":67108864}"#);
+    let query = "query Search__products__0($term:String!,$offset:Int!){search(term:$term,first:10,offset:$offset){__typename id name price}}";
+    for round in 0..200u32 {
+        let context = 10 + round;
+        let body = json!({"query": query, "operationName": "Search__products__0",
+            "variables": {"term": format!("t{round}"), "offset": 0}})
+        .to_string();
+        let (_, flow) = a.post(context, &body, &[]);
+        assert_eq!(flow, Flow::Pause, "waits for the root's fetch");
+        a.deliver_queue();
+        let token = *a.tokens().last().unwrap();
+        let products: Vec<_> = (0..10)
+            .map(|i| json!({"__typename": "Product", "id": format!("p{}", round * 10 + i), "name": format!("Product {i}"), "price": 12.5}))
+            .collect();
+        let answer = json!({"data": {"search": products}}).to_string();
+        a.callout_answers(token, root_answer(&answer, &[]));
+        a.tick();
+        a.host.begin_callback();
+        a.reply(context);
+        a.host.answered.borrow_mut().clear();
+        a.host.dispatched.borrow_mut().clear();
+    }
+}

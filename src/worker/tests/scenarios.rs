@@ -166,6 +166,26 @@ fn one_flight_on_two_workers(a: &Node, b: &Node) -> u32 {
 }
 
 #[test]
+fn an_operation_asked_with_new_variables_is_read_once_and_keyed_by_them() {
+    let (a, _b) = envoy("{}");
+    let query = "query Q($id: ID!) { user(id: $id) { name } }";
+    for (context, id) in [(1, "1"), (2, "2"), (3, "1")] {
+        let body = serde_json::json!({"query": query, "variables": {"id": id}}).to_string();
+        assert_eq!(a.post(context, &body, &[]).1, Flow::Pause);
+    }
+    a.deliver_queue();
+    assert_eq!(
+        a.tokens().len(),
+        2,
+        "one fetch for each variable, the third joined the first"
+    );
+    assert_eq!(a.worker.borrow().operations_read.len(), 1);
+    let other = r#"{"query":"query Q($id: ID!) { user(id: $id) { id } }","variables":{"id":"1"}}"#;
+    a.post(9, other, &[]);
+    assert_eq!(a.worker.borrow().operations_read.len(), 2);
+}
+
+#[test]
 fn one_fetch_answers_every_waiter_on_both_workers_then_hits() {
     let (a, b) = envoy(r#"{"debug_headers":true}"#);
     let token = one_flight_on_two_workers(&a, &b);
