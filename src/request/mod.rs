@@ -1,8 +1,8 @@
 //! The request and its key, free of host calls: GraphQL over HTTP (`http`), strict JSON for the
 //! key (`json`), canonical printing (`canonical`), per-operation policy (`rules`), the key
 //! (`key`), the whole decision from request head and body to key or bypass (`classify`, with its
-//! per-worker `memo`, and `operations`, the memo of canonical operations), why a request passes through (`bypass`), and what the matched route says
-//! (`route_metadata`).
+//! per-worker memos: `memo` of whole requests, `operations` of canonical operations), why a
+//! request passes through (`bypass`), and what the matched route says (`route_metadata`).
 //!
 //! It reads the configuration's types (rules, limits) from `config`, never the other way round.
 
