@@ -4,11 +4,10 @@
 //!
 //! Pure: `request` reads and splits a request and rewrites it for the misses; `answer` reads a
 //! subgraph's answer, says which entities may be stored, and assembles what the client gets;
-//! `deferred` holds root-fetched answers until they are split; `mode` says whether a request's route is in entity mode, and with which settings.
+//! `mode` says whether a request's route is in entity mode, and with which settings.
 
 pub mod answer;
 pub mod batch;
-pub mod deferred;
 pub mod entry;
 pub mod mode;
 pub mod request;

@@ -23,8 +23,8 @@ use crate::worker::request::entity_stale::{self, StaleEntry};
 use crate::worker::request::lookup::{find, Found};
 use crate::worker::request::read::{fetch_cluster, read_identity};
 use crate::worker::root::answer::CACHE_HEADER;
-use crate::worker::root::entity_fetch::split_held;
 use crate::worker::root::shared_fetch::request_dispatch;
+use crate::worker::root::store_later::store_held;
 use std::rc::Rc;
 
 /// A response's headers, as the host hands them over.
@@ -99,10 +99,10 @@ pub fn look_up_l1_after_held(
 ) -> EntityExchange {
     let x = look_up_l1(cx, head, req);
     let missing = x.missing_keys();
-    if !cx.worker(|w| w.deferred_splits.holds_any(missing.iter().map(|(k, _)| k))) {
+    if !cx.worker(|w| w.held.holds_any(missing.iter().map(|(k, _)| k))) {
         return x;
     }
-    split_held(cx);
+    store_held(cx);
     look_up_l1(cx, head, x.req)
 }
 
@@ -382,6 +382,7 @@ fn store(
         req: &x.req,
         sent: &x.sent,
         born_us: x.born_us,
+        received_ms: cx.host().now_ms(),
     };
     let policy = |f: usize, d: usize| {
         let slot = x.slots.get(f)?.get(d)?;

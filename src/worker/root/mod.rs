@@ -9,5 +9,6 @@ pub mod entity_fetch;
 pub mod followers;
 pub mod shared_fetch;
 pub mod stale;
+pub mod store_later;
 pub mod tick;
 pub mod timer;

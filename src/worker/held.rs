@@ -1,0 +1,242 @@
+//! Answers the root fetched and has answered, held until they are stored: the root answers the
+//! waiting requests first and stores a moment later (its timer: see `root::timer`), so a client
+//! does not wait for its answer to be encoded, tagged and stored (Envoy writes an answer to its
+//! socket only in a later turn of its event loop). A coalesced `_entities` batch's answer is split
+//! into its entities' entries; a whole answer is stored under its key. A request that needs what
+//! a held answer will store has it stored before it looks. Bounded in count and in bytes.
+
+use crate::coalesce::upstream::SharedFetch;
+use crate::entities::batch::EntityBatch;
+use crate::fast_hash::FastMap;
+use crate::request::key::CacheKey;
+use std::collections::VecDeque;
+use std::rc::Rc;
+
+/// At most this many answers wait to be stored on one worker; beyond it the root stores at once.
+pub const MAX_HELD: usize = 64;
+/// At most this many bytes of answers (bodies and headers) wait on one worker.
+pub const MAX_HELD_BYTES: usize = 4 << 20;
+
+/// What a held answer was fetched for, and so how it is stored.
+#[derive(Debug)]
+pub enum HeldFor {
+    /// A coalesced all-miss `_entities` batch: split into its entities' entries.
+    Entities(Rc<EntityBatch>),
+    /// A whole answer: stored under the fetch's key (and written to the fleet's L2).
+    Whole(Box<SharedFetch>),
+}
+
+/// One answer to store: what it was fetched for, and the origin's answer.
+#[derive(Debug)]
+pub struct HeldAnswer {
+    pub for_: HeldFor,
+    /// When it came: its entries' lifetimes start then, however late they are stored.
+    pub received_ms: u64,
+    pub status: u16,
+    pub headers: Vec<(String, Vec<u8>)>,
+    pub body: Vec<u8>,
+}
+
+impl HeldAnswer {
+    fn each_key(&self, mut f: impl FnMut(&CacheKey)) {
+        match &self.for_ {
+            HeldFor::Entities(batch) => batch
+                .entities
+                .iter()
+                .flatten()
+                .filter_map(|(k, _)| k.as_ref())
+                .for_each(f),
+            HeldFor::Whole(fetch) => f(&fetch.key),
+        }
+    }
+
+    fn bytes(&self) -> usize {
+        let headers: usize = self.headers.iter().map(|(n, v)| n.len() + v.len()).sum();
+        let request = match &self.for_ {
+            HeldFor::Entities(_) => 0,
+            HeldFor::Whole(fetch) => {
+                let r = &fetch.request;
+                let headers: usize = r.headers.iter().map(|(n, v)| n.len() + v.len()).sum();
+                headers + r.body.as_ref().map_or(0, Vec::len)
+            }
+        };
+        self.body.len() + headers + request
+    }
+}
+
+#[derive(Debug, Default)]
+pub struct HeldAnswers {
+    waiting: VecDeque<HeldAnswer>,
+    bytes: usize,
+    /// The keys the held answers will store, each with how many hold it.
+    keys: FastMap<CacheKey, u32>,
+}
+
+impl HeldAnswers {
+    /// Holds `answer`, or gives it back when the bound is reached.
+    pub fn hold(&mut self, answer: HeldAnswer) -> Result<(), Box<HeldAnswer>> {
+        let bytes = self.bytes + answer.bytes();
+        if self.waiting.len() >= MAX_HELD || bytes > MAX_HELD_BYTES {
+            return Err(Box::new(answer));
+        }
+        self.bytes = bytes;
+        let keys = &mut self.keys;
+        answer.each_key(|key| *keys.entry(*key).or_default() += 1);
+        self.waiting.push_back(answer);
+        Ok(())
+    }
+
+    /// Whether a held answer will store any of `keys`.
+    pub fn holds_any<'k>(&self, mut keys: impl Iterator<Item = &'k CacheKey>) -> bool {
+        !self.keys.is_empty() && keys.any(|k| self.keys.contains_key(k))
+    }
+
+    /// The oldest held answer.
+    pub fn take_oldest(&mut self) -> Option<HeldAnswer> {
+        let answer = self.waiting.pop_front()?;
+        self.bytes = self.bytes.saturating_sub(answer.bytes());
+        let keys = &mut self.keys;
+        answer.each_key(|key| {
+            if let Some(n) = keys.get_mut(key) {
+                *n -= 1;
+                if *n == 0 {
+                    keys.remove(key);
+                }
+            }
+        });
+        Some(answer)
+    }
+
+    pub fn len(&self) -> usize {
+        self.waiting.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.waiting.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::entities::request::EntitiesRequest;
+
+    fn split(status: u16) -> HeldAnswer {
+        HeldAnswer {
+            for_: HeldFor::Entities(Rc::new(EntityBatch {
+                req: EntitiesRequest {
+                    query: String::new(),
+                    operation_name: None,
+                    others: Vec::new(),
+                    extensions: None,
+                    fields: Vec::new(),
+                    other_variables: String::new(),
+                },
+                entities: Vec::new(),
+                sent: Vec::new(),
+                born_us: 0,
+                private: false,
+                also_holds: Vec::new(),
+            })),
+            received_ms: 0,
+            status,
+            headers: Vec::new(),
+            body: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn held_in_order_and_bounded() {
+        let mut d = HeldAnswers::default();
+        for i in 0..MAX_HELD {
+            assert!(d.hold(split(200 + i as u16)).is_ok());
+        }
+        let over = d.hold(split(999)).unwrap_err();
+        assert_eq!(over.status, 999, "given back, not dropped");
+        assert_eq!(d.len(), MAX_HELD);
+        assert_eq!(d.take_oldest().map(|s| s.status), Some(200), "oldest first");
+        assert!(d.hold(split(1)).is_ok(), "room again");
+    }
+
+    #[test]
+    fn knows_the_keys_it_will_store_while_it_holds_them() {
+        let key = |b| CacheKey { digest: [b; 32] };
+        let with = |keys: &[u8]| {
+            let HeldFor::Entities(batch) = split(200).for_ else {
+                unreachable!()
+            };
+            HeldAnswer {
+                for_: HeldFor::Entities(Rc::new(EntityBatch {
+                    entities: vec![keys.iter().map(|b| (Some(key(*b)), 60)).collect()],
+                    ..(*batch).clone()
+                })),
+                ..split(200)
+            }
+        };
+        let mut d = HeldAnswers::default();
+        assert!(!d.holds_any([key(1)].iter()));
+        d.hold(with(&[1, 2])).unwrap();
+        d.hold(with(&[2, 3])).unwrap();
+        assert!(d.holds_any([key(9), key(3)].iter()));
+        assert!(!d.holds_any([key(9)].iter()));
+        d.take_oldest();
+        assert!(!d.holds_any([key(1)].iter()), "split");
+        assert!(d.holds_any([key(2)].iter()), "still held by the second");
+        d.take_oldest();
+        assert!(!d.holds_any([key(2), key(3)].iter()));
+    }
+
+    #[test]
+    fn bounded_in_bytes() {
+        let mut d = HeldAnswers::default();
+        let big = |status| HeldAnswer {
+            body: vec![b'x'; MAX_HELD_BYTES / 2 + 1],
+            ..split(status)
+        };
+        assert!(d.hold(big(1)).is_ok());
+        assert!(d.hold(big(2)).is_err(), "past the byte bound");
+        assert!(d.hold(split(3)).is_ok(), "a small one still fits");
+        assert_eq!(d.take_oldest().map(|s| s.status), Some(1));
+        assert!(d.hold(big(4)).is_ok(), "its bytes given back");
+    }
+
+    #[test]
+    fn a_whole_answer_is_held_under_its_key() {
+        use crate::cache::storable::Asked;
+        use crate::coalesce::upstream::L2Role;
+        use crate::effects::host::Callout;
+        let key = CacheKey { digest: [7; 32] };
+        let fetch = SharedFetch {
+            key,
+            request: Callout {
+                cluster: "origin".into(),
+                headers: vec![(":path".into(), "/graphql".into())],
+                body: Some(vec![b'q'; 100]),
+            },
+            asked: Asked {
+                lifetimes: Default::default(),
+                born_us: 0,
+                operation: Default::default(),
+            },
+            dispatched_ms: 0,
+            key_names_caller: false,
+            l2: L2Role::Off,
+            entities: None,
+        };
+        let mut d = HeldAnswers::default();
+        d.hold(HeldAnswer {
+            for_: HeldFor::Whole(Box::new(fetch)),
+            ..split(200)
+        })
+        .unwrap();
+        assert!(d.holds_any([key].iter()));
+        assert_eq!(
+            d.bytes,
+            ":path".len() + "/graphql".len() + 100,
+            "the request counts"
+        );
+        d.take_oldest();
+        assert!(!d.holds_any([key].iter()));
+        assert_eq!(d.bytes, 0);
+    }
+}
