@@ -171,6 +171,11 @@ fn the_cache_is_sized_in_bytes_and_the_rest_follows() {
     // An older configuration that gives only the slots keeps its meaning: entries at most.
     let old = Config::parse(br#"{"cache_slots":2048}"#).unwrap();
     assert_eq!((old.cache_bytes, old.cache_slots), (64 << 20, 2048));
+    // Entity mode stores single objects: one slot per 256 bytes, unless the slots are given.
+    let e = Config::parse(br#"{"cache_bytes":8388608,"entities":{"ttl_seconds":60}}"#).unwrap();
+    assert_eq!(e.cache_slots, 32_768);
+    let given = Config::parse(br#"{"cache_slots":4096,"entities":{"ttl_seconds":60}}"#).unwrap();
+    assert_eq!(given.cache_slots, 4096);
 }
 
 #[test]
