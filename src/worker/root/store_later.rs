@@ -21,7 +21,8 @@ pub fn may_store_later(config: &Config, status: u16) -> bool {
 }
 
 /// Holds the whole answer fetched for `fetch`, answered already, to store it soon; stores it now
-/// past the bound.
+/// past the bound (its L2 write still waits for the quick tick: nothing may be sent after an
+/// answer in this callback).
 pub fn hold_whole(
     cx: &mut Ctx<'_, impl Host>,
     fetch: SharedFetch,
@@ -37,7 +38,10 @@ pub fn hold_whole(
     };
     match cx.worker(|w| w.held.hold(held)) {
         Ok(()) => store_later(cx),
-        Err(held) => store(cx, *held),
+        Err(held) => {
+            store(cx, *held);
+            store_later(cx);
+        }
     }
 }
 
