@@ -11,7 +11,9 @@ use graphql_parser::query::{
 use std::collections::HashMap;
 use std::rc::Rc;
 
-const ENTITIES: &[u8] = b"_entities";
+/// The federation field an entities request selects.
+pub const ENTITIES_FIELD: &str = "_entities";
+const ENTITIES: &[u8] = ENTITIES_FIELD.as_bytes();
 
 /// Why a request is not an entities request the filter splits (it is then cached whole, or not).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

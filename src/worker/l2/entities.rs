@@ -24,19 +24,21 @@ use crate::worker::store::insert;
 use l2_proto::batch::MAX_BATCH_KEYS;
 use std::rc::Rc;
 
-/// An mget in flight: its callout, and the keys it asked (with each one's TTL), in order.
+/// An mget in flight: its callout, and the keys it asked (with what each may be stored for: its
+/// TTL and its type's stale windows), in order.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Asked {
     pub token: u32,
-    keys: Vec<(CacheKey, u64)>,
+    keys: Vec<(CacheKey, Lifetimes)>,
 }
 
-/// Sends one mget for `missing` (each key once, with its entity's TTL; the first
+/// Sends one mget for `missing` (each key once, with its entity's lifetimes; the first
 /// [`MAX_BATCH_KEYS`] of a larger batch): `None` when there is no L2, nothing to ask, the purge
 /// log is not followed (a value could not be trusted), or Envoy refused the call (counted).
-pub fn ask(cx: &mut Ctx<'_, impl Host>, missing: &[(CacheKey, u64)]) -> Option<Asked> {
+pub fn ask(cx: &mut Ctx<'_, impl Host>, missing: &[(CacheKey, Lifetimes)]) -> Option<Asked> {
     let l2 = cx.config().l2.as_ref()?;
-    let mut keys: Vec<(CacheKey, u64)> = Vec::with_capacity(missing.len().min(MAX_BATCH_KEYS));
+    let mut keys: Vec<(CacheKey, Lifetimes)> =
+        Vec::with_capacity(missing.len().min(MAX_BATCH_KEYS));
     for (key, ttl) in missing {
         if keys.len() < MAX_BATCH_KEYS && !keys.iter().any(|(k, _)| k == key) {
             keys.push((*key, *ttl));
@@ -85,9 +87,9 @@ pub fn on_answer(
         refresh_marks(cx);
     }
     let mut found = Vec::new();
-    for ((key, ttl_seconds), sealed) in asked.keys.iter().zip(values) {
+    for ((key, lifetimes), sealed) in asked.keys.iter().zip(values) {
         let Some(sealed) = sealed else { continue };
-        if let Some(entry) = usable(cx, key, *ttl_seconds, &sealed) {
+        if let Some(entry) = usable(cx, key, lifetimes, &sealed) {
             cx.host().count(Counter::L2Hits);
             found.push((*key, entry));
         }
@@ -96,21 +98,17 @@ pub fn on_answer(
 }
 
 /// The entry a sealed L2 value gives entity `key`, if this Envoy may serve it: signed by the
-/// fleet for this key, what this Envoy would have stored (its times within the entity's TTL),
-/// not purged or softly purged by the marks this Envoy knows, fresh. Put in L1 (a failure there
-/// only means the next request asks L2 again).
+/// fleet for this key, what this Envoy would have stored (its times within the entity's TTL and
+/// its type's stale windows, which it keeps in L1), not purged or softly purged by the marks this
+/// Envoy knows, fresh. Put in L1 (a failure there only means the next request asks L2 again).
 fn usable(
     cx: &mut Ctx<'_, impl Host>,
     key: &CacheKey,
-    ttl_seconds: u64,
+    lifetimes: &Lifetimes,
     sealed: &[u8],
 ) -> Option<Rc<[u8]>> {
     let now_ms = cx.host().now_ms();
-    let lifetimes = Lifetimes {
-        ttl_seconds,
-        ..Lifetimes::default()
-    };
-    let bytes = vet::open(cx, key, &lifetimes, sealed)?;
+    let bytes = vet::open(cx, key, lifetimes, sealed)?;
     let fresh = Entry::decode(&bytes).is_ok_and(|e| e.expires_at_ms > now_ms);
     if !fresh || cx.worker(|w| verdict(w, &bytes)) != Verdict::Fresh {
         return None;

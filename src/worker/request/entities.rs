@@ -7,7 +7,7 @@
 
 use crate::cache::entry::Entry;
 use crate::coalesce::upstream::callout_for;
-use crate::config::{carriable, Config, Scope};
+use crate::config::{carriable, Config, Lifetimes, Scope};
 use crate::effects::counters::Counter;
 use crate::effects::host::{status, RequestHost};
 use crate::entities::answer::{assemble, Fetched};
@@ -40,6 +40,8 @@ pub const ENTITIES_HEADER: &str = "x-cache-entities";
 struct Slot {
     key: Option<CacheKey>,
     ttl_seconds: u64,
+    /// Its type's stale windows (what an entry from the fleet's L2 keeps of its own).
+    windows: Lifetimes,
     found: Option<Rc<[u8]>>,
     stale: bool,
 }
@@ -62,8 +64,8 @@ pub struct EntityExchange {
 /// What a request in entity mode does next.
 #[derive(Debug)]
 pub enum Next {
-    /// Answered from entries.
-    Answered,
+    /// Answered from entries: `HIT`, or `STALE`.
+    Answered(&'static str),
     /// Paused for its partial fetch.
     Fetching(Box<EntityExchange>),
     /// Sent upstream untouched; its answer is split into entries.
@@ -124,8 +126,7 @@ pub fn decide(
         .collect();
     if missing.iter().all(Vec::is_empty) {
         let now_ms = cx.host().now_ms();
-        answer_from_entries(cx, &x, now_ms);
-        return Next::Answered;
+        return Next::Answered(answer_from_entries(cx, &x, now_ms));
     }
     cx.host().set_request_header("accept-encoding", "identity");
     let found_any = x.slots.iter().flatten().any(|s| s.found.is_some());
@@ -192,6 +193,7 @@ fn look_up(
             row.push(Slot {
                 key,
                 ttl_seconds,
+                windows: entities.lifetimes(&rep.typename),
                 found,
                 stale,
             });
@@ -239,8 +241,13 @@ fn remaining_s(decoded: &[Vec<Option<Entry<'_>>>], now_ms: u64) -> Option<u64> {
         .min()
 }
 
-/// Answers from the entries found: `HIT`, or `STALE` when one of them is past its lifetime.
-fn answer_from_entries(cx: &mut Ctx<'_, impl RequestHost>, x: &EntityExchange, now_ms: u64) {
+/// Answers from the entries found: `HIT`, or `STALE` when one of them is past its lifetime (the
+/// label it gave).
+fn answer_from_entries(
+    cx: &mut Ctx<'_, impl RequestHost>,
+    x: &EntityExchange,
+    now_ms: u64,
+) -> &'static str {
     let decoded = decode_found(x);
     let body = assemble(&x.req, &entries(&decoded), None);
     let max_age = remaining_s(&decoded, now_ms).unwrap_or(0);
@@ -254,6 +261,7 @@ fn answer_from_entries(cx: &mut Ctx<'_, impl RequestHost>, x: &EntityExchange, n
         false => "HIT",
     };
     respond(cx, x, &body, (max_age, label), (hits, 0));
+    label
 }
 
 fn respond(
@@ -399,12 +407,19 @@ fn store(
 /// What the fleet's L2 (`worker::l2::entities`) needs of a request in flight.
 impl EntityExchange {
     /// The keys of the entities found nowhere yet that may be cached, with their TTL.
-    pub fn missing_keys(&self) -> Vec<(CacheKey, u64)> {
+    /// The entities found nowhere yet that may be stored, each with what it may be stored for.
+    pub fn missing_keys(&self) -> Vec<(CacheKey, Lifetimes)> {
         self.slots
             .iter()
             .flatten()
             .filter(|s| s.found.is_none() && s.ttl_seconds > 0)
-            .filter_map(|s| s.key.map(|k| (k, s.ttl_seconds)))
+            .filter_map(|s| {
+                let life = Lifetimes {
+                    ttl_seconds: s.ttl_seconds,
+                    ..s.windows
+                };
+                s.key.map(|k| (k, life))
+            })
             .collect()
     }
 

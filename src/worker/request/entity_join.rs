@@ -81,15 +81,16 @@ fn batch_key(x: &EntityExchange, identity: Option<&[u8]>) -> Option<CacheKey> {
     })
 }
 
-/// The waiting request `context` hears back (its response callbacks run): whether the root
-/// answered it; otherwise it was let go (or Envoy answered it) and goes upstream as forwarded.
-pub fn answered(cx: &mut Ctx<'_, impl RequestHost>, context: u32) -> bool {
+/// The waiting request `context` hears back (its response callbacks run): how the root answered
+/// it (`MISS`, `COALESCED`, `STALE`); `None`: it was let go (or Envoy answered it) and goes
+/// upstream as forwarded.
+pub fn answered(cx: &mut Ctx<'_, impl RequestHost>, context: u32) -> Option<&'static str> {
     match cx.try_worker(|w| w.outcomes.remove(&context)).flatten() {
-        Some(Outcome::Answered { .. }) => true,
-        Some(Outcome::Released(_)) => false,
+        Some(Outcome::Answered { cache, .. }) => Some(cache),
+        Some(Outcome::Released(_)) => None,
         None => {
             cx.try_worker(|w| w.waiters.remove_waiter(context));
-            false
+            None
         }
     }
 }

@@ -14,7 +14,7 @@ use crate::effects::counters::Counter;
 use crate::effects::host::{status, LogLevel, RequestHost};
 use crate::effects::operation_stats::OpCounter;
 use crate::entities::mode::{entity_mode, listener_settings};
-use crate::entities::request::EntitiesRequest;
+use crate::entities::request::{EntitiesRequest, ENTITIES_FIELD};
 use crate::invalidate::mutation::header_tags;
 use crate::invalidate::purge_request::Refusal;
 use crate::invalidate::shape::ResponseShape;
@@ -302,7 +302,8 @@ impl Exchange {
             let State::EntityWaiting(x) = std::mem::replace(&mut self.state, State::Served) else {
                 return Flow::Continue;
             };
-            if answered {
+            self.report(cx, answered.unwrap_or("MISS"), None, None);
+            if answered.is_some() {
                 return Flow::Continue;
             }
             self.state = State::EntityForwarded(x);
@@ -408,7 +409,7 @@ impl Exchange {
             "HIT" => Tally::one(OpCounter::Hits),
             "STALE" => Tally::one(OpCounter::Stale),
             "COALESCED" => Tally::one(OpCounter::Coalesced),
-            "MISS" => Tally::because(OpCounter::Misses, missed),
+            "MISS" | "PARTIAL" => Tally::because(OpCounter::Misses, missed),
             "BYPASS" => Tally::because(OpCounter::Bypasses, reason.unwrap_or("-")),
             _ => return,
         };
@@ -515,6 +516,10 @@ impl Exchange {
         req: EntitiesRequest,
         body: &[u8],
     ) -> Flow {
+        self.operation = Some(Rc::new(OperationTags {
+            name: req.operation_name.clone(),
+            root_fields: vec![ENTITIES_FIELD.to_string()],
+        }));
         let x = entities::look_up_l1_after_held(cx, head, req);
         if let Some(asked) = l2_entities::ask(cx, &x.missing_keys()) {
             // Whatever L2 brings, something may go upstream: uncompressed, to be stored.
@@ -540,23 +545,29 @@ impl Exchange {
         next: Next,
         resume: bool,
     ) -> Flow {
+        // Counted once, as `x-cache` will say (a batch waiting for a shared fetch: once it knows).
         match next {
-            Next::Answered => {
+            Next::Answered(label) => {
                 cx.host().count(Counter::Hits);
                 self.state = State::Served;
+                self.report(cx, label, None, None);
                 Flow::Pause
             }
             Next::Fetching(x) => {
                 cx.host().count(Counter::Misses);
                 self.state = State::EntityFetching(x);
+                self.missed = Some(MissReason::Partial);
+                self.report(cx, "PARTIAL", None, None);
                 Flow::Pause
             }
             Next::Forwarded(x) => {
                 cx.host().count(Counter::Misses);
+                self.missed = Some(MissReason::NoEntity);
                 if entity_join::join_batch(cx, self.context, head, body, &x).is_some() {
                     self.state = State::EntityWaiting(x);
                     return Flow::Pause;
                 }
+                self.report(cx, "MISS", None, None);
                 // Recorded before the host call: Envoy may run this request's callbacks inside it.
                 self.state = State::EntityForwarded(x);
                 if resume {

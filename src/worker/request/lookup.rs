@@ -42,6 +42,10 @@ pub enum MissReason {
     Expired,
     /// Purged (or soft-purged with no stale window).
     Purged,
+    /// Entity mode: some of the batch's entities came from entries, the rest were fetched.
+    Partial,
+    /// Entity mode: none of the batch's entities was found.
+    NoEntity,
 }
 
 impl MissReason {
@@ -52,6 +56,8 @@ impl MissReason {
             MissReason::Collision => "collision",
             MissReason::Expired => "expired",
             MissReason::Purged => "purged",
+            MissReason::Partial => "partial",
+            MissReason::NoEntity => "no-entity",
         }
     }
 

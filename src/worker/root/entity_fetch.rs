@@ -144,6 +144,15 @@ pub fn instead_of_error(
     }
 }
 
+/// Counts the entities of `batch` (if the answer was one) as served from entries: a waiter was
+/// answered with [`instead_of_error`]'s, which holds every one of them.
+pub fn count_served(cx: &mut Ctx<'_, impl Host>, batch: Option<&EntityBatch>) {
+    if let Some(batch) = batch {
+        let served: usize = batch.entities.iter().map(Vec::len).sum();
+        cx.host().count_n(Counter::EntitiesServed, served as u64);
+    }
+}
+
 fn from_entries(cx: &mut Ctx<'_, impl Host>, batch: &EntityBatch) -> Option<Response> {
     let mut bodies: Vec<Vec<Vec<u8>>> = Vec::with_capacity(batch.entities.len());
     for row in &batch.entities {

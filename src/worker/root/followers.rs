@@ -59,7 +59,10 @@ fn deliver(cx: &mut Ctx<'_, impl Host>, key: &CacheKey, response: Option<Respons
     for waiter in waiters {
         let ctx = waiter.context_id;
         match (&stale, &response) {
-            (Some(s), _) => answer(cx, ctx, key, Reply::new(s, Label::STALE)),
+            (Some(s), _) => {
+                answer(cx, ctx, key, Reply::new(s, Label::STALE));
+                entity_fetch::count_served(cx, batch.as_deref());
+            }
             (None, Some(r)) => answer(cx, ctx, key, Reply::new(r, Label::COALESCED)),
             (None, None) => release(cx, ctx, Release::NotShareable),
         }

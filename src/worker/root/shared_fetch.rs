@@ -244,6 +244,7 @@ pub fn finish(
         let ctx = waiter.context_id;
         if let Some(s) = &stale {
             answer(cx, ctx, key, Reply::new(s, Label::STALE));
+            entity_fetch::count_served(cx, batch.as_deref());
             continue;
         }
         match &response {

@@ -353,3 +353,25 @@ fn a_batch_l2_lacks_joins_the_flight_and_the_root_s_fetch_goes_to_l2() {
     assert_eq!(items.len(), 2);
     assert_eq!(b.host.counted(Counter::L2Stores), 2);
 }
+
+#[test]
+fn an_entity_from_l2_keeps_its_type_s_stale_window() {
+    let config = r#"{"debug_headers":true,
+        "entities":{"ttl_seconds":60,"stale_while_revalidate_seconds":30},
+        "l2":{"cluster":"l2","wait_cluster":"l2_wait","fleet_key":"fleet-key-for-tests-0123456789abcdef"}}"#;
+    let (a, b) = (Node::member(1, config), Node::member(2, config));
+    let stored = a.fetches(1, &[1, 2]);
+    b.asks_l2(1, &[1, 2], &stored);
+    assert_eq!(b.reply(1).header("x-cache"), Some("HIT"));
+    // Past its TTL (the subgraph said max-age=120; the type says 60), within its window: served
+    // at once from B's L1 while one refresh runs, as on the Envoy that fetched it.
+    b.host.advance(61_000);
+    let (_, flow) = b.post(2, &batch_of(&[1, 2]), &[]);
+    assert_eq!(flow, Flow::Pause);
+    let stale = b.reply(2);
+    assert_eq!(stale.header("x-cache"), Some("STALE"));
+    assert_eq!(
+        String::from_utf8(stale.body).unwrap(),
+        subgraph_answer(&[1, 2])
+    );
+}

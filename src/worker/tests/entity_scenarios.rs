@@ -615,6 +615,15 @@ fn a_failed_shared_fetch_of_a_batch_answers_every_waiter_from_stale_entities() {
         assert_eq!(reply.header("x-cache"), Some("STALE"));
         assert_eq!(reply.body, subgraph_answer(&[2, 1]).as_bytes());
     }
+    let served = |n: &Node| {
+        n.host
+            .counted(crate::effects::counters::Counter::EntitiesServed)
+    };
+    assert_eq!(
+        (served(&a), served(&b)),
+        (4, 2),
+        "2 entities for each waiter answered"
+    );
     // Past the window, every waiter gets the failure, as Envoy would give it.
     a.host.advance(60_000);
     assert_eq!(a.post(4, &body, &[]).1, Flow::Pause);
@@ -678,4 +687,38 @@ fn profile_root_misses() {
         a.host.answered.borrow_mut().clear();
         a.host.dispatched.borrow_mut().clear();
     }
+}
+
+#[test]
+fn entity_batches_are_counted_per_operation_as_x_cache_says() {
+    let (a, _b) =
+        envoy(r#"{"operation_stats":{"top_k":5,"min_requests":1},"entities":{"ttl_seconds":60}}"#);
+    let stat = |counter: &str, reason: Option<&str>| {
+        a.tick();
+        let reason = reason.map_or(String::new(), |r| format!("graphql_cache_reason=.={r};.;"));
+        a.host.named_counter(&format!(
+            "graphql_cache.op.{counter}.graphql_operation=.=anonymous;.;{reason}"
+        ))
+    };
+    // None cached: the batch leads its shared fetch, and counts once its answer comes.
+    let (mut leader, flow) = a.post(1, &batch(&[1, 2]), &[]);
+    assert_eq!(flow, Flow::Pause);
+    a.deliver_queue();
+    let token = *a.tokens().last().unwrap();
+    a.callout_answers(token, root_answer(&subgraph_answer(&[1, 2]), &[]));
+    a.tick();
+    assert_eq!(
+        stat("misses", Some("no-entity")),
+        0,
+        "not before its answer"
+    );
+    leader.on_response_headers(&mut a.cx(), false);
+    assert_eq!(stat("misses", Some("no-entity")), 1);
+    // All cached: a hit; some: a partial fetch, a miss of its own kind.
+    a.post(2, &batch(&[2, 1]), &[]);
+    assert_eq!(a.reply(2).header("x-cache"), Some("HIT"));
+    assert_eq!(stat("hits", None), 1);
+    assert_eq!(a.post(3, &batch(&[1, 3]), &[]).1, Flow::Pause);
+    assert_eq!(stat("misses", Some("partial")), 1);
+    assert_eq!(stat("misses", Some("no-entity")), 1, "counted once");
 }
