@@ -1,11 +1,11 @@
-//! Answers the root fetched and has answered, held until they are stored: the root answers the
-//! waiting requests first and stores a moment later (its timer: see `root::timer`), so a client
-//! does not wait for its answer to be encoded, tagged and stored (Envoy writes an answer to its
-//! socket only in a later turn of its event loop). A coalesced `_entities` batch's answer is split
-//! into its entities' entries; a whole answer is stored under its key. A request that needs what
-//! a held answer will store has it stored before it looks. Bounded in count and in bytes.
+//! Answers of root-fetched `_entities` batches, held until their entities are split into entries:
+//! the root answers the waiting requests first and splits a moment later (its timer: see
+//! `root::timer`), so a batch's client does not wait for 20 entries to be encoded, tagged and
+//! stored (Envoy writes an answer to its socket only in a later turn of its event loop). A batch
+//! on this worker that needs what a held answer will store has it split before it looks. Bounded
+//! in count and in bytes. (A whole answer is stored before it is relayed: see
+//! `root::shared_fetch`.)
 
-use crate::coalesce::upstream::SharedFetch;
 use crate::entities::batch::EntityBatch;
 use crate::fast_hash::FastMap;
 use crate::request::key::CacheKey;
@@ -17,19 +17,10 @@ pub const MAX_HELD: usize = 64;
 /// At most this many bytes of answers (bodies and headers) wait on one worker.
 pub const MAX_HELD_BYTES: usize = 4 << 20;
 
-/// What a held answer was fetched for, and so how it is stored.
-#[derive(Debug)]
-pub enum HeldFor {
-    /// A coalesced all-miss `_entities` batch: split into its entities' entries.
-    Entities(Rc<EntityBatch>),
-    /// A whole answer: stored under the fetch's key (and written to the fleet's L2).
-    Whole(Box<SharedFetch>),
-}
-
-/// One answer to store: what it was fetched for, and the origin's answer.
+/// One answer to split: the batch it was fetched for, and the subgraph's answer.
 #[derive(Debug)]
 pub struct HeldAnswer {
-    pub for_: HeldFor,
+    pub batch: Rc<EntityBatch>,
     /// When it came: its entries' lifetimes start then, however late they are stored.
     pub received_ms: u64,
     pub status: u16,
@@ -38,29 +29,18 @@ pub struct HeldAnswer {
 }
 
 impl HeldAnswer {
-    fn each_key(&self, mut f: impl FnMut(&CacheKey)) {
-        match &self.for_ {
-            HeldFor::Entities(batch) => batch
-                .entities
-                .iter()
-                .flatten()
-                .filter_map(|(k, _)| k.as_ref())
-                .for_each(f),
-            HeldFor::Whole(fetch) => f(&fetch.key),
-        }
+    fn each_key(&self, f: impl FnMut(&CacheKey)) {
+        self.batch
+            .entities
+            .iter()
+            .flatten()
+            .filter_map(|(k, _)| k.as_ref())
+            .for_each(f);
     }
 
     fn bytes(&self) -> usize {
         let headers: usize = self.headers.iter().map(|(n, v)| n.len() + v.len()).sum();
-        let request = match &self.for_ {
-            HeldFor::Entities(_) => 0,
-            HeldFor::Whole(fetch) => {
-                let r = &fetch.request;
-                let headers: usize = r.headers.iter().map(|(n, v)| n.len() + v.len()).sum();
-                headers + r.body.as_ref().map_or(0, Vec::len)
-            }
-        };
-        self.body.len() + headers + request
+        self.body.len() + headers
     }
 }
 
@@ -123,7 +103,7 @@ mod tests {
 
     fn split(status: u16) -> HeldAnswer {
         HeldAnswer {
-            for_: HeldFor::Entities(Rc::new(EntityBatch {
+            batch: Rc::new(EntityBatch {
                 req: EntitiesRequest {
                     query: String::new(),
                     operation_name: None,
@@ -137,7 +117,7 @@ mod tests {
                 born_us: 0,
                 private: false,
                 also_holds: Vec::new(),
-            })),
+            }),
             received_ms: 0,
             status,
             headers: Vec::new(),
@@ -161,17 +141,12 @@ mod tests {
     #[test]
     fn knows_the_keys_it_will_store_while_it_holds_them() {
         let key = |b| CacheKey { digest: [b; 32] };
-        let with = |keys: &[u8]| {
-            let HeldFor::Entities(batch) = split(200).for_ else {
-                unreachable!()
-            };
-            HeldAnswer {
-                for_: HeldFor::Entities(Rc::new(EntityBatch {
-                    entities: vec![keys.iter().map(|b| (Some(key(*b)), 60)).collect()],
-                    ..(*batch).clone()
-                })),
-                ..split(200)
-            }
+        let with = |keys: &[u8]| HeldAnswer {
+            batch: Rc::new(EntityBatch {
+                entities: vec![keys.iter().map(|b| (Some(key(*b)), 60)).collect()],
+                ..(*split(200).batch).clone()
+            }),
+            ..split(200)
         };
         let mut d = HeldAnswers::default();
         assert!(!d.holds_any([key(1)].iter()));
@@ -198,45 +173,5 @@ mod tests {
         assert!(d.hold(split(3)).is_ok(), "a small one still fits");
         assert_eq!(d.take_oldest().map(|s| s.status), Some(1));
         assert!(d.hold(big(4)).is_ok(), "its bytes given back");
-    }
-
-    #[test]
-    fn a_whole_answer_is_held_under_its_key() {
-        use crate::cache::storable::Asked;
-        use crate::coalesce::upstream::L2Role;
-        use crate::effects::host::Callout;
-        let key = CacheKey { digest: [7; 32] };
-        let fetch = SharedFetch {
-            key,
-            request: Callout {
-                cluster: "origin".into(),
-                headers: vec![(":path".into(), "/graphql".into())],
-                body: Some(vec![b'q'; 100]),
-            },
-            asked: Asked {
-                lifetimes: Default::default(),
-                born_us: 0,
-                operation: Default::default(),
-            },
-            dispatched_ms: 0,
-            key_names_caller: false,
-            l2: L2Role::Off,
-            entities: None,
-        };
-        let mut d = HeldAnswers::default();
-        d.hold(HeldAnswer {
-            for_: HeldFor::Whole(Box::new(fetch)),
-            ..split(200)
-        })
-        .unwrap();
-        assert!(d.holds_any([key].iter()));
-        assert_eq!(
-            d.bytes,
-            ":path".len() + "/graphql".len() + 100,
-            "the request counts"
-        );
-        d.take_oldest();
-        assert!(!d.holds_any([key].iter()));
-        assert_eq!(d.bytes, 0);
     }
 }

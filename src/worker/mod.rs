@@ -17,7 +17,7 @@
 //!   context every function runs with: the plugin, the worker and the host, lent so that no borrow
 //!   of the worker is held across a host call), `marks` (the purge marks as this worker sees them,
 //!   asked before any stored entry is handed out), `store` (storing an upstream answer, for the
-//!   shared fetch and a plain miss), `held` (answers the root answered and stores a moment
+//!   shared fetch and a plain miss), `held` (entity batches the root answered and splits a moment
 //!   later), `callout` (a callout's answer, as the root reads it) and `watchdog` (the body-hold
 //!   guard: a request holds, the root's timer lets go).
 //! - `tests` plays whole requests through fake hosts.

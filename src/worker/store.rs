@@ -43,19 +43,8 @@ pub fn store_answer(
     answer: Answer<'_>,
     asked: &Asked,
 ) -> Stored {
-    let now_ms = cx.host().now_ms();
-    store_answer_at(cx, key, answer, asked, now_ms)
-}
-
-/// [`store_answer`] for an answer that came at `now_ms` (its lifetime starts then).
-pub fn store_answer_at(
-    cx: &mut Ctx<'_, impl Host>,
-    key: &CacheKey,
-    answer: Answer<'_>,
-    asked: &Asked,
-    now_ms: u64,
-) -> Stored {
     let (plugin, host) = (cx.plugin(), cx.host());
+    let now_ms = host.now_ms();
     let stamp = Stamp {
         born_us: asked.born_us,
         now_ms,

@@ -22,34 +22,17 @@ use crate::worker::store::Stored;
 /// held for an answer that is not stored is released, so a waiting node leads at once. Takes
 /// the entry's bytes out of `stored`.
 pub fn after_origin(cx: &mut Ctx<'_, impl Host>, fetch: &SharedFetch, stored: &mut Stored) {
-    if let Some(callout) = origin_write(cx, fetch, stored) {
-        send(cx, Call::Write, &callout);
-    }
-}
-
-/// [`after_origin`] for an answer stored after it was relayed (see `worker::held`): queued for
-/// the root's next flush, since it may be stored from a request's callback.
-pub fn after_origin_later(cx: &mut Ctx<'_, impl Host>, fetch: &SharedFetch, stored: &mut Stored) {
-    if let Some(callout) = origin_write(cx, fetch, stored) {
-        cx.worker(|w| w.l2.queue(callout));
-    }
-}
-
-fn origin_write(
-    cx: &mut Ctx<'_, impl Host>,
-    fetch: &SharedFetch,
-    stored: &mut Stored,
-) -> Option<Callout> {
-    let l2 = cx.config().l2.as_ref()?;
+    let Some(l2) = &cx.config().l2 else { return };
     if !matches!(fetch.l2, L2Role::Lead | L2Role::Store) {
-        return None;
+        return;
     }
     let me = owner(cx.worker(|w| w.id));
-    match store_callout(l2, cx.host(), &fetch.key, &me, stored) {
-        Some(store) => Some(store),
-        None if fetch.l2 == L2Role::Lead => Some(wire::release(l2, &fetch.key, &me)),
-        None => None,
-    }
+    let callout = match store_callout(l2, cx.host(), &fetch.key, &me, stored) {
+        Some(store) => store,
+        None if fetch.l2 == L2Role::Lead => wire::release(l2, &fetch.key, &me),
+        None => return,
+    };
+    send(cx, Call::Write, &callout);
 }
 
 /// The store of what `stored` put in L1 (taking its bytes), if worth storing in L2.

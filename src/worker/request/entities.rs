@@ -24,7 +24,7 @@ use crate::worker::request::lookup::{find, Found};
 use crate::worker::request::read::{fetch_cluster, read_identity};
 use crate::worker::root::answer::CACHE_HEADER;
 use crate::worker::root::shared_fetch::request_dispatch;
-use crate::worker::root::store_later::store_held;
+use crate::worker::root::split_later::split_held;
 use std::rc::Rc;
 
 /// A response's headers, as the host hands them over.
@@ -104,7 +104,7 @@ pub fn look_up_l1_after_held(
     if !cx.worker(|w| w.held.holds_any(missing.iter().map(|(k, _)| k))) {
         return x;
     }
-    store_held(cx);
+    split_held(cx);
     look_up_l1(cx, head, x.req)
 }
 

@@ -44,7 +44,6 @@ use crate::worker::request::read::{read_head, read_identity, read_route};
 use crate::worker::request::shadow::Shadowed;
 use crate::worker::root::answer::{CACHE_HEADER, KEY_HEADER, REASON_HEADER};
 use crate::worker::root::shared_fetch::request_dispatch;
-use crate::worker::root::store_later::store_held;
 use crate::worker::state::Outcome;
 use crate::worker::store::account_store;
 use crate::worker::watchdog::{BodyArrival, OPTION_OFF_LOG};
@@ -729,10 +728,6 @@ impl Exchange {
             head,
             now_ms,
         };
-        // An answer this worker relayed but has not stored yet (see `worker::held`) is found.
-        if cx.worker(|w| w.held.holds_any(std::iter::once(&key))) {
-            store_held(cx);
-        }
         let served = match find(cx, &key, now_ms) {
             Found::Fresh(entry) => self.answer_from(cx, &asking, &entry, ("HIT", Counter::Hits)),
             // Stale only while a refresh runs (or has just been started): otherwise a miss.

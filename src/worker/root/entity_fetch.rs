@@ -18,7 +18,7 @@ use crate::entities::mode::listener_settings;
 use crate::request::key::CacheKey;
 use crate::worker::ctx::Ctx;
 use crate::worker::entity_store::{self, Split};
-use crate::worker::held::{HeldAnswer, HeldFor};
+use crate::worker::held::HeldAnswer;
 use crate::worker::root::stale::{self, error_entry};
 use crate::worker::store::Stored;
 use std::rc::Rc;
@@ -31,8 +31,9 @@ fn not_stored(why: &'static str) -> Stored {
 }
 
 /// Stores the entities of `answer`, fetched for `batch`, now, or holds the answer to split it
-/// after its waiters are answered (then `true`: call `store_later::store_later` once they are). What storing
-/// did, for the leader's debug headers (nothing for the fleet's L2: there is no whole entry).
+/// after its waiters are answered (then `true`: call `split_later::split_later` once they are).
+/// What storing did, for the leader's debug headers (nothing for the fleet's L2: there is no
+/// whole entry).
 pub fn store_or_defer(
     cx: &mut Ctx<'_, impl Host>,
     batch: &Rc<EntityBatch>,
@@ -48,7 +49,7 @@ pub fn store_or_defer(
     }
     let now_ms = cx.host().now_ms();
     let held = HeldAnswer {
-        for_: HeldFor::Entities(Rc::clone(batch)),
+        batch: Rc::clone(batch),
         received_ms: now_ms,
         status: answer.status,
         headers: answer.headers.to_vec(),

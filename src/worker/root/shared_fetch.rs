@@ -17,8 +17,8 @@ use crate::worker::ctx::Ctx;
 use crate::worker::l2::write::{after_origin, release_later};
 use crate::worker::root::answer::{answer, release, Label, Labels, Reply};
 use crate::worker::root::entity_fetch;
+use crate::worker::root::split_later::split_later;
 use crate::worker::root::stale::is_failure;
-use crate::worker::root::store_later::{hold_whole, may_store_later, store_later};
 use crate::worker::store::{account_store, store_answer, Stored};
 
 /// What came back for a callout.
@@ -161,25 +161,20 @@ pub fn on_fetch_response(cx: &mut Ctx<'_, impl Host>, token: u32, result: FetchR
         headers: &headers,
         body: &body,
     };
-    // A whole answer nobody's labels depend on is stored once its waiters have it.
-    let whole_later = fetch.entities.is_none() && may_store_later(cx.config(), status);
-    let (mut stored, split_later) = match &fetch.entities {
+    // A whole answer is stored before anyone is answered, so that every worker finds it the
+    // moment its waiters have it: a request on another worker right after would otherwise lead a
+    // second fetch (an entity batch's split waits: see `entity_fetch::store_or_defer`).
+    let (mut stored, held) = match &fetch.entities {
         Some(batch) => entity_fetch::store_or_defer(cx, batch, &answer_in),
-        None if whole_later => (Stored::default(), false),
         None => (store_answer(cx, &fetch.key, answer_in, &fetch.asked), false),
     };
     // Sent before anyone is answered: answering switches the effective context.
-    if !whole_later {
-        after_origin(cx, &fetch, &mut stored);
-    }
-    let held = whole_later.then(|| (headers.clone(), body.clone()));
+    after_origin(cx, &fetch, &mut stored);
     let response =
         Response::from_upstream(status, headers, body).map_err(|_| Release::NotRelayable);
     finish(cx, &fetch, response, &Labels::fetched(&stored));
-    if let Some(answer) = held {
-        hold_whole(cx, fetch, status, answer);
-    } else if split_later {
-        store_later(cx);
+    if held {
+        split_later(cx);
     }
 }
 

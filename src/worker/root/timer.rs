@@ -1,5 +1,5 @@
-//! The root's timer: every [`TICK`] for its periodic work, and once soon after the root answered
-//! what it fetched, to store it (see `worker::held`).
+//! The root's timer: every [`TICK`] for its periodic work, and once soon after a batch was
+//! answered, to split the answer into entities (see `worker::held`).
 
 use crate::effects::host::Host;
 use crate::worker::ctx::Ctx;
@@ -7,23 +7,23 @@ use std::time::Duration;
 
 /// The timer's period.
 pub const TICK: Duration = Duration::from_millis(100);
-/// How soon after answering the root stores what it fetched: a timer, because Envoy writes an
-/// answer to its socket in the next turn of its event loop, after anything posted in this one (a
-/// queued message) has run, but before a timer that is not yet due. (A request on this worker
-/// that needs a held answer and arrives first has it stored before it looks: see
-/// `request::entities::look_up_l1_after_held` and `request::exchange`'s lookup.)
-pub const STORE_AFTER_MS: u64 = 1;
+/// How soon after answering a batch the root splits its answer into entities: a timer, because
+/// Envoy writes an answer to its socket in the next turn of its event loop, after anything
+/// posted in this one (a queued message) has run, but before a timer that is not yet due. (An
+/// entity batch that needs them and arrives first splits them before it looks: see
+/// `request::entities::look_up_l1_after_held`.)
+pub const SPLIT_AFTER_MS: u64 = 1;
 /// A quick tick does the timer's periodic work only if this long has passed since it last did
 /// (timers may fire a little early).
 pub const HOUSEKEEPING_DUE_MS: u64 = 90;
 
-/// Makes the timer fire in [`STORE_AFTER_MS`] (once; it returns to [`TICK`] then). `false` if the
+/// Makes the timer fire in [`SPLIT_AFTER_MS`] (once; it returns to [`TICK`] then). `false` if the
 /// host refused.
 pub fn tick_soon(cx: &mut Ctx<'_, impl Host>) -> bool {
     if cx.worker(|w| w.quick_tick) {
         return true;
     }
-    let set = cx.host().set_tick_ms(STORE_AFTER_MS);
+    let set = cx.host().set_tick_ms(SPLIT_AFTER_MS);
     if set {
         cx.worker(|w| w.quick_tick = true);
     }

@@ -70,7 +70,6 @@ impl Node {
         let (token, call) = self.last_call();
         assert_eq!(call.cluster, "origin", "{call:?}");
         self.callout_answers(token, ok(answer));
-        self.quick_tick();
         self.reply(context)
     }
 

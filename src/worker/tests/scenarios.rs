@@ -14,7 +14,6 @@ use crate::worker::root::configure::configure;
 use crate::worker::root::followers::on_messages;
 use crate::worker::root::shared_fetch::{on_fetch_response, FetchResult};
 use crate::worker::root::tick::{on_tick, LOST_WAKEUP_MS};
-use crate::worker::root::timer::STORE_AFTER_MS;
 use crate::worker::state::{Plugin, Worker};
 use std::cell::RefCell;
 use std::rc::Rc;
@@ -96,14 +95,6 @@ impl Node {
     pub(super) fn tick(&self) {
         self.host.begin_callback();
         on_tick(&mut self.cx());
-    }
-
-    /// The root's quick tick after it answered, if its timer was made quick (see `root::timer`):
-    /// what it relayed is stored, and the L2 writes that queued go out.
-    pub(super) fn quick_tick(&self) {
-        if self.worker.borrow().quick_tick {
-            self.tick();
-        }
     }
 
     pub(super) fn tokens(&self) -> Vec<u32> {
@@ -192,60 +183,6 @@ fn an_operation_asked_with_new_variables_is_read_once_and_keyed_by_them() {
     let other = r#"{"query":"query Q($id: ID!) { user(id: $id) { id } }","variables":{"id":"1"}}"#;
     a.post(9, other, &[]);
     assert_eq!(a.worker.borrow().operations_read.len(), 2);
-}
-
-#[test]
-fn a_whole_answer_is_relayed_first_and_stored_at_the_quick_tick() {
-    let (a, b) = envoy("{}");
-    assert_eq!(a.post(1, QUERY, &[]).1, Flow::Pause);
-    a.deliver_queue();
-    a.callout_answers(a.tokens()[0], ok(ANSWER));
-    assert_eq!(a.reply(1).header("x-cache"), Some("MISS"));
-    assert_eq!(a.reply(1).body, ANSWER.as_bytes());
-    assert_eq!(a.host.counted(Counter::Stores), 0, "not yet");
-    assert_eq!(a.host.tick_ms.get(), STORE_AFTER_MS, "the timer made quick");
-    // Another worker, within that millisecond, does not find it yet: a second fetch.
-    assert_eq!(b.post(11, QUERY, &[]).1, Flow::Pause);
-    assert!(b.host.reply_to(11).is_none());
-    // The answering worker's next request finds what it relayed.
-    assert!(a.hits(2, QUERY));
-    assert_eq!(a.host.counted(Counter::Stores), 1);
-    a.quick_tick();
-    assert_eq!(a.host.counted(Counter::Stores), 1, "stored once");
-    assert!(b.hits(12, QUERY));
-}
-
-#[test]
-fn an_answer_stored_late_is_as_fresh_as_when_it_came() {
-    let (a, b) = envoy(r#"{"ttl_seconds":1}"#);
-    assert_eq!(a.post(1, QUERY, &[]).1, Flow::Pause);
-    a.deliver_queue();
-    a.callout_answers(a.tokens()[0], ok(ANSWER));
-    a.host.advance(600);
-    a.quick_tick();
-    assert_eq!(a.host.counted(Counter::Stores), 1);
-    assert!(b.hits(2, QUERY));
-    a.host.advance(401);
-    assert!(
-        !b.hits(3, QUERY),
-        "one second after it came, not after it was stored"
-    );
-}
-
-#[test]
-fn where_storing_shows_in_the_answer_it_comes_first() {
-    for config in [
-        r#"{"debug_headers":true}"#,
-        r#"{"access_log":true}"#,
-        r#"{"cdn_tags":{"headers":["surrogate-key"]}}"#,
-    ] {
-        let (a, _b) = envoy(config);
-        assert_eq!(a.post(1, QUERY, &[]).1, Flow::Pause);
-        a.deliver_queue();
-        a.callout_answers(a.tokens()[0], ok(ANSWER));
-        assert_eq!(a.host.counted(Counter::Stores), 1, "{config}");
-        assert!(a.worker.borrow().held.is_empty(), "{config}");
-    }
 }
 
 #[test]
@@ -789,7 +726,6 @@ impl Node {
         self.deliver_queue();
         let token = *self.tokens().last().unwrap();
         self.callout_answers(token, ok(answer));
-        self.quick_tick();
         self.reply(context)
     }
 
@@ -1056,7 +992,6 @@ fn stale_while_revalidate_serves_at_once_and_refreshes_once_across_workers() {
     assert_eq!(a.host.counted(Counter::Refreshes), 1);
     let refresh = a.tokens()[1];
     a.callout_answers(refresh, ok(r#"{"data":{"users":[{"id":"2"}]}}"#));
-    a.quick_tick();
     assert!(b.hits(4, QUERY));
     assert_eq!(b.reply(4).body, br#"{"data":{"users":[{"id":"2"}]}}"#);
     a.assert_host_rules_kept();
@@ -1319,7 +1254,6 @@ fn each_operation_is_counted_by_what_happened_to_it_and_names_past_k_are_other()
     a.host.advance(40);
     a.callout_answers(a.tokens()[0], ok(ANSWER));
     leader.on_response_headers(&mut a.cx(), false);
-    a.quick_tick();
     assert_eq!(stat("misses", "GetUsers", Some("cold")), 1);
     assert_eq!(stat("stores", "GetUsers", None), 1);
     // Two hits on the other worker: each saved the origin's 40 ms.
@@ -1342,7 +1276,6 @@ fn each_operation_is_counted_by_what_happened_to_it_and_names_past_k_are_other()
     ];
     b.callout_answers(b.tokens()[0], answer(200, &no_store, ANSWER));
     third.on_response_headers(&mut b.cx(), false);
-    b.quick_tick();
     assert_eq!(stat("misses", "other", Some("cold")), 1);
     assert_eq!(stat("not_stored", "other", Some("no-store")), 1);
     assert_eq!(stat("misses", "Third", Some("cold")), 0);
@@ -1351,7 +1284,6 @@ fn each_operation_is_counted_by_what_happened_to_it_and_names_past_k_are_other()
     b.deliver_queue();
     b.callout_answers(*b.tokens().last().unwrap(), ok(ANSWER));
     again.on_response_headers(&mut b.cx(), false);
-    b.quick_tick();
     assert_eq!(stat("misses", "other", Some("evicted")), 1);
     // Without a name, and before the name could be read.
     let (mut anon, _) = a.post(7, r#"{"query":"{ c }"}"#, &[]);
@@ -1361,7 +1293,6 @@ fn each_operation_is_counted_by_what_happened_to_it_and_names_past_k_are_other()
         ok(r#"{"errors":[{"message":"no"}]}"#),
     );
     anon.on_response_headers(&mut a.cx(), false);
-    a.quick_tick();
     assert_eq!(stat("misses", "anonymous", Some("cold")), 1);
     assert_eq!(stat("not_stored", "anonymous", Some("graphql-errors")), 1);
     let (mut bad, _) = a.post(8, "{nope", &[]);
