@@ -53,26 +53,29 @@ impl Entities {
 
     /// The TTL and scope of entities of `typename`.
     pub fn policy(&self, typename: &str) -> (u64, Scope) {
-        let t = self.types.get(typename);
-        (
-            t.and_then(|t| t.ttl_seconds).unwrap_or(self.ttl_seconds),
-            t.and_then(|t| t.scope).unwrap_or(self.default_scope),
-        )
+        let (life, scope) = self.rules(typename);
+        (life.ttl_seconds, scope)
     }
 
     /// What entities of `typename` may be stored for: their TTL and stale windows (a subgraph's
     /// own `cache-control` caps the TTL and may set the windows, as for whole answers).
     pub fn lifetimes(&self, typename: &str) -> Lifetimes {
+        self.rules(typename).0
+    }
+
+    /// [`Entities::lifetimes`] and the scope of `typename`, from one look at its type.
+    pub fn rules(&self, typename: &str) -> (Lifetimes, Scope) {
         let t = self.types.get(typename);
-        Lifetimes {
-            ttl_seconds: self.policy(typename).0,
+        let life = Lifetimes {
+            ttl_seconds: t.and_then(|t| t.ttl_seconds).unwrap_or(self.ttl_seconds),
             stale_while_revalidate_seconds: t
                 .and_then(|t| t.stale_while_revalidate_seconds)
                 .unwrap_or(self.stale_while_revalidate_seconds),
             stale_if_error_seconds: t
                 .and_then(|t| t.stale_if_error_seconds)
                 .unwrap_or(self.stale_if_error_seconds),
-        }
+        };
+        (life, t.and_then(|t| t.scope).unwrap_or(self.default_scope))
     }
 }
 

@@ -4,10 +4,11 @@
 //!
 //! Pure: `request` reads and splits a request and rewrites it for the misses; `answer` reads a
 //! subgraph's answer, says which entities may be stored, and assembles what the client gets;
-//! `mode` says whether a request's route is in entity mode, and with which settings.
+//! `deferred` holds root-fetched answers until they are split; `mode` says whether a request's route is in entity mode, and with which settings.
 
 pub mod answer;
 pub mod batch;
+pub mod deferred;
 pub mod entry;
 pub mod mode;
 pub mod request;

@@ -21,8 +21,6 @@ pub struct Split<'a> {
     pub req: &'a EntitiesRequest,
     pub sent: &'a [Vec<usize>],
     pub born_us: u64,
-    /// When the answer came (its entities' lifetimes start then, even if stored later).
-    pub received_ms: u64,
 }
 
 /// What an entity the subgraph answered may be stored for: its type's stale windows with `ttl`
@@ -50,7 +48,7 @@ pub fn store(
     fetched: &Fetched<'_>,
 ) -> (Option<u64>, bool) {
     let config = cx.config();
-    let now_ms = split.received_ms;
+    let now_ms = cx.host().now_ms();
     let source = Source {
         status: status(headers).unwrap_or(0),
         headers,

@@ -17,9 +17,8 @@
 //!   context every function runs with: the plugin, the worker and the host, lent so that no borrow
 //!   of the worker is held across a host call), `marks` (the purge marks as this worker sees them,
 //!   asked before any stored entry is handed out), `store` (storing an upstream answer, for the
-//!   shared fetch and a plain miss), `held` (entity batches the root answered and splits a moment
-//!   later), `callout` (a callout's answer, as the root reads it) and `watchdog` (the body-hold
-//!   guard: a request holds, the root's timer lets go).
+//!   shared fetch and a plain miss), `callout` (a callout's answer, as the root reads it) and
+//!   `watchdog` (the body-hold guard: a request holds, the root's timer lets go).
 //! - `tests` plays whole requests through fake hosts.
 //!
 //! Imports go one way: `request` may use `root` (to queue work for it) and `l2`, `root` may use
@@ -28,7 +27,6 @@
 pub mod callout;
 pub mod ctx;
 pub mod entity_store;
-pub mod held;
 pub mod l2;
 pub mod marks;
 pub mod operation_counts;

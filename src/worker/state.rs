@@ -11,6 +11,7 @@ use crate::coalesce::waiters::LocalFlights;
 use crate::config::Config;
 use crate::effects::operation_stats::OperationStats;
 use crate::entities::batch::WaitedBatches;
+use crate::entities::deferred::DeferredSplits;
 use crate::entities::request::Shapes;
 use crate::fast_hash::{FastMap, FastSet};
 use crate::fleet::calls::L2Calls;
@@ -21,7 +22,6 @@ use crate::request::classify::{Bypassed, Decided};
 use crate::request::key::{CacheKey, SlotKey};
 use crate::request::memo::Memo;
 use crate::request::operations::Operations;
-use crate::worker::held::HeldAnswers;
 use crate::worker::watchdog::BodyWatchdog;
 
 /// Requests larger than this are classified every time rather than memoized, which bounds the
@@ -143,8 +143,8 @@ pub struct Worker {
     pub entity_shapes: Shapes,
     /// Entity mode: the batches this worker's requests wait on (for stale-if-error per entity).
     pub entity_batches: WaitedBatches,
-    /// Answers the root fetched and relayed, still to be stored (see `held`).
-    pub held: HeldAnswers,
+    /// Entity mode: root-fetched answers already relayed, their entities still to be stored.
+    pub deferred_splits: DeferredSplits,
     /// The root's timer is set to fire soon, for the held answers (see `root::timer`).
     pub quick_tick: bool,
     /// When the root's timer last did its periodic work.
@@ -208,7 +208,7 @@ impl Worker {
             operations: OperationStats::new(config.operation_stats),
             entity_shapes: Shapes::default(),
             entity_batches: WaitedBatches::default(),
-            held: HeldAnswers::default(),
+            deferred_splits: DeferredSplits::default(),
             quick_tick: false,
             last_housekeeping_ms: 0,
         }

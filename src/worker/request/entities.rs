@@ -23,8 +23,8 @@ use crate::worker::request::entity_stale::{self, StaleEntry};
 use crate::worker::request::lookup::{find, Found};
 use crate::worker::request::read::{fetch_cluster, read_identity};
 use crate::worker::root::answer::CACHE_HEADER;
+use crate::worker::root::entity_fetch::split_held;
 use crate::worker::root::shared_fetch::request_dispatch;
-use crate::worker::root::split_later::split_held;
 use std::rc::Rc;
 
 /// A response's headers, as the host hands them over.
@@ -39,9 +39,8 @@ pub const ENTITIES_HEADER: &str = "x-cache-entities";
 #[derive(Debug, Clone)]
 struct Slot {
     key: Option<CacheKey>,
-    ttl_seconds: u64,
-    /// Its type's stale windows (what an entry from the fleet's L2 keeps of its own).
-    windows: Lifetimes,
+    /// Its type's TTL and stale windows (what an entry from the fleet's L2 keeps of its own).
+    life: Lifetimes,
     found: Option<Rc<[u8]>>,
     stale: bool,
 }
@@ -101,7 +100,7 @@ pub fn look_up_l1_after_held(
 ) -> EntityExchange {
     let x = look_up_l1(cx, head, req);
     let missing = x.missing_keys();
-    if !cx.worker(|w| w.held.holds_any(missing.iter().map(|(k, _)| k))) {
+    if !cx.worker(|w| w.deferred_splits.holds_any(missing.iter().map(|(k, _)| k))) {
         return x;
     }
     split_held(cx);
@@ -171,7 +170,7 @@ fn look_up(
             },
         );
         for rep in &field.distinct {
-            let (ttl_seconds, scope) = entities.policy(&rep.typename);
+            let (life, scope) = entities.rules(&rep.typename);
             let key = keys.key(&rep.canonical);
             let key = match scope {
                 Scope::Public => Some(key),
@@ -182,7 +181,7 @@ fn look_up(
                     .map(|id| key.scoped(id)),
             };
             let (found, stale) = match key {
-                Some(k) if ttl_seconds > 0 => match find(cx, &k, now_ms) {
+                Some(k) if life.ttl_seconds > 0 => match find(cx, &k, now_ms) {
                     Found::Fresh(entry) => (Some(entry), false),
                     // Served while a refresh runs (see `entity_stale`).
                     Found::Stale(entry) if may_refresh => (Some(entry), true),
@@ -192,8 +191,7 @@ fn look_up(
             };
             row.push(Slot {
                 key,
-                ttl_seconds,
-                windows: entities.lifetimes(&rep.typename),
+                life,
                 found,
                 stale,
             });
@@ -390,11 +388,10 @@ fn store(
         req: &x.req,
         sent: &x.sent,
         born_us: x.born_us,
-        received_ms: cx.host().now_ms(),
     };
     let policy = |f: usize, d: usize| {
         let slot = x.slots.get(f)?.get(d)?;
-        Some((slot.key, slot.ttl_seconds))
+        Some((slot.key, slot.life.ttl_seconds))
     };
     let (shortest, queued) = entity_store::store(cx, &split, policy, headers, fetched);
     // This request's own callout would die with it: the root sends the L2 write.
@@ -412,14 +409,8 @@ impl EntityExchange {
         self.slots
             .iter()
             .flatten()
-            .filter(|s| s.found.is_none() && s.ttl_seconds > 0)
-            .filter_map(|s| {
-                let life = Lifetimes {
-                    ttl_seconds: s.ttl_seconds,
-                    ..s.windows
-                };
-                s.key.map(|k| (k, life))
-            })
+            .filter(|s| s.found.is_none() && s.life.ttl_seconds > 0)
+            .filter_map(|s| s.key.map(|k| (k, s.life)))
             .collect()
     }
 
@@ -536,7 +527,7 @@ impl EntityExchange {
             entities: self
                 .slots
                 .iter()
-                .map(|f| f.iter().map(|s| (s.key, s.ttl_seconds)).collect())
+                .map(|f| f.iter().map(|s| (s.key, s.life.ttl_seconds)).collect())
                 .collect(),
             sent,
             born_us: self.born_us,

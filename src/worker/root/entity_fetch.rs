@@ -14,12 +14,13 @@ use crate::effects::counters::Counter;
 use crate::effects::host::Host;
 use crate::entities::answer::{assemble, Fetched};
 use crate::entities::batch::EntityBatch;
+use crate::entities::deferred::DeferredSplit;
 use crate::entities::mode::listener_settings;
 use crate::request::key::CacheKey;
 use crate::worker::ctx::Ctx;
 use crate::worker::entity_store::{self, Split};
-use crate::worker::held::HeldAnswer;
 use crate::worker::root::stale::{self, error_entry};
+use crate::worker::root::timer::tick_soon;
 use crate::worker::store::Stored;
 use std::rc::Rc;
 
@@ -31,9 +32,8 @@ fn not_stored(why: &'static str) -> Stored {
 }
 
 /// Stores the entities of `answer`, fetched for `batch`, now, or holds the answer to split it
-/// after its waiters are answered (then `true`: call `split_later::split_later` once they are).
-/// What storing did, for the leader's debug headers (nothing for the fleet's L2: there is no
-/// whole entry).
+/// after its waiters are answered (then `true`: call [`split_later`] once they are). What storing
+/// did, for the leader's debug headers (nothing for the fleet's L2: there is no whole entry).
 pub fn store_or_defer(
     cx: &mut Ctx<'_, impl Host>,
     batch: &Rc<EntityBatch>,
@@ -44,20 +44,37 @@ pub fn store_or_defer(
     }
     // A background refresh has nobody waiting.
     if !batch.also_holds.is_empty() {
-        let now_ms = cx.host().now_ms();
-        return (split(cx, batch, answer, now_ms), false);
+        return (split(cx, batch, answer), false);
     }
-    let now_ms = cx.host().now_ms();
-    let held = HeldAnswer {
+    let held = DeferredSplit {
         batch: Rc::clone(batch),
-        received_ms: now_ms,
         status: answer.status,
         headers: answer.headers.to_vec(),
         body: answer.body.to_vec(),
     };
-    match cx.worker(|w| w.held.hold(held)) {
+    match cx.worker(|w| w.deferred_splits.hold(held)) {
         Ok(()) => (Stored::default(), true),
-        Err(_) => (split(cx, batch, answer, now_ms), false),
+        Err(_) => (split(cx, batch, answer), false),
+    }
+}
+
+/// Has the root's timer split the held answers soon, once Envoy has written the answers just
+/// made (see `timer::SPLIT_AFTER_MS`); splits them now if the host refuses.
+pub fn split_later(cx: &mut Ctx<'_, impl Host>) {
+    if !tick_soon(cx) {
+        split_held(cx);
+    }
+}
+
+/// Splits every held answer into entity entries (the root's timer).
+pub fn split_held(cx: &mut Ctx<'_, impl Host>) {
+    while let Some(held) = cx.worker(|w| w.deferred_splits.take_oldest()) {
+        let answer = Answer {
+            status: held.status,
+            headers: &held.headers,
+            body: &held.body,
+        };
+        split(cx, &held.batch, &answer);
     }
 }
 
@@ -89,14 +106,8 @@ fn refused(
     None
 }
 
-/// Stores the entities of `answer`, fetched for `batch` (whose status and size passed), received
-/// at `received_ms`.
-pub fn split(
-    cx: &mut Ctx<'_, impl Host>,
-    batch: &EntityBatch,
-    answer: &Answer<'_>,
-    received_ms: u64,
-) -> Stored {
+/// Stores the entities of `answer`, fetched for `batch` (whose status and size passed).
+fn split(cx: &mut Ctx<'_, impl Host>, batch: &EntityBatch, answer: &Answer<'_>) -> Stored {
     let Ok(fetched) = Fetched::read(answer.body, &batch.req, &batch.sent) else {
         return not_stored(NotStored::NotJson.as_str());
     };
@@ -104,7 +115,6 @@ pub fn split(
         req: &batch.req,
         sent: &batch.sent,
         born_us: batch.born_us,
-        received_ms,
     };
     let policy = |f: usize, d: usize| batch.entities.get(f)?.get(d).copied();
     match entity_store::store(cx, &split, policy, answer.headers, &fetched).0 {

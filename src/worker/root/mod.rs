@@ -8,7 +8,6 @@ pub mod dispatch;
 pub mod entity_fetch;
 pub mod followers;
 pub mod shared_fetch;
-pub mod split_later;
 pub mod stale;
 pub mod tick;
 pub mod timer;

@@ -17,7 +17,6 @@ use crate::worker::ctx::Ctx;
 use crate::worker::l2::write::{after_origin, release_later};
 use crate::worker::root::answer::{answer, release, Label, Labels, Reply};
 use crate::worker::root::entity_fetch;
-use crate::worker::root::split_later::split_later;
 use crate::worker::root::stale::is_failure;
 use crate::worker::store::{account_store, store_answer, Stored};
 
@@ -164,7 +163,7 @@ pub fn on_fetch_response(cx: &mut Ctx<'_, impl Host>, token: u32, result: FetchR
     // A whole answer is stored before anyone is answered, so that every worker finds it the
     // moment its waiters have it: a request on another worker right after would otherwise lead a
     // second fetch (an entity batch's split waits: see `entity_fetch::store_or_defer`).
-    let (mut stored, held) = match &fetch.entities {
+    let (mut stored, split_later) = match &fetch.entities {
         Some(batch) => entity_fetch::store_or_defer(cx, batch, &answer_in),
         None => (store_answer(cx, &fetch.key, answer_in, &fetch.asked), false),
     };
@@ -173,8 +172,8 @@ pub fn on_fetch_response(cx: &mut Ctx<'_, impl Host>, token: u32, result: FetchR
     let response =
         Response::from_upstream(status, headers, body).map_err(|_| Release::NotRelayable);
     finish(cx, &fetch, response, &Labels::fetched(&stored));
-    if held {
-        split_later(cx);
+    if split_later {
+        entity_fetch::split_later(cx);
     }
 }
 

@@ -13,9 +13,9 @@ use crate::worker::l2::feed;
 use crate::worker::l2::write::flush;
 use crate::worker::operation_counts;
 use crate::worker::root::answer::release;
+use crate::worker::root::entity_fetch;
 use crate::worker::root::followers::check;
 use crate::worker::root::shared_fetch::abandon;
-use crate::worker::root::split_later::split_held;
 use crate::worker::root::timer::{back_to_normal, HOUSEKEEPING_DUE_MS};
 
 /// How long a finished flight record stays for other workers' timers before it is emptied.
@@ -26,7 +26,7 @@ pub const LOST_WAKEUP_MS: u64 = 500;
 pub fn on_tick(cx: &mut Ctx<'_, impl Host>) {
     let now_ms = cx.host().now_ms();
     // Answers already relayed, before the L2 writes their entities queue go out.
-    split_held(cx);
+    entity_fetch::split_held(cx);
     if back_to_normal(cx) {
         let last = cx.worker(|w| w.last_housekeeping_ms);
         if now_ms.saturating_sub(last) < HOUSEKEEPING_DUE_MS {

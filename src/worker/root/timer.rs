@@ -1,5 +1,5 @@
 //! The root's timer: every [`TICK`] for its periodic work, and once soon after a batch was
-//! answered, to split the answer into entities (see `worker::held`).
+//! answered, to split the answer into entities (see `entities::deferred`).
 
 use crate::effects::host::Host;
 use crate::worker::ctx::Ctx;

@@ -367,10 +367,10 @@ fn identical_all_miss_batches_share_one_fetch_whose_answer_is_split_into_entitie
     // Answered before anything is stored: the root splits the answer at a tick set to come at
     // once, after Envoy has written the answers; then its timer is as before.
     assert_eq!(a.host.counted(Counter::Stores), 0);
-    assert!(!a.worker.borrow().held.is_empty());
+    assert!(!a.worker.borrow().deferred_splits.is_empty());
     assert_eq!(a.host.tick_ms.get(), 1);
     a.tick();
-    assert!(a.worker.borrow().held.is_empty());
+    assert!(a.worker.borrow().deferred_splits.is_empty());
     assert_eq!(a.host.tick_ms.get(), 100);
     // Stored as two entities, not as the batch: any batch naming them is answered here.
     assert_eq!(a.host.counted(Counter::Stores), 2);
@@ -488,7 +488,11 @@ fn a_quick_tick_splits_what_was_answered_and_leaves_the_periodic_work_to_its_tim
         assert_eq!(a.reply(context).body, subgraph_answer(&ids).as_bytes());
     }
     assert_eq!(a.host.counted(Counter::Stores), 0);
-    assert_eq!(a.worker.borrow().held.len(), 2, "one quick tick for both");
+    assert_eq!(
+        a.worker.borrow().deferred_splits.len(),
+        2,
+        "one quick tick for both"
+    );
     a.host.advance(1);
     a.tick();
     assert_eq!(a.host.counted(Counter::Stores), 4);

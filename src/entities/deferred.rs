@@ -1,10 +1,7 @@
 //! Answers of root-fetched `_entities` batches, held until their entities are split into entries:
-//! the root answers the waiting requests first and splits a moment later (its timer: see
-//! `root::timer`), so a batch's client does not wait for 20 entries to be encoded, tagged and
-//! stored (Envoy writes an answer to its socket only in a later turn of its event loop). A batch
-//! on this worker that needs what a held answer will store has it split before it looks. Bounded
-//! in count and in bytes. (A whole answer is stored before it is relayed: see
-//! `root::shared_fetch`.)
+//! the root answers the waiting requests first and splits a moment later (its timer), so a
+//! batch's client does not wait for 20 entries to be encoded, tagged and stored (Envoy writes an
+//! answer to its socket only in a later turn of its event loop). Bounded in count and in bytes.
 
 use crate::entities::batch::EntityBatch;
 use crate::fast_hash::FastMap;
@@ -12,30 +9,27 @@ use crate::request::key::CacheKey;
 use std::collections::VecDeque;
 use std::rc::Rc;
 
-/// At most this many answers wait to be stored on one worker; beyond it the root stores at once.
-pub const MAX_HELD: usize = 64;
+/// At most this many answers wait to be split on one worker; beyond it the root splits at once.
+pub const MAX_DEFERRED_SPLITS: usize = 64;
 /// At most this many bytes of answers (bodies and headers) wait on one worker.
-pub const MAX_HELD_BYTES: usize = 4 << 20;
+pub const MAX_DEFERRED_BYTES: usize = 4 << 20;
 
 /// One answer to split: the batch it was fetched for, and the subgraph's answer.
 #[derive(Debug)]
-pub struct HeldAnswer {
+pub struct DeferredSplit {
     pub batch: Rc<EntityBatch>,
-    /// When it came: its entries' lifetimes start then, however late they are stored.
-    pub received_ms: u64,
     pub status: u16,
     pub headers: Vec<(String, Vec<u8>)>,
     pub body: Vec<u8>,
 }
 
-impl HeldAnswer {
-    fn each_key(&self, f: impl FnMut(&CacheKey)) {
+impl DeferredSplit {
+    fn keys(&self) -> impl Iterator<Item = &CacheKey> {
         self.batch
             .entities
             .iter()
             .flatten()
             .filter_map(|(k, _)| k.as_ref())
-            .for_each(f);
     }
 
     fn bytes(&self) -> usize {
@@ -45,24 +39,25 @@ impl HeldAnswer {
 }
 
 #[derive(Debug, Default)]
-pub struct HeldAnswers {
-    waiting: VecDeque<HeldAnswer>,
+pub struct DeferredSplits {
+    waiting: VecDeque<DeferredSplit>,
     bytes: usize,
-    /// The keys the held answers will store, each with how many hold it.
+    /// The entity keys the held answers will store, each with how many hold it.
     keys: FastMap<CacheKey, u32>,
 }
 
-impl HeldAnswers {
-    /// Holds `answer`, or gives it back when the bound is reached.
-    pub fn hold(&mut self, answer: HeldAnswer) -> Result<(), Box<HeldAnswer>> {
-        let bytes = self.bytes + answer.bytes();
-        if self.waiting.len() >= MAX_HELD || bytes > MAX_HELD_BYTES {
-            return Err(Box::new(answer));
+impl DeferredSplits {
+    /// Holds `split`, or gives it back when the bound is reached.
+    pub fn hold(&mut self, split: DeferredSplit) -> Result<(), Box<DeferredSplit>> {
+        let bytes = self.bytes + split.bytes();
+        if self.waiting.len() >= MAX_DEFERRED_SPLITS || bytes > MAX_DEFERRED_BYTES {
+            return Err(Box::new(split));
         }
         self.bytes = bytes;
-        let keys = &mut self.keys;
-        answer.each_key(|key| *keys.entry(*key).or_default() += 1);
-        self.waiting.push_back(answer);
+        for key in split.keys() {
+            *self.keys.entry(*key).or_default() += 1;
+        }
+        self.waiting.push_back(split);
         Ok(())
     }
 
@@ -72,19 +67,18 @@ impl HeldAnswers {
     }
 
     /// The oldest held answer.
-    pub fn take_oldest(&mut self) -> Option<HeldAnswer> {
-        let answer = self.waiting.pop_front()?;
-        self.bytes = self.bytes.saturating_sub(answer.bytes());
-        let keys = &mut self.keys;
-        answer.each_key(|key| {
-            if let Some(n) = keys.get_mut(key) {
+    pub fn take_oldest(&mut self) -> Option<DeferredSplit> {
+        let split = self.waiting.pop_front()?;
+        self.bytes = self.bytes.saturating_sub(split.bytes());
+        for key in split.keys() {
+            if let Some(n) = self.keys.get_mut(key) {
                 *n -= 1;
                 if *n == 0 {
-                    keys.remove(key);
+                    self.keys.remove(key);
                 }
             }
-        });
-        Some(answer)
+        }
+        Some(split)
     }
 
     pub fn len(&self) -> usize {
@@ -101,8 +95,8 @@ mod tests {
     use super::*;
     use crate::entities::request::EntitiesRequest;
 
-    fn split(status: u16) -> HeldAnswer {
-        HeldAnswer {
+    fn split(status: u16) -> DeferredSplit {
+        DeferredSplit {
             batch: Rc::new(EntityBatch {
                 req: EntitiesRequest {
                     query: String::new(),
@@ -118,7 +112,6 @@ mod tests {
                 private: false,
                 also_holds: Vec::new(),
             }),
-            received_ms: 0,
             status,
             headers: Vec::new(),
             body: Vec::new(),
@@ -127,13 +120,13 @@ mod tests {
 
     #[test]
     fn held_in_order_and_bounded() {
-        let mut d = HeldAnswers::default();
-        for i in 0..MAX_HELD {
+        let mut d = DeferredSplits::default();
+        for i in 0..MAX_DEFERRED_SPLITS {
             assert!(d.hold(split(200 + i as u16)).is_ok());
         }
         let over = d.hold(split(999)).unwrap_err();
         assert_eq!(over.status, 999, "given back, not dropped");
-        assert_eq!(d.len(), MAX_HELD);
+        assert_eq!(d.len(), MAX_DEFERRED_SPLITS);
         assert_eq!(d.take_oldest().map(|s| s.status), Some(200), "oldest first");
         assert!(d.hold(split(1)).is_ok(), "room again");
     }
@@ -141,14 +134,14 @@ mod tests {
     #[test]
     fn knows_the_keys_it_will_store_while_it_holds_them() {
         let key = |b| CacheKey { digest: [b; 32] };
-        let with = |keys: &[u8]| HeldAnswer {
+        let with = |keys: &[u8]| DeferredSplit {
             batch: Rc::new(EntityBatch {
                 entities: vec![keys.iter().map(|b| (Some(key(*b)), 60)).collect()],
                 ..(*split(200).batch).clone()
             }),
             ..split(200)
         };
-        let mut d = HeldAnswers::default();
+        let mut d = DeferredSplits::default();
         assert!(!d.holds_any([key(1)].iter()));
         d.hold(with(&[1, 2])).unwrap();
         d.hold(with(&[2, 3])).unwrap();
@@ -163,9 +156,9 @@ mod tests {
 
     #[test]
     fn bounded_in_bytes() {
-        let mut d = HeldAnswers::default();
-        let big = |status| HeldAnswer {
-            body: vec![b'x'; MAX_HELD_BYTES / 2 + 1],
+        let mut d = DeferredSplits::default();
+        let big = |status| DeferredSplit {
+            body: vec![b'x'; MAX_DEFERRED_BYTES / 2 + 1],
             ..split(status)
         };
         assert!(d.hold(big(1)).is_ok());
