@@ -359,6 +359,8 @@ pub fn l2_envelopes(data: &[u8]) {
         now_ms: 1_764_582_000_000,
         now_us: 1_764_582_000_000_000,
         skew_us: 1_000_000,
+        // Either gate: an entity's (no headers needed) when the input's length is odd.
+        entity: data.len() % 2 == 1,
     };
     if let Ok(bytes) = vetted(data, &bounds) {
         let entry =
@@ -628,6 +630,7 @@ pub fn sealed(data: &[u8]) {
         now_ms: 1_764_582_000_000,
         now_us: reader.now_us,
         skew_us: reader.skew_us,
+        entity: data.len() % 2 == 1,
     };
     let value = key.open_entry(&cache_key, data).unwrap_or(data);
     if let Ok(bytes) = vetted(value, &bounds) {
@@ -724,6 +727,7 @@ pub fn origin_answer(data: &[u8]) {
             now_ms,
             now_us: now_ms * 1000,
             skew_us: 0,
+            entity: false,
         };
         if let Err(refused) = vetted(bytes, &bounds) {
             panic!("an entry this Envoy stores is refused from the L2: {refused:?}");

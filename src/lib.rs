@@ -11,6 +11,8 @@
 //! - entity mode (a filter in front of subgraphs): `entities` splits an `_entities` request and
 //!   merges a subgraph's answer; `worker::request::entities` looks each entity up and fetches the
 //!   missing ones;
+//! - JSON the filter reads itself (request bodies, representations, answers for their tags):
+//!   `json`, a leaf like `fast_hash`;
 //! - a configuration field is validated in the `config/` file named for its concern (`config::l2`,
 //!   `config::purge`, `config::headers`, ...); `config::Config::from_raw` only assembles.
 //!
@@ -33,6 +35,7 @@ pub mod entities;
 pub mod fast_hash;
 pub mod fleet;
 pub mod invalidate;
+pub mod json;
 pub mod request;
 pub mod worker;
 

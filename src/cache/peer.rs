@@ -8,6 +8,7 @@
 
 use crate::cache::entry::Entry;
 use crate::cache::headers::replayed;
+use crate::cache::not_stored::NotStored;
 use crate::cache::storable::{admissible, body_storable};
 use crate::config::Lifetimes;
 use crate::request::key::CacheKey;
@@ -24,6 +25,9 @@ pub struct Bounds<'a> {
     pub now_us: u64,
     /// How far ahead of this Envoy's clock another Envoy's may run.
     pub skew_us: u64,
+    /// An entity's entry (entity mode): stored without headers, because the answer it is served
+    /// in sets its own; one with headers is checked as an answer.
+    pub entity: bool,
 }
 
 /// Why an entry from the L2 is not used.
@@ -47,7 +51,7 @@ pub fn vetted(bytes: &[u8], bounds: &Bounds<'_>) -> Result<Vec<u8>, Refused> {
     if entry.digest != bounds.key.digest {
         return Err(Refused::OtherKey);
     }
-    storable_as_answer(&entry, bounds.vary_headers)?;
+    storable_as_answer(&entry, bounds)?;
     let latest_us = bounds.now_us.saturating_add(bounds.skew_us);
     if entry.born_us > latest_us || entry.stored_at_ms.saturating_mul(1000) > latest_us {
         return Err(Refused::FromTheFuture);
@@ -56,7 +60,7 @@ pub fn vetted(bytes: &[u8], bounds: &Bounds<'_>) -> Result<Vec<u8>, Refused> {
     Ok(entry.encode())
 }
 
-fn storable_as_answer(entry: &Entry<'_>, vary_headers: &[String]) -> Result<(), Refused> {
+fn storable_as_answer(entry: &Entry<'_>, bounds: &Bounds<'_>) -> Result<(), Refused> {
     let stored_only_what_is_replayed = entry
         .headers
         .iter()
@@ -65,7 +69,12 @@ fn storable_as_answer(entry: &Entry<'_>, vary_headers: &[String]) -> Result<(), 
         return Err(Refused::NotStorable);
     }
     let headers = entry.headers.iter().map(|(n, v)| (*n, v.as_bytes()));
-    admissible(u32::from(entry.status), headers, vary_headers)
+    let admitted = match bounds.entity && entry.headers.is_empty() {
+        true if entry.status == 200 => Ok(()),
+        true => Err(NotStored::Status),
+        false => admissible(u32::from(entry.status), headers, bounds.vary_headers),
+    };
+    admitted
         .and_then(|()| body_storable(entry.body))
         .map_err(|_| Refused::NotStorable)
 }
@@ -120,6 +129,7 @@ mod tests {
             now_ms: 1_500,
             now_us: 1_500_000,
             skew_us: 1_000_000,
+            entity: false,
         }
     }
 
@@ -160,6 +170,34 @@ mod tests {
             vetted(&entry(200, vec![JSON], &body).encode(), &bounds()),
             Err(Refused::TooLarge)
         );
+    }
+
+    /// An entity is stored without headers; without them it passes only as an entity, and an
+    /// entity is still refused for what would refuse an answer.
+    #[test]
+    fn an_entity_needs_no_content_type_an_answer_does() {
+        let entity = Bounds {
+            entity: true,
+            ..bounds()
+        };
+        let bare = entry(200, vec![], br#"{"name":"A"}"#).encode();
+        assert_eq!(vetted(&bare, &entity), Ok(bare.clone()));
+        assert_eq!(vetted(&bare, &bounds()), Err(Refused::NotStorable));
+        let typed = entry(200, vec![JSON], br#"{"name":"A"}"#).encode();
+        assert_eq!(vetted(&typed, &entity), Ok(typed.clone()), "written before");
+        for e in [
+            entry(500, vec![], b"{}"),
+            entry(200, vec![], br#"{"errors":[]}"#),
+            entry(200, vec![], b"<script>"),
+            entry(200, vec![("content-type", "text/html")], b"{}"),
+            entry(200, vec![("set-cookie", "s=1")], b"{}"),
+        ] {
+            assert_eq!(
+                vetted(&e.encode(), &entity),
+                Err(Refused::NotStorable),
+                "{e:?}"
+            );
+        }
     }
 
     #[test]

@@ -149,7 +149,7 @@ pub fn storable_entry(
 }
 
 /// The headers of `headers` an entry keeps (those `keep` names), as text.
-pub fn kept_headers(
+fn kept_headers(
     headers: &[(String, Vec<u8>)],
     keep: impl Fn(&str) -> bool,
 ) -> Result<Vec<(&str, &str)>, NotStored> {

@@ -3,7 +3,7 @@
 //! and with what it holds, so the purge API and mutations reach it.
 
 use crate::cache::not_stored::NotStored;
-use crate::cache::storable::{encode_entry, kept_headers, storable_life, Content};
+use crate::cache::storable::{encode_entry, storable_life, Content};
 use crate::config::{Config, Lifetimes};
 use crate::entities::request::Representation;
 use crate::invalidate::tags::{entry_tags, find_in_value, Found};
@@ -35,11 +35,11 @@ pub fn entity_entry(
         allowed,
         source.now_ms,
     )?;
-    // Only its type: an entity is served inside an answer the filter assembles.
-    let headers = kept_headers(source.headers, |name| name == "content-type")?;
+    // No headers: an entity is served only inside an answer the filter assembles, which sets its
+    // own (a `content-type` would be 40 to 50 bytes on an entity of 20 to 250).
     let content = Content {
         status: source.status,
-        headers,
+        headers: Vec::new(),
         body: raw.as_bytes(),
     };
     let stamp = (source.born_us, source.now_ms);
@@ -100,6 +100,7 @@ mod tests {
         .unwrap();
         let e = Entry::decode(&bytes).unwrap();
         assert_eq!(e.body, raw.as_bytes());
+        assert!(e.headers.is_empty(), "the assembled answer sets its own");
         assert_eq!(e.expires_at_ms, 2_000 + 300_000);
         let tags: Vec<&str> = e.tags.split(',').collect();
         for t in [

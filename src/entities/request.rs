@@ -2,9 +2,9 @@
 //! and variable, with what selection, and the representations each one asks for (deduplicated:
 //! gateways send one representation per reference, so a batch often names an entity many times).
 
+use crate::json::{write_string, Json};
 use crate::request::canonical::{canonicalize, Limits, OperationKind};
 use crate::request::http::read_post_body;
-use crate::request::json::{write_string, Json};
 use graphql_parser::query::{
     parse_query, Definition, Document, OperationDefinition, Selection, SelectionSet, Value,
 };

@@ -6,7 +6,9 @@
 //! `field:users`), so a type and a field of the same name never share a tag.
 
 use crate::config::KeyFields;
+use crate::json::{self, Json};
 use serde_json::Value;
+use std::borrow::Cow;
 
 /// The most tags an entry keeps; coarse ones first (operation, fields, types, then entities),
 /// so a purge of something coarse always reaches an entry that had too many entities to list.
@@ -60,6 +62,24 @@ pub struct Found {
 /// Reads the types and entities of a GraphQL answer. `None` when the body is not a JSON object
 /// or has no `data` object.
 pub fn find_in_answer(body: &[u8], key_fields: &KeyFields) -> Option<Found> {
+    let parsed = std::str::from_utf8(body).ok().map(json::parse);
+    let Some(Ok(answer)) = parsed else {
+        return find_in_answer_generic(body, key_fields);
+    };
+    let Json::Object(members) = &answer else {
+        return None;
+    };
+    let data @ Json::Object(_) = member(members, "data")? else {
+        return None;
+    };
+    let mut found = Found::default();
+    note_typed_json(data, key_fields, &mut found);
+    Some(found)
+}
+
+/// [`find_in_answer`] for what the strict reader refuses but `serde_json` reads (a member named
+/// twice: the last one counts), so a purge reaches whatever the origin's answer names.
+fn find_in_answer_generic(body: &[u8], key_fields: &KeyFields) -> Option<Found> {
     let answer: Value = serde_json::from_slice(body).ok()?;
     let data = answer.get("data")?;
     if !data.is_object() {
@@ -73,13 +93,76 @@ pub fn find_in_answer(body: &[u8], key_fields: &KeyFields) -> Option<Found> {
 /// Adds to `found` the types and entities of one JSON value (an entity as a subgraph wrote it,
 /// or its representation), as [`find_in_answer`] reads them under `data`. Text that cannot name a
 /// type (no `__typename`, no escape that could spell it) is not parsed: most entities hold none.
-pub fn find_in_value(json: &str, key_fields: &KeyFields, found: &mut Found) {
-    if !json.contains(TYPENAME) && !json.contains("\\u") {
+pub fn find_in_value(text: &str, key_fields: &KeyFields, found: &mut Found) {
+    if !text.contains(TYPENAME) && !text.contains("\\u") {
         return;
     }
-    if let Ok(value) = serde_json::from_str::<Value>(json) {
-        note_typed(&value, key_fields, found);
+    match json::parse(text) {
+        Ok(value) => note_typed_json(&value, key_fields, found),
+        Err(_) => {
+            if let Ok(value) = serde_json::from_str::<Value>(text) {
+                note_typed(&value, key_fields, found);
+            }
+        }
     }
+}
+
+/// [`note_typed`] over the strict reader's tree: the same objects in the same order (its members
+/// are sorted by name, as a `serde_json::Map`'s are), bounded by the same `MAX_OBJECTS`.
+fn note_typed_json(value: &Json<'_>, key_fields: &KeyFields, found: &mut Found) {
+    let mut stack = vec![value];
+    let mut visited = 0;
+    while let Some(value) = stack.pop() {
+        match value {
+            Json::Object(members) => {
+                visited += 1;
+                if visited > MAX_OBJECTS {
+                    found.truncated = true;
+                    return;
+                }
+                if let Some(Json::String(t)) = member(members, TYPENAME) {
+                    let id = json_object_id(members, key_fields.of(t));
+                    found.note(t, id);
+                }
+                stack.extend(members.iter().rev().map(|(_, v)| v));
+            }
+            Json::Array(items) => stack.extend(items.iter().rev()),
+            _ => {}
+        }
+    }
+}
+
+fn member<'j, 'a>(members: &'j [(Cow<'a, str>, Json<'a>)], name: &str) -> Option<&'j Json<'a>> {
+    members.iter().find(|(n, _)| n == name).map(|(_, v)| v)
+}
+
+/// [`object_id`] over the strict reader's tree.
+fn json_object_id(members: &[(Cow<'_, str>, Json<'_>)], fields: &[String]) -> Option<String> {
+    let parts: Option<Vec<String>> = fields
+        .iter()
+        .map(|f| json_scalar_text(member(members, f)?))
+        .collect();
+    let parts = parts?;
+    (!parts.is_empty()).then(|| parts.join(":"))
+}
+
+/// [`scalar_text`] of a strict tree's value: a number as `serde_json` prints it once read (`1.0`
+/// for `1.0`, `100.0` for `1e2`), so an id reads the same whichever reader read it.
+fn json_scalar_text(value: &Json<'_>) -> Option<String> {
+    match value {
+        Json::String(s) => Some(s.to_string()),
+        Json::Number(n) if is_plain_integer(n) => Some(n.to_string()),
+        Json::Number(n) => serde_json::from_str::<serde_json::Number>(n)
+            .ok()
+            .map(|n| n.to_string()),
+        Json::Bool(b) => Some(b.to_string()),
+        _ => None,
+    }
+}
+
+/// Digits without sign or leading zero that fit a `u64`: printed by `serde_json` as written.
+fn is_plain_integer(n: &str) -> bool {
+    n.len() <= 19 && n.bytes().all(|b| b.is_ascii_digit()) && (n == "0" || !n.starts_with('0'))
 }
 
 /// Notes every object under `value` that names its type, and its id.
@@ -231,6 +314,83 @@ mod tests {
         let mut found = Found::default();
         find_in_value(r#"{"\u005f_typename":"User","id":"3"}"#, &keys, &mut found);
         assert_eq!(found.entities, vec![("User".to_string(), "3".to_string())]);
+    }
+
+    /// The strict reader and `serde_json` find the same types and entities in the same order:
+    /// ids as `serde_json` prints them, and what the strict reader refuses read by `serde_json`.
+    #[test]
+    fn both_readers_find_the_same() {
+        let mut kf = KeyFields::default();
+        kf.by_type
+            .insert("Sku".into(), vec!["code".into(), "n".into()]);
+        for data in [
+            ANSWER,
+            r#"{"data":{"a":{"__typename":"P","id":1.0},"b":{"__typename":"P","id":1e2},"c":{"__typename":"P","id":-0},"d":{"__typename":"P","id":-5}}}"#,
+            r#"{"data":{"a":{"__typename":"P","id":18446744073709551615},"b":{"__typename":"P","id":18446744073709551616},"c":{"__typename":"P","id":0.10}}}"#,
+            r#"{"data":{"a":{"__typename":"P","id":true},"b":{"__typename":"P","id":null},"c":{"__typename":"P","id":[1]},"d":{"__typename":7,"id":"x"}}}"#,
+            r#"{"data":{"s":{"__typename":"Sku","code":"A\u00e9","n":3},"t":{"__typename":"Sku","code":"B"}}}"#,
+            r#"{"data":{"zz":{"__typename":"Z","id":"1"},"aa":[{"__typename":"A","id":"2","k":{"__typename":"B","id":"3"}}]}}"#,
+            r#"{"data":{"u":{"__typename":"User","id":"1","id":"2"}}}"#,
+            r#"{"data":{"u":{"__typename":"User","id":"1"},"u":{"__typename":"Post","id":"2"}}}"#,
+            r#"{"data":{"u":{"__typename":"User\ud800","id":"1"}}}"#,
+            r#"{"data":[]}"#,
+            r#"[{"data":{}}]"#,
+        ] {
+            let fast = find_in_answer(data.as_bytes(), &kf);
+            let generic = find_in_answer_generic(data.as_bytes(), &kf);
+            assert_eq!(fast, generic, "{data}");
+        }
+        // A number no double holds: `serde_json` refuses the whole answer (and it is never
+        // stored), the strict reader still finds its type: more tags, never fewer.
+        let huge = br#"{"data":{"u":{"__typename":"User","id":1e400}}}"#;
+        assert_eq!(find_in_answer_generic(huge, &kf), None);
+        assert_eq!(find_in_answer(huge, &kf).unwrap().types, vec!["User"]);
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn both_readers_agree_on_generated_answers(value in answer_value()) {
+            let body = serde_json::json!({"data": value}).to_string();
+            let kf = KeyFields::default();
+            proptest::prop_assert_eq!(
+                find_in_answer(body.as_bytes(), &kf),
+                find_in_answer_generic(body.as_bytes(), &kf)
+            );
+        }
+    }
+
+    /// Nested objects and arrays, some typed, with ids of every scalar kind.
+    fn answer_value() -> impl proptest::strategy::Strategy<Value = Value> {
+        use proptest::prelude::*;
+        let leaf = prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::Bool),
+            any::<i64>().prop_map(Value::from),
+            any::<f64>()
+                .prop_filter("finite", |f| f.is_finite())
+                .prop_map(Value::from),
+            "[a-c\\u{e9}\\\\\"]{0,3}".prop_map(Value::String),
+        ];
+        leaf.prop_recursive(4, 40, 5, |inner| {
+            prop_oneof![
+                proptest::collection::vec(inner.clone(), 0..4).prop_map(Value::Array),
+                (
+                    proptest::option::of(prop_oneof![Just("A"), Just("B"), Just("C\\u{e9}")]),
+                    proptest::option::of(inner.clone()),
+                    proptest::collection::btree_map("[a-e_]{1,3}", inner, 0..4),
+                )
+                    .prop_map(|(t, id, rest)| {
+                        let mut m: serde_json::Map<String, Value> = rest.into_iter().collect();
+                        if let Some(t) = t {
+                            m.insert(TYPENAME.to_string(), Value::from(t));
+                        }
+                        if let Some(id) = id {
+                            m.insert("id".to_string(), id);
+                        }
+                        Value::Object(m)
+                    }),
+            ]
+        })
     }
 
     #[test]

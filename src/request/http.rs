@@ -3,12 +3,12 @@
 //! Anything that is not a single, well-formed GraphQL request is a [`Bypass`]: the filter lets it
 //! through to the origin exactly as it came, so the origin produces whatever error it would have.
 
+use crate::json::{self, Json, JsonError};
 use crate::request::bypass::Bypass;
-use crate::request::json::{self, Json, JsonError};
 use serde_json::Value;
 use std::borrow::Cow;
 
-/// One GraphQL request with its JSON parts already in canonical text form (see `request::json`:
+/// One GraphQL request with its JSON parts already in canonical text form (see `crate::json`:
 /// members sorted, numbers as written), so equal inputs give equal strings.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GraphQlRequest {

@@ -12,7 +12,6 @@ pub mod canonical;
 pub mod classify;
 pub mod explain;
 pub mod http;
-pub mod json;
 pub mod key;
 pub mod memo;
 pub mod operations;

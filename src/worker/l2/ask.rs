@@ -137,7 +137,7 @@ fn usable(cx: &mut Ctx<'_, impl Host>, fetch: &SharedFetch, sealed: &[u8]) -> Op
     if !follower::read(host).trusted(now_ms) {
         return None;
     }
-    let bytes = vet::open(cx, &fetch.key, &fetch.asked.lifetimes, sealed)?;
+    let bytes = vet::open(cx, &fetch.key, (&fetch.asked.lifetimes, false), sealed)?;
     let entry = Entry::decode(&bytes).ok()?;
     refresh_marks(cx);
     let verdict = cx.worker(|w| verdict(w, &bytes));

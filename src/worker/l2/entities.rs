@@ -108,7 +108,7 @@ fn usable(
     sealed: &[u8],
 ) -> Option<Rc<[u8]>> {
     let now_ms = cx.host().now_ms();
-    let bytes = vet::open(cx, key, lifetimes, sealed)?;
+    let bytes = vet::open(cx, key, (lifetimes, true), sealed)?;
     let fresh = Entry::decode(&bytes).is_ok_and(|e| e.expires_at_ms > now_ms);
     if !fresh || cx.worker(|w| verdict(w, &bytes)) != Verdict::Fresh {
         return None;

@@ -10,12 +10,12 @@ use crate::effects::host::Host;
 use crate::request::key::CacheKey;
 use crate::worker::ctx::Ctx;
 
-/// The entry `sealed` holds for `key`, re-encoded within `lifetimes`; `None` (counted as
-/// rejected) when the seal or the entry does not pass.
+/// The entry `sealed` holds for `key` (an entity's when `entity`), re-encoded within
+/// `lifetimes`; `None` (counted as rejected) when the seal or the entry does not pass.
 pub fn open(
     cx: &mut Ctx<'_, impl Host>,
     key: &CacheKey,
-    lifetimes: &Lifetimes,
+    (lifetimes, entity): (&Lifetimes, bool),
     sealed: &[u8],
 ) -> Option<Vec<u8>> {
     let (config, host) = (cx.config(), cx.host());
@@ -28,6 +28,7 @@ pub fn open(
         now_ms: host.now_ms(),
         now_us: host.now_us(),
         skew_us: l2.purge_skew_ms.saturating_mul(1000),
+        entity,
     };
     let opened = l2
         .fleet_key
