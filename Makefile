@@ -16,7 +16,7 @@ export GRAPHQL_CACHE_WASM := $(CURDIR)/$(WASM)
 export ORIGIN_BIN := $(CURDIR)/$(ORIGIN)
 export L2_BIN := $(CURDIR)/$(L2)
 
-.PHONY: help tools redis compose build wasm origin l2 test lint unit integration validate demo demo-check demo-cluster demo-cluster-check demo-federation demo-federation-check bench bench-micro bench-ab bench-hostcalls bench-hitratio bench-entities bench-entities-hops fuzz soak clean
+.PHONY: help tools redis compose build wasm origin l2 test lint unit integration validate demo demo-check demo-cluster demo-cluster-check demo-federation demo-federation-check bench bench-micro bench-ab bench-hostcalls bench-hitratio bench-entities bench-entities-pinned bench-entities-hops fuzz soak clean
 
 help:
 	@echo "make demo   - build, start the origin and Envoy with the filter, and walk through it with curl"
@@ -31,6 +31,7 @@ help:
 	@echo "make bench-hostcalls - what one proxy-wasm host call costs a request"
 	@echo "make bench-hitratio - hit ratio on synthetic traces through Envoy beside LRU, W-TinyLFU and Belady"
 	@echo "make bench-entities - a federation catalogue through Apollo Gateway: no cache, whole answers, entities, both, a plain Envoy hop"
+	@echo "make bench-entities-pinned - the same with the gateway and subgraphs on one CPU, clients and Envoys on the other"
 	@echo "make bench-entities-hops - bench-entities' subgraph hop request by request: time in Envoy by subgraph and x-cache"
 	@echo "make soak   - a million distinct keys through Envoy, RSS sampled (bounded memory)"
 	@echo "make oci    - the filter as a reproducible OCI image (Istio, Envoy Gateway) under target/oci/"
@@ -307,10 +308,16 @@ bench-hitratio: tools wasm origin
 # cache, (b) the whole-response cache in front of the gateway, (c) entity caching on the subgraph
 # hop, (d) both, at equal cache_bytes; then a partial hit (18 of 20 cached) against a full miss at
 # the subgraph hop. Load: autocannon (bench/gateway/). bench/results/entities.{json,md,png}, about
-# 5 minutes (ENTITIES_SECONDS, ENTITIES_ROUNDS, ENTITIES_CACHE_BYTES; docs/performance.md).
+# 20 minutes (ENTITIES_SECONDS, ENTITIES_ROUNDS, ENTITIES_CACHE_BYTES; docs/performance.md).
 bench-entities: tools wasm tests/federation/node_modules bench/gateway/node_modules
 	@$(VENV)/bin/python -c 'import matplotlib' 2>/dev/null || $(VENV)/bin/pip install --quiet --disable-pip-version-check matplotlib
 	$(VENV)/bin/python bench/entities/main.py
+
+# The same with the application (gateway, subgraphs) on CPU 1 and the clients and Envoys on CPU 0, as
+# where the proxy's CPU is its own (a sidecar's share, a gateway node): bench/results/entities-pinned.*
+bench-entities-pinned: tools wasm tests/federation/node_modules bench/gateway/node_modules
+	@$(VENV)/bin/python -c 'import matplotlib' 2>/dev/null || $(VENV)/bin/pip install --quiet --disable-pip-version-check matplotlib
+	ENTITIES_PIN=1 ENTITIES_NAME=entities-pinned $(VENV)/bin/python bench/entities/main.py
 
 bench-entities-hops: tools wasm tests/federation/node_modules bench/gateway/node_modules
 	$(VENV)/bin/python bench/entities/hops.py
