@@ -315,9 +315,8 @@ bench-entities: tools wasm tests/federation/node_modules bench/gateway/node_modu
 
 # The same with the application (gateway, subgraphs) on CPU 1 and the clients and Envoys on CPU 0, as
 # where the proxy's CPU is its own (a sidecar's share, a gateway node): bench/results/entities-pinned.*
-bench-entities-pinned: tools wasm tests/federation/node_modules bench/gateway/node_modules
-	@$(VENV)/bin/python -c 'import matplotlib' 2>/dev/null || $(VENV)/bin/pip install --quiet --disable-pip-version-check matplotlib
-	ENTITIES_PIN=1 ENTITIES_NAME=entities-pinned $(VENV)/bin/python bench/entities/main.py
+bench-entities-pinned:
+	ENTITIES_PIN=1 ENTITIES_NAME=entities-pinned $(MAKE) bench-entities
 
 bench-entities-hops: tools wasm tests/federation/node_modules bench/gateway/node_modules
 	$(VENV)/bin/python bench/entities/hops.py

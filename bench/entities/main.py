@@ -92,11 +92,12 @@ SOURCE_MS = int(os.environ.get("ENTITIES_SOURCE_MS", "2"))
 # (autocannon's overallRate is no fixed offered load: it sends each second's quota at full speed.)
 LIGHT = int(os.environ.get("ENTITIES_LIGHT_CONNECTIONS", "2"))
 LIGHT_SECONDS = int(os.environ.get("ENTITIES_LIGHT_SECONDS", "15"))
-# ENTITIES_PIN=1: the application (gateway and subgraphs) on CPU 1, the clients and the Envoys on
-# CPU 0, as where the proxy's CPU is not taken from the application (a sidecar's own share, a
-# gateway node). By default every process shares both CPUs, and Envoy competes with the gateway.
+# ENTITIES_PIN=1: the application (gateway and subgraphs) on `make bench`'s origin CPU, the clients
+# and the Envoys on its Envoy CPU, as where the proxy's CPU is not taken from the application (a
+# sidecar's own share, a gateway node). By default every process shares both CPUs, and Envoy
+# competes with the gateway.
 PIN = os.environ.get("ENTITIES_PIN", "0") not in ("", "0")
-APP_CPU, PROXY_CPU = "1", "0"
+APP_CPU, PROXY_CPU = bench.LOAD_CPU, bench.ENVOY_CPU
 QUERY = ("query Search($term: String!, $offset: Int!) { search(term: $term, first: 10, offset: $offset) "
          "{ id name price reviews { id rating author { id name } } } }")
 
