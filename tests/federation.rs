@@ -94,8 +94,21 @@ fn workload() -> Vec<(String, Option<&'static str>)> {
 }
 
 fn federation_through_envoy(script: &str) {
+    federation_through(script, false)
+}
+
+/// [`federation_through_envoy`], with Product entities prefetched (`prefetch`): a page's
+/// products are fetched from the reviews subgraph as the products subgraph's answer passes,
+/// and the gateway's batch waits for that fetch.
+fn federation_through(script: &str, prefetch: bool) {
     let subgraphs = Subgraphs::start();
-    let envoy = envoy_for(&subgraphs);
+    let envoy = match prefetch {
+        false => envoy_for(&subgraphs),
+        true => envoy_with(
+            &subgraphs,
+            json!({"ttl_seconds": 60, "types": {"User": {"scope": "private"}, "Product": {"prefetch": true}}}),
+        ),
+    };
     let direct_urls = subgraphs
         .ports
         .map(|p| format!("http://127.0.0.1:{p}/graphql"));
@@ -145,6 +158,14 @@ fn federation_through_envoy(script: &str) {
         assert_eq!(&ask(&cached.url(), q, *u), w, "{script}: {q} from entries");
     }
     assert!(envoy.counter("hits") > 0);
+    if prefetch {
+        // Whether the gateway's batch then waits for the prefetch, or finds it stored already,
+        // is a race with these subgraphs that answer at once.
+        assert!(
+            envoy.counter("entity_prefetches") > 0,
+            "{script}: nothing prefetched"
+        );
+    }
     drop(subgraphs.process);
 }
 
@@ -156,6 +177,16 @@ fn apollo_gateway_answers_the_same_through_entity_caching() {
 #[test]
 fn hive_gateway_answers_the_same_through_entity_caching() {
     federation_through_envoy("hive-gateway.mjs");
+}
+
+#[test]
+fn apollo_gateway_answers_the_same_with_entities_prefetched() {
+    federation_through("apollo-gateway.mjs", true);
+}
+
+#[test]
+fn hive_gateway_answers_the_same_with_entities_prefetched() {
+    federation_through("hive-gateway.mjs", true);
 }
 
 /// `envoy/federation.yaml` as shipped (both hops in one Envoy, one VM) but for its ports: admin

@@ -102,11 +102,13 @@ QUERY = ("query Search($term: String!, $offset: Int!) { search(term: $term, firs
          "{ id name price reviews { id rating author { id name } } } }")
 
 FRONT_CONFIG = {"ttl_seconds": 60}
-# envoy/federation.yaml's subgraph-hop configuration, with User public: the bench's clients send no
-# authorization and ask only for users' names (with `User: private`, an anonymous client's users
-# are fetched every time, never stored).
+# envoy/federation.yaml's subgraph-hop configuration (Product prefetched), with User public and
+# prefetched too: the bench's clients send no authorization and ask only for users' names (with
+# `User: private`, an anonymous client's users are fetched every time, never stored, and never
+# prefetched).
 ENTITY_CONFIG = {"ttl_seconds": 60, "vary_headers": [], "default_scope": "public",
-                 "entities": {"ttl_seconds": 60, "types": {"Product": {"ttl_seconds": 300}}}}
+                 "entities": {"ttl_seconds": 60, "types": {"Product": {"ttl_seconds": 300, "prefetch": True},
+                                                            "User": {"prefetch": True}}}}
 CONFIGS = [
     # (name, label, front cache bytes, entity cache bytes)
     ("a", "no cache", 0, 0),

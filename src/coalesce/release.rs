@@ -19,6 +19,8 @@ pub enum Release {
     NotRelayable,
     /// Envoy itself answered the request while it waited (e.g. its own timeout).
     EnvoyReply,
+    /// The prefetch an entity batch waited for did not bring every entity it asks for.
+    PrefetchIncomplete,
 }
 
 impl Release {
@@ -32,6 +34,7 @@ impl Release {
             Release::TooLarge => "too-large",
             Release::NotRelayable => "not-relayable",
             Release::EnvoyReply => "envoy-reply",
+            Release::PrefetchIncomplete => "prefetch-incomplete",
         }
     }
 }

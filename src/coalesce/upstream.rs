@@ -7,6 +7,7 @@ use crate::config::Scope;
 use crate::config::{Config, IdentitySource};
 use crate::effects::host::Callout;
 use crate::entities::batch::EntityBatch;
+use crate::entities::prefetch::Trigger;
 use crate::request::classify::RequestHead;
 use crate::request::key::CacheKey;
 use std::rc::Rc;
@@ -95,6 +96,8 @@ pub struct SharedFetch {
     /// Entity mode: the `_entities` batch fetched, split into entity entries rather than stored
     /// whole (an `_entities` answer holds no `__typename`: entity purges would not reach it).
     pub entities: Option<Rc<EntityBatch>>,
+    /// On a route that prefetches entities: what its answer may start (`entities::prefetch`).
+    pub trigger: Option<Rc<Trigger>>,
 }
 
 /// A shared fetch's part in the fleet's L2.

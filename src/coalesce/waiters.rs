@@ -87,6 +87,15 @@ impl LocalFlights {
         );
     }
 
+    /// When this worker started fetching `key` (`None`: it does not; following another worker's
+    /// fetch is not fetching).
+    pub fn leading_since(&self, key: &CacheKey) -> Option<u64> {
+        self.flights
+            .get(key)
+            .filter(|f| f.leading)
+            .map(|f| f.started_ms)
+    }
+
     pub fn contains(&self, key: &CacheKey) -> bool {
         self.flights.contains_key(key)
     }

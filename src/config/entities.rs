@@ -35,6 +35,9 @@ pub struct EntityType {
     pub stale_while_revalidate_seconds: Option<u64>,
     pub stale_if_error_seconds: Option<u64>,
     pub scope: Option<Scope>,
+    /// Entities of this type named by an answer on this hop are fetched before the gateway
+    /// asks (see `entities::prefetch`); public types only.
+    pub prefetch: bool,
 }
 
 impl Entities {
@@ -76,6 +79,20 @@ impl Entities {
                 .unwrap_or(self.stale_if_error_seconds),
         };
         (life, t.and_then(|t| t.scope).unwrap_or(self.default_scope))
+    }
+
+    /// Whether entities of `typename` are prefetched: asked for so, and public (a private
+    /// entity is fetched with its caller's credentials, never on a guess).
+    pub fn prefetch(&self, typename: &str) -> bool {
+        let (life, scope) = self.rules(typename);
+        self.types.get(typename).is_some_and(|t| t.prefetch)
+            && scope == Scope::Public
+            && life.ttl_seconds > 0
+    }
+
+    /// Whether any type is prefetched.
+    pub fn prefetches(&self) -> bool {
+        self.types.keys().any(|t| self.prefetch(t))
     }
 }
 
@@ -125,7 +142,14 @@ pub(super) fn parse(
     )?;
     let mut types = BTreeMap::new();
     for (name, t) in raw.types.clone().unwrap_or_default() {
-        types.insert(name.clone(), entity_type(&name, &t)?);
+        let parsed = entity_type(&name, &t)?;
+        if parsed.prefetch && parsed.scope.unwrap_or(default_scope) == Scope::Private {
+            return Err(field_error(
+                &format!("entities.types.{name}.prefetch"),
+                "a private type is never prefetched (its entities are fetched with the caller's credentials)",
+            ));
+        }
+        types.insert(name.clone(), parsed);
     }
     Ok(Some(Entities {
         ttl_seconds: ttl,
@@ -164,5 +188,6 @@ fn entity_type(name: &str, raw: &RawEntityType) -> Result<EntityType, ConfigErro
         stale_while_revalidate_seconds,
         stale_if_error_seconds,
         scope,
+        prefetch: raw.prefetch.unwrap_or(false),
     })
 }

@@ -487,6 +487,19 @@ fn entities_types_and_bounds() {
     assert_eq!(c.policy("User"), (30, Scope::Private));
     assert_eq!(c.policy("Review"), (30, Scope::Public));
     assert_eq!(c.null_ttl_seconds, 0);
+    assert!(!c.prefetches());
+    let c = Config::parse(
+        br#"{"entities":{"types":{"Product":{"prefetch":true},"Gone":{"prefetch":true,"ttl_seconds":0}}}}"#,
+    )
+    .unwrap()
+    .entities
+    .unwrap();
+    assert!(c.prefetch("Product") && c.prefetches());
+    assert!(
+        !c.prefetch("Gone"),
+        "nothing to keep, nothing to fetch ahead"
+    );
+    assert!(!c.prefetch("Review"));
     assert_eq!(c.lifetimes("Product").stale_while_revalidate_seconds, 0);
     let c = Config::parse(
         br#"{"entities":{"stale_while_revalidate_seconds":10,"stale_if_error_seconds":20,
@@ -532,6 +545,15 @@ fn entities_types_and_bounds() {
             "entities.types.P.scope",
         ),
         (r#"{"entities":{"types":{"a b":{}}}}"#, "entities.types.a b"),
+        (
+            r#"{"entities":{"types":{"U":{"scope":"private","prefetch":true}}}}"#,
+            "entities.types.U.prefetch",
+        ),
+        (
+            r#"{"default_scope":"private","identity":{"source":"header","header":"authorization"},
+                 "entities":{"types":{"U":{"prefetch":true}}}}"#,
+            "entities.types.U.prefetch",
+        ),
         (
             r#"{"entities":{"max_answer_bytes":1}}"#,
             "entities.max_answer_bytes",

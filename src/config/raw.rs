@@ -97,6 +97,7 @@ pub(super) struct RawEntityType {
     pub(super) stale_while_revalidate_seconds: Option<u64>,
     pub(super) stale_if_error_seconds: Option<u64>,
     pub(super) scope: Option<String>,
+    pub(super) prefetch: Option<bool>,
 }
 
 #[derive(Deserialize, Clone)]

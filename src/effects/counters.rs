@@ -50,11 +50,15 @@ pub enum Counter {
     EntitiesFetched,
     /// Entity mode: batches answered partly from entries (`x-cache: PARTIAL`).
     EntityPartials,
+    /// Entity mode: fetches of entities an answer named, before the gateway asked.
+    EntityPrefetches,
+    /// Entity mode: batches that waited for a prefetch of what they missed.
+    EntityPrefetchWaits,
 }
 
 impl Counter {
     /// Every counter, in the order of its index.
-    pub const ALL: [Counter; 41] = [
+    pub const ALL: [Counter; 43] = [
         Counter::Hits,
         Counter::Misses,
         Counter::Bypasses,
@@ -96,6 +100,8 @@ impl Counter {
         Counter::EntitiesServed,
         Counter::EntitiesFetched,
         Counter::EntityPartials,
+        Counter::EntityPrefetches,
+        Counter::EntityPrefetchWaits,
     ];
 
     /// Position in [`Counter::ALL`], for a host that keeps metric ids in an array.
@@ -146,6 +152,8 @@ impl Counter {
             Counter::EntitiesServed => "graphql_cache.entities_served",
             Counter::EntitiesFetched => "graphql_cache.entities_fetched",
             Counter::EntityPartials => "graphql_cache.entity_partials",
+            Counter::EntityPrefetches => "graphql_cache.entity_prefetches",
+            Counter::EntityPrefetchWaits => "graphql_cache.entity_prefetch_waits",
         }
     }
 }

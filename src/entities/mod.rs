@@ -11,4 +11,5 @@ pub mod batch;
 pub mod deferred;
 pub mod entry;
 pub mod mode;
+pub mod prefetch;
 pub mod request;

@@ -46,7 +46,7 @@ pub fn store(
     policy: impl Fn(usize, usize) -> Option<(Option<CacheKey>, u64)>,
     headers: &[(String, Vec<u8>)],
     fetched: &Fetched<'_>,
-) -> (Option<u64>, bool) {
+) -> StoredEntities {
     let config = cx.config();
     let now_ms = cx.host().now_ms();
     let source = Source {
@@ -103,5 +103,20 @@ pub fn store(
     // The fleet's L2, in one mstore the root sends (at once if the caller asks it to, else on
     // its next tick).
     let queued = queue_stores(cx, &to_l2);
-    (shortest, queued)
+    StoredEntities {
+        shortest,
+        queued,
+        entries: to_l2,
+    }
+}
+
+/// What storing the entities of an answer did.
+#[derive(Debug, Default)]
+pub struct StoredEntities {
+    /// The shortest lifetime stored, seconds (`Some(0)`: an entity was not stored).
+    pub shortest: Option<u64>,
+    /// A write to the fleet's L2 was queued for the root.
+    pub queued: bool,
+    /// Every entry made, by key, admitted to the store or not.
+    pub entries: Vec<(CacheKey, Vec<u8>)>,
 }

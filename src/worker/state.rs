@@ -12,6 +12,7 @@ use crate::config::Config;
 use crate::effects::operation_stats::OperationStats;
 use crate::entities::batch::WaitedBatches;
 use crate::entities::deferred::DeferredSplits;
+use crate::entities::prefetch::Prefetches;
 use crate::entities::request::Shapes;
 use crate::fast_hash::{FastMap, FastSet};
 use crate::fleet::calls::L2Calls;
@@ -145,6 +146,8 @@ pub struct Worker {
     pub entity_batches: WaitedBatches,
     /// Entity mode: root-fetched answers already relayed, their entities still to be stored.
     pub deferred_splits: DeferredSplits,
+    /// Entity mode: what the gateway's batches taught, and the batches waiting for prefetches.
+    pub prefetch: Prefetches,
     /// The root's timer is set to fire soon, for the held answers (see `root::timer`).
     pub quick_tick: bool,
     /// When the root's timer last did its periodic work.
@@ -209,6 +212,7 @@ impl Worker {
             entity_shapes: Shapes::default(),
             entity_batches: WaitedBatches::default(),
             deferred_splits: DeferredSplits::default(),
+            prefetch: Prefetches::default(),
             quick_tick: false,
             last_housekeeping_ms: 0,
         }
@@ -224,6 +228,7 @@ impl Worker {
         self.mutation_budget = PurgeBudget::new(&config.mutation_purges);
         self.operations = OperationStats::new(config.operation_stats);
         self.entity_shapes = Shapes::default();
+        self.prefetch.forget_templates();
     }
 }
 

@@ -78,6 +78,11 @@ impl Capture {
     }
 
     /// The answer is complete: store it if it may be; what storing did.
+    /// The answer's body, if it is a `200`.
+    pub fn answer(&self) -> Option<&[u8]> {
+        (self.status == 200).then_some(self.body.as_slice())
+    }
+
     pub fn finish(
         self,
         cx: &mut Ctx<'_, impl RequestHost>,

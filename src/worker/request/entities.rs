@@ -21,6 +21,7 @@ use crate::worker::ctx::Ctx;
 use crate::worker::entity_store::{self, Split};
 use crate::worker::request::entity_stale::{self, StaleEntry};
 use crate::worker::request::lookup::{find, Found};
+use crate::worker::request::prefetch;
 use crate::worker::request::read::{fetch_cluster, read_identity};
 use crate::worker::root::answer::CACHE_HEADER;
 use crate::worker::root::entity_fetch::split_held;
@@ -69,6 +70,9 @@ pub enum Next {
     Fetching(Box<EntityExchange>),
     /// Sent upstream untouched; its answer is split into entries.
     Forwarded(Box<EntityExchange>),
+    /// Paused for the prefetch of what it misses (see `request::prefetch`); let go, it is
+    /// forwarded.
+    Waiting(Box<EntityExchange>),
 }
 
 /// Looks every representation up in this Envoy's entries (L1); then, once the fleet's L2 has
@@ -111,7 +115,7 @@ pub fn look_up_l1_after_held(
 /// missing ones, or forwards.
 pub fn decide(
     cx: &mut Ctx<'_, impl RequestHost>,
-    head: &RequestHead,
+    (context, head): (u32, &RequestHead),
     mut x: EntityExchange,
 ) -> Next {
     let stale = x.where_(|s| s.stale && s.key.is_some());
@@ -128,6 +132,18 @@ pub fn decide(
         return Next::Answered(answer_from_entries(cx, &x, now_ms));
     }
     cx.host().set_request_header("accept-encoding", "identity");
+    // What it misses is being fetched here already (a prefetch): it waits for that fetch.
+    let config = cx.config();
+    let waited: Vec<Option<CacheKey>> = x
+        .slots
+        .iter()
+        .flatten()
+        .filter(|s| s.found.is_none())
+        .map(|s| s.key.filter(|_| s.life.ttl_seconds > 0))
+        .collect();
+    if prefetch::wait(cx, context, &waited, || x.as_sent_batch(x.private(config))) {
+        return Next::Waiting(Box::new(forwarded(x)));
+    }
     let found_any = x.slots.iter().flatten().any(|s| s.found.is_some());
     if found_any {
         if let Some(token) = dispatch_partial(cx, head, &x, &missing) {
@@ -315,7 +331,7 @@ pub fn on_partial(
     cx: &mut Ctx<'_, impl RequestHost>,
     mut x: Box<EntityExchange>,
     returned: &Returned,
-) -> Result<(), Box<EntityExchange>> {
+) -> Result<Option<Vec<u8>>, Box<EntityExchange>> {
     let limit = listener_settings(cx.config()).max_answer_bytes;
     let body = match &returned.headers {
         Some(headers) if returned.status() == Some(200) && returned.body_size <= limit => cx
@@ -325,27 +341,27 @@ pub fn on_partial(
         _ => None,
     };
     match body.and_then(|(headers, body)| merge(cx, &x, &headers, &body)) {
-        Some(()) => Ok(()),
+        Some(merged) => Ok(Some(merged)),
         None => match entity_stale::error_entries(cx, &x.where_(|s| s.found.is_none()), returned) {
             Some(stale) => {
                 x.fill_stale(stale);
                 let now_ms = cx.host().now_ms();
                 answer_from_entries(cx, &x, now_ms);
-                Ok(())
+                Ok(None)
             }
             None => Err(Box::new(forwarded(*x))),
         },
     }
 }
 
-/// Stores what the partial answer brought and answers the merged batch; `None` if the answer
-/// cannot be merged.
+/// Stores what the partial answer brought and answers the merged batch (which it returns);
+/// `None` if the answer cannot be merged.
 fn merge(
     cx: &mut Ctx<'_, impl RequestHost>,
     x: &EntityExchange,
     headers: &[(String, Vec<u8>)],
     body: &[u8],
-) -> Option<()> {
+) -> Option<Vec<u8>> {
     let fetched = Fetched::read(body, &x.req, &x.sent).ok()?;
     let stored_s = store(cx, x, headers, &fetched);
     let decoded = decode_found(x);
@@ -374,7 +390,7 @@ fn merge(
     host.count_n(Counter::EntitiesFetched, fetched_count as u64);
     host.count(Counter::EntityPartials);
     respond(cx, x, &merged, (max_age, "PARTIAL"), (hits, fetched_count));
-    Some(())
+    Some(merged)
 }
 
 /// Stores every entity of `fetched` that may be (see `entity_store::store`).
@@ -393,12 +409,12 @@ fn store(
         let slot = x.slots.get(f)?.get(d)?;
         Some((slot.key, slot.life.ttl_seconds))
     };
-    let (shortest, queued) = entity_store::store(cx, &split, policy, headers, fetched);
+    let stored = entity_store::store(cx, &split, policy, headers, fetched);
     // This request's own callout would die with it: the root sends the L2 write.
-    if queued {
+    if stored.queued {
         request_dispatch(cx);
     }
-    shortest
+    stored.shortest
 }
 
 /// What the fleet's L2 (`worker::l2::entities`) needs of a request in flight.
@@ -444,16 +460,16 @@ impl EntityExchange {
         }
     }
 
-    /// The forwarded answer is complete (counted as fetched): its entities are stored.
-    pub fn finish(&mut self, cx: &mut Ctx<'_, impl RequestHost>) {
+    /// The forwarded answer is complete (counted as fetched): its entities are stored. The
+    /// answer, if it was a `200` read whole.
+    pub fn finish(&mut self, cx: &mut Ctx<'_, impl RequestHost>) -> Option<Vec<u8>> {
         let distinct: usize = self.req.fields.iter().map(|f| f.distinct.len()).sum();
         cx.host().count_n(Counter::EntitiesFetched, distinct as u64);
-        let Some((headers, body)) = self.capture.take() else {
-            return;
-        };
+        let (headers, body) = self.capture.take()?;
         if let Ok(fetched) = Fetched::read(&body, &self.req, &self.sent) {
             store(cx, self, &headers, &fetched);
         }
+        Some(body)
     }
 }
 

@@ -7,11 +7,8 @@
 //! And when the partial fetch fails, the missing entities may come from entries within their
 //! `stale-if-error` window.
 
-use crate::cache::storable::Asked;
-use crate::coalesce::flights::{Claim, Join, JoinMode};
-use crate::coalesce::liveness::Alive;
-use crate::coalesce::upstream::{upstream_request, L2Role, SharedFetch};
-use crate::config::{Config, Lifetimes, Scope};
+use crate::coalesce::upstream::{upstream_request, SharedFetch};
+use crate::config::{Config, Scope};
 use crate::effects::counters::Counter;
 use crate::effects::host::RequestHost;
 use crate::entities::batch::EntityBatch;
@@ -22,7 +19,8 @@ use crate::request::key::CacheKey;
 use crate::worker::callout::Returned;
 use crate::worker::ctx::Ctx;
 use crate::worker::request::read::fetch_cluster;
-use crate::worker::root::shared_fetch::{abandon, request_dispatch};
+use crate::worker::root::entity_flights::{can_fetch_entities, claim, give_up, holding, Won};
+use crate::worker::root::shared_fetch::request_dispatch;
 use crate::worker::root::stale::error_entry;
 use std::rc::Rc;
 
@@ -32,13 +30,10 @@ type Picked = [(usize, usize, Option<CacheKey>)];
 /// An entry found for an entity: field, distinct index, entry.
 pub type StaleEntry = (usize, usize, Rc<[u8]>);
 
-/// One stale entity this worker refreshes: its field, its distinct index, its key.
-type Won = (usize, usize, CacheKey);
-
 /// Whether a stale entity may be served: only where a refresh can run (coalescing on, and a
 /// wake-up queue through which the root is asked to send it).
 pub fn may_refresh(cx: &mut Ctx<'_, impl RequestHost>) -> bool {
-    cx.config().coalesce && cx.worker(|w| w.queue.is_some())
+    can_fetch_entities(cx)
 }
 
 fn private(config: &Config, req: &EntitiesRequest, f: usize, d: usize) -> bool {
@@ -80,44 +75,11 @@ pub fn refresh(
         cx.worker(|w| w.pending.retain(|f| f.key != key));
     }
     // No refresh can run: its flights are given up (the next request tries again).
-    for (_, _, key) in won {
-        cx.worker(|w| w.waiters.take(&key));
-        abandon(cx, &key);
-    }
+    give_up(cx, &won);
 }
 
-/// The stale entities whose refresh this worker now leads.
-fn claim(cx: &mut Ctx<'_, impl RequestHost>, stale: &[Won]) -> Vec<Won> {
-    let Some((me, queue)) = cx.worker(|w| Some((w.id, w.queue?))) else {
-        return Vec::new();
-    };
-    let now_ms = cx.host().now_ms();
-    let alive = Alive::read(cx.host(), now_ms);
-    let lease_ms = cx.plugin().lease_ms();
-    let mut won = Vec::new();
-    for &(f, d, key) in stale {
-        // Refreshed here already (or named twice by this request).
-        if cx.worker(|w| w.waiters.contains(&key)) {
-            continue;
-        }
-        let claim = Claim {
-            key,
-            me,
-            queue,
-            now_ms,
-            lease_ms,
-            mode: JoinMode::LeadOnly,
-        };
-        if cx.plugin().flights.join(cx.host(), &claim, &alive) == Join::Lead {
-            cx.worker(|w| w.waiters.start_refresh(key, now_ms));
-            won.push((f, d, key));
-        }
-    }
-    won
-}
-
-/// The root's fetch of the `won` entities: the request rewritten to them, keyed by the first
-/// one's flight and holding the others'.
+/// The root's fetch of the `won` entities: the request rewritten to them, holding their flights
+/// (see [`holding`]).
 fn refresh_fetch(
     cx: &mut Ctx<'_, impl RequestHost>,
     head: &RequestHead,
@@ -138,22 +100,9 @@ fn refresh_fetch(
     };
     let cluster = fetch_cluster(config, cx.host(), head)?;
     let request = upstream_request(cluster, head, Some(req.rewritten(&sent)), config, scope)?;
-    let (first, others) = won.split_first()?;
-    let mut batch = batch(sent, private_type);
-    batch.also_holds = others.iter().map(|(_, _, k)| *k).collect();
-    Some(SharedFetch {
-        key: first.2,
-        request,
-        asked: Asked {
-            lifetimes: Lifetimes::default(),
-            born_us: batch.born_us,
-            operation: Rc::default(),
-        },
-        dispatched_ms: 0,
-        key_names_caller: private_type,
-        l2: L2Role::Off,
-        entities: Some(Rc::new(batch)),
-    })
+    let mut fetch = holding(request, batch(sent, private_type), won, None)?;
+    fetch.key_names_caller = private_type;
+    Some(fetch)
 }
 
 /// The fetch of the `missing` entities failed (reset, timeout, 5xx): each one's entry within its

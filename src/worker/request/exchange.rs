@@ -14,6 +14,7 @@ use crate::effects::counters::Counter;
 use crate::effects::host::{status, LogLevel, RequestHost};
 use crate::effects::operation_stats::OpCounter;
 use crate::entities::mode::{entity_mode, listener_settings};
+use crate::entities::prefetch::Trigger;
 use crate::entities::request::{EntitiesRequest, ENTITIES_FIELD};
 use crate::invalidate::mutation::header_tags;
 use crate::invalidate::purge_request::Refusal;
@@ -39,10 +40,12 @@ use crate::worker::request::explain::explain;
 use crate::worker::request::join::{join, refresh, Joined, Miss, Refresh};
 use crate::worker::request::log_record::LogRecord;
 use crate::worker::request::lookup::{find, serve, Asking, Found, MissReason, Served};
+use crate::worker::request::prefetch;
 use crate::worker::request::purge::{self, admin_api, Admin, AtHeaders};
 use crate::worker::request::read::{read_head, read_identity, read_route};
 use crate::worker::request::shadow::Shadowed;
 use crate::worker::root::answer::{CACHE_HEADER, KEY_HEADER, REASON_HEADER};
+use crate::worker::root::prefetch as root_prefetch;
 use crate::worker::root::shared_fetch::request_dispatch;
 use crate::worker::state::Outcome;
 use crate::worker::store::account_store;
@@ -122,6 +125,8 @@ pub struct Exchange {
     operation: Option<Rc<OperationTags>>,
     /// Why the lookup found nothing to serve.
     missed: Option<MissReason>,
+    /// On a route that prefetches entities: what its answer may start (see `request::prefetch`).
+    trigger: Option<Rc<Trigger>>,
 }
 
 /// What storing the answer to a request `decided` so, born at `born_us`, must know.
@@ -147,6 +152,7 @@ impl Exchange {
             mutation_shape: None,
             operation: None,
             missed: None,
+            trigger: None,
         }
     }
 
@@ -256,6 +262,7 @@ impl Exchange {
             return Flow::Continue;
         };
         let body = cx.host().request_body(body_size).unwrap_or_default();
+        self.trigger = prefetch::trigger(cx.config(), &head);
         let config = cx.config();
         if entity_mode(config, &head.route) {
             let read = EntitiesRequest::read_with(&body, |query, name| {
@@ -463,7 +470,9 @@ impl Exchange {
                 x.on_chunk(&chunk, limit);
             }
             if end_of_stream {
-                x.finish(cx);
+                if let (Some(body), Some(trigger)) = (x.finish(cx), self.trigger.as_deref()) {
+                    root_prefetch::after_answer(cx, trigger, &body);
+                }
             }
             return Flow::Continue;
         }
@@ -481,6 +490,9 @@ impl Exchange {
         }
         if end_of_stream {
             if let (Some(c), Some(asked)) = (capture.take(), &self.asked) {
+                if let (Some(body), Some(trigger)) = (c.answer(), self.trigger.as_deref()) {
+                    root_prefetch::after_answer(cx, trigger, body);
+                }
                 let mut stored = c.finish(cx, key, asked);
                 if queue_store(cx, key, &mut stored) {
                     request_dispatch(cx);
@@ -519,6 +531,9 @@ impl Exchange {
             name: req.operation_name.clone(),
             root_fields: vec![ENTITIES_FIELD.to_string()],
         }));
+        if self.trigger.is_some() {
+            prefetch::learn(cx, head, &req);
+        }
         let x = entities::look_up_l1_after_held(cx, head, req);
         if let Some(asked) = l2_entities::ask(cx, &x.missing_keys()) {
             // Whatever L2 brings, something may go upstream: uncompressed, to be stored.
@@ -531,7 +546,7 @@ impl Exchange {
             };
             return Flow::Pause;
         }
-        let next = entities::decide(cx, head, x);
+        let next = entities::decide(cx, (self.context, head), x);
         self.entity_next(cx, (head, body), next, false)
     }
 
@@ -574,6 +589,12 @@ impl Exchange {
                 }
                 Flow::Continue
             }
+            Next::Waiting(x) => {
+                cx.host().count(Counter::Misses);
+                self.missed = Some(MissReason::Partial);
+                self.state = State::EntityWaiting(x);
+                Flow::Pause
+            }
         }
     }
 
@@ -592,7 +613,7 @@ impl Exchange {
         for (key, entry) in l2_entities::on_answer(cx, &asked, returned) {
             x.found_elsewhere(&key, &entry);
         }
-        let next = entities::decide(cx, &head, *x);
+        let next = entities::decide(cx, (self.context, &head), *x);
         self.entity_next(cx, (&head, &body), next, true);
     }
 
@@ -618,10 +639,17 @@ impl Exchange {
         let State::EntityFetching(x) = std::mem::replace(&mut self.state, State::Served) else {
             return;
         };
-        if let Err(x) = entities::on_partial(cx, x, returned) {
-            // Recorded before the host call: Envoy may run this request's callbacks inside it.
-            self.state = State::EntityForwarded(x);
-            cx.host().resume(self.context);
+        match entities::on_partial(cx, x, returned) {
+            Ok(merged) => {
+                if let (Some(body), Some(trigger)) = (merged, self.trigger.as_deref()) {
+                    root_prefetch::after_answer(cx, trigger, &body);
+                }
+            }
+            Err(x) => {
+                // Recorded before the host call: Envoy may run this request's callbacks inside it.
+                self.state = State::EntityForwarded(x);
+                cx.host().resume(self.context);
+            }
         }
     }
 
@@ -633,6 +661,7 @@ impl Exchange {
             w.held_purges.remove(&context);
             if waiting {
                 w.waiters.remove_waiter(context);
+                w.prefetch.take_waiting(context);
             }
             w.outcomes.remove(&context);
             w.watchdog.forget(context);

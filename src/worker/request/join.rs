@@ -14,6 +14,7 @@ use crate::entities::batch::EntityBatch;
 use crate::request::classify::RequestHead;
 use crate::request::key::CacheKey;
 use crate::worker::ctx::Ctx;
+use crate::worker::request::prefetch;
 use crate::worker::request::read::fetch_cluster;
 use crate::worker::root::shared_fetch::{abandon, request_dispatch};
 use crate::worker::state::Plugin;
@@ -138,6 +139,7 @@ fn shared_fetch(plugin: &Plugin, host: &impl RequestHost, miss: Miss<'_>) -> Opt
             L2Role::Off
         },
         entities: miss.entities,
+        trigger: prefetch::trigger(&plugin.config, miss.head),
     })
 }
 

@@ -39,6 +39,13 @@ impl Label<'_> {
         tags: "",
     };
 
+    /// An entity batch answered from the entries of the prefetch it waited for.
+    pub const PREFETCHED: Label<'static> = Label {
+        cache: "COALESCED",
+        reason: Some("prefetch"),
+        tags: "",
+    };
+
     /// Another Envoy's answer, found in the fleet's L2.
     pub const L2_HIT: Label<'static> = Label {
         cache: "HIT",

@@ -9,6 +9,7 @@ use crate::cache::entry::Entry;
 use crate::cache::not_stored::NotStored;
 use crate::cache::storable::Answer;
 use crate::coalesce::relay::Response;
+use crate::coalesce::release::Release;
 use crate::coalesce::upstream::SharedFetch;
 use crate::effects::counters::Counter;
 use crate::effects::host::Host;
@@ -19,7 +20,8 @@ use crate::entities::mode::listener_settings;
 use crate::request::key::CacheKey;
 use crate::worker::ctx::Ctx;
 use crate::worker::entity_store::{self, Split};
-use crate::worker::root::stale::{self, error_entry};
+use crate::worker::root::answer::{answer, release, Label, Reply};
+use crate::worker::root::stale::{self, error_entry, fresh_entry};
 use crate::worker::root::timer::tick_soon;
 use crate::worker::store::Stored;
 use std::rc::Rc;
@@ -117,13 +119,21 @@ fn split(cx: &mut Ctx<'_, impl Host>, batch: &EntityBatch, answer: &Answer<'_>) 
         born_us: batch.born_us,
     };
     let policy = |f: usize, d: usize| batch.entities.get(f)?.get(d).copied();
-    match entity_store::store(cx, &split, policy, answer.headers, &fetched).0 {
+    let stored = entity_store::store(cx, &split, policy, answer.headers, &fetched);
+    // A fetch holding entity flights answers the batches waiting on them from what it made,
+    // whether the store admitted it or not (see `release_held`).
+    if !batch.also_holds.is_empty() {
+        cx.worker(|w| w.prefetch.hold_fetched(stored.entries));
+    }
+    match stored.shortest {
         Some(s) if s > 0 => Stored::default(),
         _ => not_stored("entity-not-stored"),
     }
 }
 
-/// Ends the refresh flights `fetch` holds beside its own key (see `request::entity_stale`).
+/// Ends the entity flights `fetch` holds beside its own key (a refresh's, a prefetch's: see
+/// `request::entity_stale`, `request::prefetch`); the batches that waited for them are answered
+/// from the entries just stored, or let go.
 pub fn release_held(cx: &mut Ctx<'_, impl Host>, fetch: &SharedFetch) {
     let Some(batch) = &fetch.entities else { return };
     if batch.also_holds.is_empty() {
@@ -131,12 +141,32 @@ pub fn release_held(cx: &mut Ctx<'_, impl Host>, fetch: &SharedFetch) {
     }
     let id = cx.worker(|w| w.id);
     let now_ms = cx.host().now_ms();
+    let mut waiting = Vec::new();
     for key in &batch.also_holds {
-        cx.worker(|w| w.waiters.take(key));
-        // Lead-only claims: nobody watches them.
+        if let Some(flight) = cx.worker(|w| w.waiters.take(key)) {
+            waiting.extend(flight.waiters.into_iter().map(|w| (*key, w.context_id)));
+        }
+        // Lead-only claims: no other worker watches them.
         cx.plugin()
             .flights
             .complete(cx.host(), key, id, None, now_ms);
+    }
+    for (key, context) in waiting {
+        answer_prefetched(cx, &key, context);
+    }
+    cx.worker(|w| w.prefetch.drop_fetched());
+}
+
+/// Answers request `context`, which waited for a prefetch holding `key`, from entries if every
+/// entity its batch asks for is in a fresh one now; else lets it go upstream as it was sent.
+fn answer_prefetched(cx: &mut Ctx<'_, impl Host>, key: &CacheKey, context: u32) {
+    let batch = cx.worker(|w| w.prefetch.take_waiting(context));
+    match batch.and_then(|b| from_entries(cx, &b, Use::Fresh).map(|r| (r, b))) {
+        Some((response, batch)) => {
+            answer(cx, context, key, Reply::new(&response, Label::PREFETCHED));
+            count_served(cx, Some(&batch));
+        }
+        None => release(cx, context, Release::PrefetchIncomplete),
     }
 }
 
@@ -150,7 +180,7 @@ pub fn instead_of_error(
     batch: Option<&EntityBatch>,
 ) -> Option<Response> {
     match batch {
-        Some(batch) => from_entries(cx, batch),
+        Some(batch) => from_entries(cx, batch, Use::InErrorWindow),
         None => stale::instead_of_error(cx, key),
     }
 }
@@ -164,13 +194,33 @@ pub fn count_served(cx: &mut Ctx<'_, impl Host>, batch: Option<&EntityBatch>) {
     }
 }
 
-fn from_entries(cx: &mut Ctx<'_, impl Host>, batch: &EntityBatch) -> Option<Response> {
+/// Which entries an answer assembled from entries may use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Use {
+    /// Fresh ones (said so by the `max-age` of the first to expire).
+    Fresh,
+    /// Those within their stale-if-error window (`max-age=0`).
+    InErrorWindow,
+}
+
+fn from_entries(cx: &mut Ctx<'_, impl Host>, batch: &EntityBatch, using: Use) -> Option<Response> {
+    let now_ms = cx.host().now_ms();
+    let mut remaining_ms = u64::MAX;
     let mut bodies: Vec<Vec<Vec<u8>>> = Vec::with_capacity(batch.entities.len());
     for row in &batch.entities {
         let mut found = Vec::with_capacity(row.len());
         for (key, _) in row {
-            let bytes = error_entry(cx, &(*key)?)?;
-            found.push(Entry::decode(&bytes).ok()?.body.to_vec());
+            let key = (*key)?;
+            let bytes = match using {
+                Use::Fresh => match cx.worker(|w| w.prefetch.fetched(&key)) {
+                    Some(made) => made,
+                    None => fresh_entry(cx, &key)?,
+                },
+                Use::InErrorWindow => error_entry(cx, &key)?,
+            };
+            let entry = Entry::decode(&bytes).ok()?;
+            remaining_ms = remaining_ms.min(entry.expires_at_ms.saturating_sub(now_ms));
+            found.push(entry.body.to_vec());
         }
         bodies.push(found);
     }
@@ -178,13 +228,17 @@ fn from_entries(cx: &mut Ctx<'_, impl Host>, batch: &EntityBatch) -> Option<Resp
         .iter()
         .map(|row| row.iter().map(|b| std::str::from_utf8(b).ok()).collect())
         .collect::<Option<Vec<Vec<&str>>>>()?;
+    let max_age = match using {
+        Use::Fresh if remaining_ms != u64::MAX => remaining_ms / 1000,
+        _ => 0,
+    };
     let cache_control = match batch.private {
-        true => "private, max-age=0",
-        false => "max-age=0",
+        true => format!("private, max-age={max_age}"),
+        false => format!("max-age={max_age}"),
     };
     let headers = [
         ("content-type", "application/json"),
-        ("cache-control", cache_control),
+        ("cache-control", cache_control.as_str()),
         ("age", "0"),
     ];
     Some(Response {

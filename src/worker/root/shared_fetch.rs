@@ -17,8 +17,10 @@ use crate::worker::ctx::Ctx;
 use crate::worker::l2::write::{after_origin, release_later};
 use crate::worker::root::answer::{answer, release, Label, Labels, Reply};
 use crate::worker::root::entity_fetch;
+use crate::worker::root::prefetch;
 use crate::worker::root::stale::is_failure;
 use crate::worker::store::{account_store, store_answer, Stored};
+use std::rc::Rc;
 
 /// What came back for a callout.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -169,11 +171,17 @@ pub fn on_fetch_response(cx: &mut Ctx<'_, impl Host>, token: u32, result: FetchR
     };
     // Sent before anyone is answered: answering switches the effective context.
     after_origin(cx, &fetch, &mut stored);
+    // What the answer may start once it is relayed (queued: see `root::prefetch`).
+    let ahead = fetch.trigger.as_ref().filter(|_| status == 200);
+    let named = ahead.map(|t| (Rc::clone(t), body.clone()));
     let response =
         Response::from_upstream(status, headers, body).map_err(|_| Release::NotRelayable);
     finish(cx, &fetch, response, &Labels::fetched(&stored));
     if split_later {
         entity_fetch::split_later(cx);
+    }
+    if let Some((trigger, body)) = named {
+        prefetch::after_answer(cx, &trigger, &body);
     }
 }
 

@@ -27,13 +27,32 @@ pub fn instead_of_error(cx: &mut Ctx<'_, impl Host>, key: &CacheKey) -> Option<R
 /// The entry for `key` that may replace a failure: within its stale-if-error window (fresh
 /// ones too) and not purged. For whole answers and entities alike.
 pub fn error_entry(cx: &mut Ctx<'_, impl Host>, key: &CacheKey) -> Option<Vec<u8>> {
+    let (bytes, _) = unpurged(cx, key)?;
+    let entry = Entry::decode(&bytes).ok()?;
+    if cx.host().now_ms() >= entry.error_until_ms() {
+        return None;
+    }
+    Some(bytes)
+}
+
+/// The entry for `key` if it is fresh and not purged (what a request would be served from).
+pub fn fresh_entry(cx: &mut Ctx<'_, impl Host>, key: &CacheKey) -> Option<Vec<u8>> {
+    match unpurged(cx, key)? {
+        (bytes, true) => Some(bytes),
+        (_, false) => None,
+    }
+}
+
+/// The entry stored for `key`, fresh (`true`) or past its lifetime, unless purged since.
+fn unpurged(cx: &mut Ctx<'_, impl Host>, key: &CacheKey) -> Option<(Vec<u8>, bool)> {
     let now_ms = cx.host().now_ms();
     let table = &cx.plugin().table;
     let hash = table.hash(key);
     let found =
         cx.worker_and_shared(|w, shared| table.lookup(shared, &mut w.seen, key, hash, now_ms));
-    let bytes = match found {
-        Lookup::Hit(bytes) | Lookup::Stale(bytes) => bytes,
+    let (bytes, fresh) = match found {
+        Lookup::Hit(bytes) => (bytes, true),
+        Lookup::Stale(bytes) => (bytes, false),
         Lookup::Miss(_) => return None,
     };
     if cx.config().invalidation_on() {
@@ -42,9 +61,5 @@ pub fn error_entry(cx: &mut Ctx<'_, impl Host>, key: &CacheKey) -> Option<Vec<u8
             return None;
         }
     }
-    let entry = Entry::decode(&bytes).ok()?;
-    if now_ms >= entry.error_until_ms() {
-        return None;
-    }
-    Some(bytes)
+    Some((bytes, fresh))
 }

@@ -726,3 +726,128 @@ fn entity_batches_are_counted_per_operation_as_x_cache_says() {
     assert_eq!(stat("misses", Some("partial")), 1);
     assert_eq!(stat("misses", Some("no-entity")), 1, "counted once");
 }
+
+/// Prefetching Product (flight slots enough that two of a test's few keys never share one: a
+/// claim on a slot another key holds is not won, and that entity would not be prefetched).
+const PREFETCHING: &str = r#"{"debug_headers":true,"flight_slots":65536,"entities":{"ttl_seconds":60,"types":{"Product":{"prefetch":true}}}}"#;
+
+/// A root field's answer naming products `ids`, fetched by the root for request `context`
+/// (whose extra headers are `extra`); the token of every callout dispatched after it.
+fn search(node: &Node, context: u32, ids: &[u32], extra: &[(&str, &str)]) -> Vec<u32> {
+    let query = format!(r#"{{"query":"{{search(page:{context}){{__typename id name}}}}"}}"#);
+    let (_, flow) = node.post(context, &query, extra);
+    assert_eq!(
+        flow,
+        Flow::Pause,
+        "a root field's miss shares the root's fetch"
+    );
+    node.deliver_queue();
+    let token = *node.tokens().last().unwrap();
+    let items: Vec<String> = ids
+        .iter()
+        .map(|i| format!(r#"{{"__typename":"Product","id":"{i}","name":"P{i}"}}"#))
+        .collect();
+    let body = format!(r#"{{"data":{{"search":[{}]}}}}"#, items.join(","));
+    let before = node.tokens().len();
+    node.callout_answers(
+        token,
+        root_answer(&body, &[("cache-control", "max-age=60")]),
+    );
+    assert_eq!(node.reply(context).header("x-cache"), Some("MISS"));
+    node.host.begin_callback();
+    node.deliver_queue();
+    node.tokens()[before..].to_vec()
+}
+
+#[test]
+fn an_answer_s_entities_are_fetched_before_the_gateway_asks_and_its_batch_waits_for_them() {
+    use crate::effects::counters::Counter;
+    let (a, _b) = envoy(PREFETCHING);
+    // A first batch teaches how the gateway asks for products.
+    fetched_by_root(&a, 1, &[1]);
+
+    // A search page names 1, 2 and 3: 2 and 3 are fetched at once, as the gateway would ask.
+    let ahead = search(&a, 2, &[1, 2, 3], &[("x-team", "s")]);
+    assert_eq!(ahead.len(), 1, "one prefetch");
+    let (token, callout) = a.host.dispatched.borrow().last().cloned().unwrap();
+    assert_eq!(token, ahead[0]);
+    let sent: serde_json::Value = serde_json::from_slice(callout.body.as_ref().unwrap()).unwrap();
+    assert_eq!(sent["query"], QUERY);
+    assert_eq!(
+        sent["variables"]["representations"],
+        json!([{"__typename": "Product", "id": "2"}, {"__typename": "Product", "id": "3"}])
+    );
+    assert!(
+        !callout.headers.iter().any(|(n, _)| n == "x-team"),
+        "a prefetch carries only what a public fetch may"
+    );
+    assert_eq!(a.host.counted(Counter::EntityPrefetches), 1);
+
+    // The gateway's batch for the page misses only what is being fetched: it waits for that.
+    let dispatched = a.tokens().len();
+    let (_, flow) = a.post(3, &batch(&[3, 1, 2]), &[]);
+    assert_eq!(flow, Flow::Pause);
+    a.deliver_queue();
+    assert_eq!(a.tokens().len(), dispatched, "no fetch of its own");
+    assert_eq!(a.host.counted(Counter::EntityPrefetchWaits), 1);
+
+    // The prefetch's answer is stored, and the batch answered from the entries.
+    a.callout_answers(token, root_answer(&subgraph_answer(&[2, 3]), &[]));
+    let answered = a.reply(3);
+    assert_eq!(answered.header("x-cache"), Some("COALESCED"));
+    assert_eq!(answered.header("x-cache-reason"), Some("prefetch"));
+    assert_eq!(answered.body, subgraph_answer(&[3, 1, 2]).as_bytes());
+    assert!(answered
+        .header("cache-control")
+        .unwrap()
+        .starts_with("max-age="));
+
+    // Named again: nothing to fetch.
+    assert!(search(&a, 4, &[3, 2], &[]).is_empty());
+    a.assert_host_rules_kept();
+}
+
+#[test]
+fn a_batch_the_prefetch_did_not_fully_answer_goes_upstream_as_sent() {
+    let (a, _b) = envoy(PREFETCHING);
+    fetched_by_root(&a, 1, &[1]);
+    let ahead = search(&a, 2, &[1, 2, 3], &[]);
+    let (mut x, flow) = a.post(3, &batch(&[2, 3]), &[]);
+    assert_eq!(flow, Flow::Pause);
+    // Product 3 failed: not stored, so the batch cannot be answered from entries.
+    let failed = r#"{"data":{"_entities":[{"name":"P2"},null]},"errors":[{"message":"x","path":["_entities",1]}]}"#;
+    a.callout_answers(ahead[0], root_answer(failed, &[]));
+    assert_eq!(*a.host.resumed.borrow(), vec![3], "let go upstream");
+    assert!(a.host.reply_to(3).is_none());
+    // Its answer from the subgraph is split into entries as a forwarded batch's.
+    a.host.context.set(3);
+    *a.host.response_headers.borrow_mut() = json_headers(&[]);
+    x.on_response_headers(&mut a.cx(), false);
+    assert_eq!(a.host.header_set("x-cache").as_deref(), Some("MISS"));
+    let body = subgraph_answer(&[2, 3]);
+    *a.host.response_chunk.borrow_mut() = body.as_bytes().to_vec();
+    x.on_response_body(&mut a.cx(), body.len(), true);
+    let (_, flow) = a.post(4, &batch(&[3]), &[]);
+    assert_eq!(flow, Flow::Pause);
+    assert_eq!(a.reply(4).header("x-cache"), Some("HIT"));
+    a.assert_host_rules_kept();
+}
+
+#[test]
+fn only_types_asked_for_are_prefetched_and_a_batch_on_another_worker_fetches_its_own() {
+    let (a, b) = envoy(r#"{"entities":{"ttl_seconds":60}}"#);
+    fetched_by_root(&a, 1, &[1]);
+    assert!(
+        search(&a, 2, &[1, 2], &[]).is_empty(),
+        "prefetch is off by default"
+    );
+
+    let (a, b2) = envoy(PREFETCHING);
+    drop(b);
+    fetched_by_root(&a, 1, &[1]);
+    let ahead = search(&a, 2, &[2], &[]);
+    assert_eq!(ahead.len(), 1);
+    // Another worker does not know this worker's fetch: it fetches what it misses itself.
+    fetched_by_root(&b2, 11, &[2]);
+    a.assert_host_rules_kept();
+}

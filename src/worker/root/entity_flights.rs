@@ -1,0 +1,93 @@
+//! Root fetches of single entities (a stale refresh's, a prefetch's): each entity's key is
+//! claimed as a flight, lead only (no other worker waits on it: one that finds it claimed serves
+//! its stale entry, or fetches what it misses itself), so that one worker at a time fetches it;
+//! one fetch holds the flights of all it asks for and ends them once its answer is stored
+//! (`entity_fetch::release_held`), when this worker's batches waiting on one are answered.
+
+use crate::cache::storable::Asked;
+use crate::coalesce::flights::{Claim, Join, JoinMode};
+use crate::coalesce::liveness::Alive;
+use crate::coalesce::upstream::{L2Role, SharedFetch};
+use crate::config::Lifetimes;
+use crate::effects::host::{Callout, Host};
+use crate::entities::batch::EntityBatch;
+use crate::entities::prefetch::Trigger;
+use crate::request::key::CacheKey;
+use crate::worker::ctx::Ctx;
+use crate::worker::root::shared_fetch::abandon;
+use std::rc::Rc;
+
+/// One entity this worker fetches: its field, its distinct index, its key.
+pub type Won = (usize, usize, CacheKey);
+
+/// Whether the root may fetch entities for requests: coalescing on, and a wake-up queue through
+/// which it is asked to.
+pub fn can_fetch_entities(cx: &mut Ctx<'_, impl Host>) -> bool {
+    cx.config().coalesce && cx.worker(|w| w.queue.is_some())
+}
+
+/// The entities whose fetch this worker now leads (no worker fetches them yet).
+pub fn claim(cx: &mut Ctx<'_, impl Host>, stale: &[Won]) -> Vec<Won> {
+    let Some((me, queue)) = cx.worker(|w| Some((w.id, w.queue?))) else {
+        return Vec::new();
+    };
+    let now_ms = cx.host().now_ms();
+    let alive = Alive::read(cx.host(), now_ms);
+    let lease_ms = cx.plugin().lease_ms();
+    let mut won = Vec::new();
+    for &(f, d, key) in stale {
+        // Refreshed here already (or named twice by this request).
+        if cx.worker(|w| w.waiters.contains(&key)) {
+            continue;
+        }
+        let claim = Claim {
+            key,
+            me,
+            queue,
+            now_ms,
+            lease_ms,
+            mode: JoinMode::LeadOnly,
+        };
+        if cx.plugin().flights.join(cx.host(), &claim, &alive) == Join::Lead {
+            cx.worker(|w| w.waiters.start_refresh(key, now_ms));
+            won.push((f, d, key));
+        }
+    }
+    won
+}
+
+/// Gives up the flights of entities that will not be fetched after all.
+pub fn give_up(cx: &mut Ctx<'_, impl Host>, won: &[Won]) {
+    for (_, _, key) in won {
+        cx.worker(|w| w.waiters.take(key));
+        abandon(cx, key);
+    }
+}
+
+/// The root's fetch of `batch` (sent as `request`) for the `won` entities: it holds each one's
+/// flight (ended when it is stored, and the batches that wait on one are answered then: see
+/// `root::entity_fetch::release_held`), under a key of its own that nobody else waits on;
+/// `trigger`: the prefetch its answer may start.
+pub fn holding(
+    request: Callout,
+    mut batch: EntityBatch,
+    won: &[Won],
+    trigger: Option<Trigger>,
+) -> Option<SharedFetch> {
+    let key = won.first()?.2.scoped(b"entity-fetch");
+    batch.also_holds = won.iter().map(|(_, _, k)| *k).collect();
+    Some(SharedFetch {
+        key,
+        request,
+        asked: Asked {
+            lifetimes: Lifetimes::default(),
+            born_us: batch.born_us,
+            operation: Rc::default(),
+        },
+        dispatched_ms: 0,
+        key_names_caller: false,
+        l2: L2Role::Off,
+        entities: Some(Rc::new(batch)),
+        trigger: trigger.map(Rc::new),
+    })
+}
