@@ -19,6 +19,7 @@ use graphql_cache::config::{MutationInvalidation, MutationPurges};
 use graphql_cache::effects::header_block::{pairs, HeaderBlock};
 use graphql_cache::effects::store::{SharedStore, StoreError};
 use graphql_cache::entities::answer::{assemble, Fetched};
+use graphql_cache::entities::prefetch::{may_name, named, Template, MAX_PREFETCH};
 use graphql_cache::entities::request::EntitiesRequest;
 use graphql_cache::fleet::follower::{self, FeedState, FEED_KEY};
 use graphql_cache::fleet::outbox::{self, Outbox, MAX_PENDING, MAX_PENDING_BYTES, OUTBOX_KEY};
@@ -1066,6 +1067,7 @@ pub fn entities_answer(data: &[u8]) {
         ]}
     });
     let req = EntitiesRequest::read(body.to_string().as_bytes(), ENTITY_LIMITS).unwrap();
+    prefetched_from(&req, data);
     let sent = vec![vec![1, 2]];
     let Ok(fetched) = Fetched::read(data, &req, &sent) else {
         return;
@@ -1092,4 +1094,33 @@ pub fn entities_answer(data: &[u8]) {
             );
         }
     }
+}
+
+/// What an answer names, read for a prefetch (`entities::prefetch`): the batch asking for it
+/// reads back as asking for exactly those representations, each of the template's type, once.
+fn prefetched_from(req: &EntitiesRequest, data: &[u8]) {
+    let t = Template::learn(req, "T").unwrap();
+    let Some(answer) = std::str::from_utf8(data)
+        .ok()
+        .and_then(|text| graphql_cache::json::parse(text).ok())
+    else {
+        return;
+    };
+    let reps = named(&answer, &[&t]).remove(0);
+    assert!(reps.len() <= MAX_PREFETCH);
+    if reps.is_empty() {
+        return;
+    }
+    assert!(
+        may_name(data, &[&t]),
+        "named without its type's name in the text"
+    );
+    let (batch, sent) = t.batch(reps.clone());
+    let again = EntitiesRequest::read(&batch.rewritten(&sent), ENTITY_LIMITS)
+        .unwrap_or_else(|e| panic!("a prefetch's batch does not read back: {e:?}"));
+    assert_eq!(
+        again.fields[0].distinct, reps,
+        "asks for what the answer named, once each"
+    );
+    assert_eq!(again.fields[0].selection, req.fields[0].selection);
 }
