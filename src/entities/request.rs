@@ -5,6 +5,7 @@
 use crate::json::{write_string, Json};
 use crate::request::canonical::{canonicalize, Limits, OperationKind};
 use crate::request::http::read_post_body;
+use crate::request::key::EntityAsk;
 use graphql_parser::query::{
     parse_query, Definition, Document, OperationDefinition, Selection, SelectionSet, Value,
 };
@@ -163,6 +164,15 @@ impl EntitiesRequest {
             extensions: req.extensions,
             fields,
         })
+    }
+
+    /// What the entities of `field` (one of this request's) share in their keys.
+    pub fn ask<'a>(&'a self, field: &'a EntitiesField) -> EntityAsk<'a> {
+        EntityAsk {
+            selection: &field.selection,
+            other_variables: &self.other_variables,
+            extensions: self.extensions.as_deref(),
+        }
     }
 
     /// The body to send upstream asking, for each field, only the representations `sent[f]`

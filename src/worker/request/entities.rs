@@ -15,7 +15,7 @@ use crate::entities::batch::EntityBatch;
 use crate::entities::mode::{listener_settings, settings};
 use crate::entities::request::EntitiesRequest;
 use crate::request::classify::{key_context, RequestHead};
-use crate::request::key::{CacheKey, EntityAsk, EntityKeys};
+use crate::request::key::{CacheKey, EntityKeys};
 use crate::worker::callout::Returned;
 use crate::worker::ctx::Ctx;
 use crate::worker::entity_store::{self, Split};
@@ -177,14 +177,7 @@ fn look_up(
     let mut slots = Vec::with_capacity(req.fields.len());
     for field in &req.fields {
         let mut row = Vec::with_capacity(field.distinct.len());
-        let keys = EntityKeys::new(
-            &ctx,
-            &EntityAsk {
-                selection: &field.selection,
-                other_variables: &req.other_variables,
-                extensions: req.extensions.as_deref(),
-            },
-        );
+        let keys = EntityKeys::new(&ctx, &req.ask(field));
         for rep in &field.distinct {
             let (life, scope) = entities.rules(&rep.typename);
             let key = keys.key(&rep.canonical);

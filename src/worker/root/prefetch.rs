@@ -14,7 +14,7 @@ use crate::entities::prefetch::{may_name, named, Learned, Template, Trigger};
 use crate::entities::request::{EntitiesRequest, Representation};
 use crate::json;
 use crate::request::classify::key_context;
-use crate::request::key::{CacheKey, EntityAsk, EntityKeys};
+use crate::request::key::{CacheKey, EntityKeys};
 use crate::worker::ctx::Ctx;
 use crate::worker::root::entity_flights::{can_fetch_entities, claim, give_up, holding, Won};
 use crate::worker::root::shared_fetch::request_dispatch;
@@ -72,14 +72,7 @@ fn start(
     };
     let full = String::from_utf8_lossy(&head.path).into_owned();
     let ctx = key_context(config, &head, &full);
-    let keys = EntityKeys::new(
-        &ctx,
-        &EntityAsk {
-            selection: &field.selection,
-            other_variables: &req.other_variables,
-            extensions: req.extensions.as_deref(),
-        },
-    );
+    let keys = EntityKeys::new(&ctx, &req.ask(field));
     let all: Vec<CacheKey> = field
         .distinct
         .iter()
