@@ -5,13 +5,14 @@
 // answer from what the neighbouring connection just fetched).
 //
 //   node load.mjs --url http://127.0.0.1:N/ --bodies FILE --start I (--amount N | --duration S)
-//                 --connections C
+//                 --connections C [--raw OUT]
 //
+// With --raw, every answered request's latency (ms) is also written to OUT, a JSON array.
 // FILE holds one JSON request body a line. Prints one JSON line: requests, non-2xx, errors, the
 // duration, the index of the next unsent body, and latency percentiles (ms, from every response's
 // own time, not autocannon's whole-millisecond histogram).
 import { createRequire } from "node:module";
-import { readFileSync } from "node:fs";
+import { readFileSync, writeFileSync } from "node:fs";
 import { fileURLToPath } from "node:url";
 import path from "node:path";
 
@@ -50,6 +51,7 @@ const instance = autocannon(opts, (err, result) => {
     process.stderr.write(`load.mjs: ${err.message}\n`);
     process.exit(1);
   }
+  if (args.raw) writeFileSync(args.raw, JSON.stringify(latencies));
   latencies.sort((a, b) => a - b);
   const q = (p) => (latencies.length ? latencies[Math.min(latencies.length - 1, Math.floor(p * latencies.length))] : null);
   const mean = latencies.reduce((a, b) => a + b, 0) / Math.max(latencies.length, 1);

@@ -306,10 +306,11 @@ def subgraph_envoy(ports, config):
     return Envoy("subgraphs", yaml_text)
 
 
-def load(url, bodies_file, start, amount=None, seconds=None, connections=CONNECTIONS):
+def load(url, bodies_file, start, amount=None, seconds=None, connections=CONNECTIONS, raw=None):
     args = pinned(PROXY_CPU, ["node", str(LOAD)]) + ["--url", url, "--bodies", bodies_file, "--start", str(start),
             "--connections", str(connections)]
     args += ["--amount", str(amount)] if amount else ["--duration", str(seconds)]
+    args += ["--raw", raw] if raw else []
     out = subprocess.run(args, capture_output=True, text=True, timeout=(seconds or 120) + 60)
     if out.returncode != 0:
         raise RuntimeError(f"load.mjs failed: {out.stderr}")
