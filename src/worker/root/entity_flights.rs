@@ -14,7 +14,7 @@ use crate::entities::batch::EntityBatch;
 use crate::entities::prefetch::Trigger;
 use crate::request::key::CacheKey;
 use crate::worker::ctx::Ctx;
-use crate::worker::root::shared_fetch::abandon;
+use crate::worker::root::wake::abandon;
 use std::rc::Rc;
 
 /// One entity this worker fetches: its field, its distinct index, its key.

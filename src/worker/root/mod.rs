@@ -13,3 +13,4 @@ pub mod shared_fetch;
 pub mod stale;
 pub mod tick;
 pub mod timer;
+pub mod wake;

@@ -17,8 +17,8 @@ use crate::request::classify::key_context;
 use crate::request::key::{CacheKey, EntityKeys};
 use crate::worker::ctx::Ctx;
 use crate::worker::root::entity_flights::{can_fetch_entities, claim, give_up, holding, Won};
-use crate::worker::root::shared_fetch::request_dispatch;
 use crate::worker::root::stale::fresh_entry;
+use crate::worker::root::wake::request_dispatch;
 
 /// `body`, a `200` answer to `trigger`'s request passing this hop, may name entities the gateway
 /// will ask for next: starts the fetch of those not cached.

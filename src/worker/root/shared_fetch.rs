@@ -8,10 +8,8 @@ use crate::coalesce::relay::Response;
 use crate::coalesce::release::Release;
 use crate::coalesce::sharing::followers_may_share;
 use crate::coalesce::upstream::SharedFetch;
-use crate::coalesce::wakeup::Message;
 use crate::effects::counters::Counter;
 use crate::effects::host::{status, Host};
-use crate::request::key::CacheKey;
 use crate::worker::callout::Returned;
 use crate::worker::ctx::Ctx;
 use crate::worker::l2::write::{after_origin, release_later};
@@ -19,6 +17,8 @@ use crate::worker::root::answer::{answer, release, Label, Labels, Reply};
 use crate::worker::root::entity_fetch;
 use crate::worker::root::prefetch;
 use crate::worker::root::stale::is_failure;
+use crate::worker::root::wake::wake;
+pub use crate::worker::root::wake::{abandon, request_dispatch};
 use crate::worker::store::{account_store, store_answer, Stored};
 use std::rc::Rc;
 
@@ -66,24 +66,6 @@ fn fetch_failed() -> Stored {
         not_stored: Some("fetch-failed"),
         ..Stored::default()
     }
-}
-
-/// Asks the root to dispatch what this worker's requests claimed (a callout made by a request
-/// dies with that request).
-pub fn request_dispatch(cx: &mut Ctx<'_, impl Host>) -> bool {
-    let queue = cx.worker(|w| w.queue);
-    queue.is_some_and(|q| cx.host().enqueue(q, &Message::Dispatch.encode()))
-}
-
-/// Ends a flight that will never be fetched: its watchers go upstream on their own.
-pub fn abandon(cx: &mut Ctx<'_, impl Host>, key: &CacheKey) {
-    let id = cx.worker(|w| w.id);
-    let host = cx.host();
-    let watchers = cx
-        .plugin()
-        .flights
-        .complete(host, key, id, None, host.now_ms());
-    wake(host, &watchers, key, None);
 }
 
 /// Root: sends `fetch` to the origin; gives it back if Envoy refused it.
@@ -255,16 +237,5 @@ pub fn finish(
             Ok(_) => release(cx, ctx, Release::NotShareable),
             Err(reason) => release(cx, ctx, *reason),
         }
-    }
-}
-
-/// Wakes the workers watching `key`, with the shareable answer when there is one.
-fn wake(host: &impl Host, watchers: &[u32], key: &CacheKey, answer: Option<&[u8]>) {
-    if watchers.is_empty() {
-        return;
-    }
-    let message = Message::Wake { key: *key, answer }.encode();
-    for &queue in watchers {
-        host.enqueue(queue, &message);
     }
 }
