@@ -308,8 +308,10 @@ bench-hitratio: tools wasm origin
 # Apollo Gateway and the three Node subgraphs of tests/federation/ (20,000 products), with (a) no
 # cache, (b) the whole-response cache in front of the gateway, (c) entity caching on the subgraph
 # hop, (d) both, at equal cache_bytes; then a partial hit (18 of 20 cached) against a full miss at
-# the subgraph hop. Load: autocannon (bench/gateway/). bench/results/entities.{json,md,png}, about
-# 20 minutes (ENTITIES_SECONDS, ENTITIES_ROUNDS, ENTITIES_CACHE_BYTES; docs/performance.md).
+# the subgraph hop; then (a) and (c) side by side below saturation, in alternating slices (the
+# light-load p99 verdict: rounds run minutes apart and this VM drifts more than that difference).
+# Load: autocannon (bench/gateway/). bench/results/entities.{json,md,png}, about 30 minutes
+# (ENTITIES_SECONDS, ENTITIES_ROUNDS, ENTITIES_CACHE_BYTES, ENTITIES_PAIRED_SLICES; docs/performance.md).
 bench-entities: tools wasm tests/federation/node_modules bench/gateway/node_modules
 	@$(VENV)/bin/python -c 'import matplotlib' 2>/dev/null || $(VENV)/bin/pip install --quiet --disable-pip-version-check matplotlib
 	$(VENV)/bin/python bench/entities/main.py
@@ -322,8 +324,8 @@ bench-entities-pinned:
 bench-entities-hops: tools wasm tests/federation/node_modules bench/gateway/node_modules
 	$(VENV)/bin/python bench/entities/hops.py
 
-# Client latency below saturation, (c) against (a), in alternating slices with both stacks up
-# (drift on this VM hits both alike): bench/results/entities-paired.{json,md}.
+# Only bench-entities' last phase: client latency below saturation, (c) against (a), in alternating
+# slices with both stacks up (drift on this VM hits both alike): bench/results/entities-paired.{json,md}.
 bench-entities-paired: tools wasm tests/federation/node_modules bench/gateway/node_modules
 	$(VENV)/bin/python bench/entities/paired.py
 
