@@ -486,6 +486,109 @@ fn wait_resolved(subgraphs: &Subgraphs, n: u64) {
     );
 }
 
+/// An `_entities` batch of products, as a gateway sends it to the reviews subgraph.
+fn reviews_batch(ids: &[u32]) -> String {
+    let reps: Vec<Value> = ids
+        .iter()
+        .map(|i| json!({"__typename": "Product", "id": i.to_string()}))
+        .collect();
+    let query = "query($representations:[_Any!]!){_entities(representations:$representations){...on Product{reviews{id rating}}}}";
+    json!({"query": query, "variables": {"representations": reps}}).to_string()
+}
+
+fn reviews_resolved(subgraphs: &Subgraphs) -> u64 {
+    let counts = http(subgraphs.ports[1], Req::get("/counts")).json();
+    counts["resolved"]["Product"].as_u64().unwrap_or(0)
+}
+
+/// A gateway spreads its requests over its connections, so its batch for the products an answer
+/// named often reaches another of Envoy's workers than that answer did. Either way it waits for
+/// the prefetch the answer started: the subgraph (300 ms an answer) resolves each product once,
+/// and every batch (each a different set, with a product cached already, so that none would
+/// share another's fetch) is answered from what the prefetch made, as the subgraph answers it.
+#[test]
+fn batches_on_either_worker_wait_for_the_prefetch_of_what_an_answer_named() {
+    let subgraphs = Subgraphs::start_with(&[("SUBGRAPHS_DELAY_MS", "300".into())]);
+    let entities = json!({"ttl_seconds": 60, "types": {"Product": {"prefetch": true}}});
+    let envoy = envoy_with(&subgraphs, entities);
+    let port = envoy.port;
+    // Each worker learns how the gateway asks for products from a batch of its own (product 1's,
+    // on new connections until both have had one); product 1 is stored.
+    for _ in 0..64 {
+        let r = http(
+            port,
+            Req::post_json(&reviews_batch(&[1])).path("/reviews/graphql"),
+        );
+        assert_eq!(r.status, 200, "{}", r.text());
+        if envoy
+            .worker_connections()
+            .iter()
+            .filter(|&&n| n > 0)
+            .count()
+            == 2
+        {
+            break;
+        }
+    }
+    wait_stores(&envoy, 1);
+    let reviews = subgraphs.ports[1];
+    for round in 0..4u32 {
+        let first = 2 + round * 8;
+        subgraphs.reset();
+        // The root field's answer names 8 products: the worker it passes prefetches them.
+        let page = format!(
+            "{{ products(first: 8, offset: {}) {{ __typename id name }} }}",
+            first - 1
+        );
+        let r = http(
+            port,
+            Req::post_json(&json!({"query": page}).to_string()).path("/graphql"),
+        );
+        assert_eq!(r.status, 200, "{}", r.text());
+        let before = envoy.worker_connections();
+        let sets: Vec<Vec<u32>> = (0..8)
+            .map(|i| vec![1, first + i, first + (i + 3) % 8])
+            .collect();
+        let bodies: Vec<String> = sets.iter().map(|ids| reviews_batch(ids)).collect();
+        let sent = bodies.clone();
+        let answers = concurrently(8, move |i| {
+            http(port, Req::post_json(&sent[i]).path("/reviews/graphql"))
+        });
+        let after = envoy.worker_connections();
+        for (a, ids) in answers.iter().zip(&sets) {
+            assert_eq!(a.status, 200, "{}", a.text());
+            assert_eq!(
+                (a.cache(), a.reason()),
+                ("COALESCED", Some("prefetch")),
+                "batch {ids:?}: {}",
+                a.text()
+            );
+        }
+        assert_eq!(
+            reviews_resolved(&subgraphs),
+            8,
+            "each product resolved once, by the prefetch"
+        );
+        let direct = concurrently(8, move |i| {
+            http(reviews, Req::post_json(&bodies[i]).path("/graphql"))
+        });
+        for ((a, d), ids) in answers.iter().zip(&direct).zip(&sets) {
+            assert_eq!(
+                a.json(),
+                d.json(),
+                "batch {ids:?} as the subgraph answers it"
+            );
+        }
+        let both = before.iter().zip(&after).filter(|(b, a)| a > b).count() == 2;
+        if both {
+            assert!(envoy.counter("entity_prefetch_waits") >= 8);
+            drop(subgraphs.process);
+            return;
+        }
+    }
+    panic!("four rounds of 8 connections never reached both workers");
+}
+
 /// Batches sent straight to Envoy in entity mode, as a gateway would: identical batches sent at
 /// once (the subgraph holds its answers 300 ms, so they are all in flight together) are resolved
 /// once upstream, their answer split into entities; with a 1-second TTL and a stale window, an

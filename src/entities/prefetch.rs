@@ -317,6 +317,10 @@ impl Prefetches {
     }
 
     /// The batch request `context` waited with, forgotten.
+    pub fn is_waiting(&self, context: u32) -> bool {
+        self.waiting.contains_key(&context)
+    }
+
     pub fn take_waiting(&mut self, context: u32) -> Option<Rc<EntityBatch>> {
         self.waiting.remove(&context)
     }

@@ -141,7 +141,9 @@ pub fn decide(
         .filter(|s| s.found.is_none())
         .map(|s| s.key.filter(|_| s.life.ttl_seconds > 0))
         .collect();
-    if prefetch::wait(cx, context, &waited, || x.as_sent_batch(x.private(config))) {
+    if prefetch::wait(cx, (context, head), &waited, || {
+        x.as_sent_batch(x.private(config))
+    }) {
         return Next::Waiting(Box::new(forwarded(x)));
     }
     let found_any = x.slots.iter().flatten().any(|s| s.found.is_some());

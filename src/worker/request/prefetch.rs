@@ -5,13 +5,12 @@
 //! - an answer passing this hop starts the fetch of the entities of those types it names that no
 //!   entry holds and no worker fetches yet (`root::prefetch`); requests on such a route keep
 //!   their head for it ([`trigger`]);
-//! - a batch that misses only entities this worker is fetching so waits for that fetch instead
-//!   of sending its own ([`wait`]); the root answers it from the entries once they are stored,
-//!   or lets it go upstream as it was sent (`root::entity_fetch::release_held`).
-//!
-//! Only on this worker: a batch that lands on another worker fetches what it misses itself.
+//! - a batch that misses only entities being fetched so (by this worker or another: the
+//!   gateway's next batch often comes on another of its connections, so to another worker)
+//!   waits for those fetches instead of sending its own ([`wait`]); it is answered from the
+//!   entries once they are stored (another worker's come with its wake-up), or let go upstream
+//!   as it was sent (`root::entity_fetch::answer_prefetched`).
 
-use crate::coalesce::waiters::LocalJoin;
 use crate::config::Config;
 use crate::effects::counters::Counter;
 use crate::effects::host::RequestHost;
@@ -23,7 +22,7 @@ use crate::request::classify::RequestHead;
 use crate::request::key::CacheKey;
 use crate::worker::ctx::Ctx;
 use crate::worker::request::read::fetch_cluster;
-use crate::worker::root::entity_flights::can_fetch_entities;
+use crate::worker::root::entity_flights::{can_fetch_entities, follow, wait_on};
 use std::rc::Rc;
 
 /// Whether requests on `head`'s route prefetch anything (then they keep their head for it).
@@ -69,40 +68,58 @@ pub fn learn(cx: &mut Ctx<'_, impl RequestHost>, head: &RequestHead, req: &Entit
 }
 
 /// Whether request `context`'s batch (`batch`, sent whole if let go) now waits for the fetch of
-/// what it misses (`missing`): every one of them has a key and is being fetched by this worker.
-/// It waits on the one whose fetch started last, and is answered when that fetch is stored.
+/// what it misses (`missing`): every one of them has a key and is being fetched, by this worker
+/// or another. It waits on one of those fetches (another worker's if any, else the one this
+/// worker started last), and is answered when that one ends (`root::entity_fetch`).
 pub fn wait(
     cx: &mut Ctx<'_, impl RequestHost>,
-    context: u32,
+    (context, head): (u32, &RequestHead),
     missing: &[Option<CacheKey>],
     batch: impl FnOnce() -> EntityBatch,
 ) -> bool {
     if missing.is_empty() || !can_fetch_entities(cx) {
         return false;
     }
-    let latest = cx.worker(|w| {
-        let mut latest: Option<(u64, CacheKey)> = None;
-        for key in missing {
-            let key = (*key)?;
-            let since = w.waiters.leading_since(&key)?;
-            if latest.is_none_or(|(s, _)| since >= s) {
-                latest = Some((since, key));
-            }
-        }
-        latest
-    });
-    let Some((_, key)) = latest else {
+    // Where nothing is prefetched, only a refresh of this worker's is worth a look (no read of
+    // shared data for the others').
+    let elsewhere = prefetching(cx.config(), head);
+    let Some(key) = being_fetched(cx, missing, elsewhere) else {
         return false;
     };
-    if !cx.worker(|w| w.prefetch.wait(context, Rc::new(batch()))) {
-        return false;
-    }
-    let (now_ms, max_waiters) = (cx.host().now_ms(), cx.config().max_waiters);
-    let joined = cx.worker(|w| w.waiters.join(&key, context, now_ms, max_waiters));
-    if joined != LocalJoin::Joined {
-        cx.worker(|w| w.prefetch.take_waiting(context));
+    if !wait_on(cx, context, key, Rc::new(batch())) {
         return false;
     }
     cx.host().count(Counter::EntityPrefetchWaits);
     true
+}
+
+/// The fetch to wait on, if every key of `missing` is being fetched: another worker's (this
+/// worker then follows each of those, to be woken with its entry), else the one this worker
+/// started last.
+fn being_fetched(
+    cx: &mut Ctx<'_, impl RequestHost>,
+    missing: &[Option<CacheKey>],
+    look_elsewhere: bool,
+) -> Option<CacheKey> {
+    let mut latest_here: Option<(u64, CacheKey)> = None;
+    let mut elsewhere = Vec::new();
+    for key in missing {
+        let key = (*key)?;
+        match cx.worker(|w| w.waiters.leading_since(&key)) {
+            Some(since) if latest_here.is_none_or(|(s, _)| since >= s) => {
+                latest_here = Some((since, key))
+            }
+            Some(_) => {}
+            None if look_elsewhere => elsewhere.push(key),
+            None => return None,
+        }
+    }
+    // A batch that follows some and then finds one nobody fetches does not wait: the workers it
+    // followed wake this one for nothing (a wake-up for a key no request here waits on is dropped).
+    for key in &elsewhere {
+        if !follow(cx, key) {
+            return None;
+        }
+    }
+    elsewhere.last().copied().or(latest_here.map(|(_, k)| k))
 }

@@ -8,6 +8,8 @@
 use crate::cache::entry::Entry;
 use crate::cache::not_stored::NotStored;
 use crate::cache::storable::Answer;
+use crate::coalesce::flights::Peek;
+use crate::coalesce::liveness::Alive;
 use crate::coalesce::relay::Response;
 use crate::coalesce::release::Release;
 use crate::coalesce::upstream::SharedFetch;
@@ -21,8 +23,10 @@ use crate::request::key::CacheKey;
 use crate::worker::ctx::Ctx;
 use crate::worker::entity_store::{self, Split};
 use crate::worker::root::answer::{answer, release, Label, Reply};
+use crate::worker::root::entity_flights::wait_on;
 use crate::worker::root::stale::{self, error_entry, fresh_entry};
 use crate::worker::root::timer::tick_soon;
+use crate::worker::root::wake::wake;
 use crate::worker::store::Stored;
 use std::rc::Rc;
 
@@ -132,8 +136,9 @@ fn split(cx: &mut Ctx<'_, impl Host>, batch: &EntityBatch, answer: &Answer<'_>) 
 }
 
 /// Ends the entity flights `fetch` holds beside its own key (a refresh's, a prefetch's: see
-/// `request::entity_stale`, `request::prefetch`); the batches that waited for them are answered
-/// from the entries just stored, or let go.
+/// `request::entity_stale`, `request::prefetch`), each with its entity's entry for the workers
+/// that follow it (woken with it); this worker's batches that waited for one are answered from
+/// the entries just made, or let go.
 pub fn release_held(cx: &mut Ctx<'_, impl Host>, fetch: &SharedFetch) {
     let Some(batch) = &fetch.entities else { return };
     if batch.also_holds.is_empty() {
@@ -146,27 +151,74 @@ pub fn release_held(cx: &mut Ctx<'_, impl Host>, fetch: &SharedFetch) {
         if let Some(flight) = cx.worker(|w| w.waiters.take(key)) {
             waiting.extend(flight.waiters.into_iter().map(|w| (*key, w.context_id)));
         }
-        // Lead-only claims: no other worker watches them.
-        cx.plugin()
+        // What the split made, admitted by the store or not (none: the entity had an error).
+        let made = cx.worker(|w| w.prefetch.fetched(key));
+        let watchers = cx
+            .plugin()
             .flights
-            .complete(cx.host(), key, id, None, now_ms);
+            .complete(cx.host(), key, id, made, now_ms);
+        if !watchers.is_empty() {
+            cx.worker(|w| w.published.push((*key, now_ms)));
+            let made = cx.worker(|w| w.prefetch.fetched(key));
+            wake(cx.host(), &watchers, key, made.as_deref());
+        }
     }
     for (key, context) in waiting {
-        answer_prefetched(cx, &key, context);
+        answer_prefetched(cx, &key, context, None);
     }
     cx.worker(|w| w.prefetch.drop_fetched());
 }
 
-/// Answers request `context`, which waited for a prefetch holding `key`, from entries if every
-/// entity its batch asks for is in a fresh one now; else lets it go upstream as it was sent.
-fn answer_prefetched(cx: &mut Ctx<'_, impl Host>, key: &CacheKey, context: u32) {
-    let batch = cx.worker(|w| w.prefetch.take_waiting(context));
-    match batch.and_then(|b| from_entries(cx, &b, Use::Fresh).map(|r| (r, b))) {
-        Some((response, batch)) => {
+/// Answers request `context`, which waited for a fetch holding `key` (`woken`: that entity's
+/// entry, as another worker's wake-up brought it), from entries if every entity its batch asks
+/// for is in one now; waits again if one of them is still being fetched; else lets it go
+/// upstream as it was sent.
+pub fn answer_prefetched(
+    cx: &mut Ctx<'_, impl Host>,
+    key: &CacheKey,
+    context: u32,
+    woken: Option<&[u8]>,
+) {
+    let Some(batch) = cx.worker(|w| w.prefetch.take_waiting(context)) else {
+        return;
+    };
+    let mut pending = None;
+    let made = from_entries(cx, &batch, Use::Fresh, |cx, k| match woken {
+        Some(entry) if k == key => Some(entry.to_vec()),
+        _ => prefetched(cx, k).map_err(|p| pending = p).ok(),
+    });
+    match (made, pending) {
+        (Some(response), _) => {
             answer(cx, context, key, Reply::new(&response, Label::PREFETCHED));
             count_served(cx, Some(&batch));
         }
-        None => release(cx, context, Release::PrefetchIncomplete),
+        (None, Some(next)) if wait_on(cx, context, next, batch) => {}
+        _ => release(cx, context, Release::PrefetchIncomplete),
+    }
+}
+
+/// The entry of entity `key` a prefetch (or refresh) made: what this worker's fetch made, a
+/// fresh entry, or what another worker's ended flight holds; `Err(Some)`: still being fetched.
+fn prefetched(cx: &mut Ctx<'_, impl Host>, key: &CacheKey) -> Result<Vec<u8>, Option<CacheKey>> {
+    if let Some(made) = cx.worker(|w| w.prefetch.fetched(key)) {
+        return Ok(made);
+    }
+    if let Some(entry) = fresh_entry(cx, key) {
+        return Ok(entry);
+    }
+    let Some((id, queue)) = cx.worker(|w| Some((w.id, w.queue?))) else {
+        return Err(None);
+    };
+    let host = cx.host();
+    let now_ms = host.now_ms();
+    let peek = cx
+        .plugin()
+        .flights
+        .peek(host, key, id, queue, now_ms, &Alive::read(host, now_ms));
+    match peek {
+        Peek::Done(Some(entry)) => Ok(entry),
+        Peek::Waiting => Err(Some(*key)),
+        Peek::Done(None) | Peek::Gone => Err(None),
     }
 }
 
@@ -180,7 +232,7 @@ pub fn instead_of_error(
     batch: Option<&EntityBatch>,
 ) -> Option<Response> {
     match batch {
-        Some(batch) => from_entries(cx, batch, Use::InErrorWindow),
+        Some(batch) => from_entries(cx, batch, Use::InErrorWindow, |cx, k| error_entry(cx, k)),
         None => stale::instead_of_error(cx, key),
     }
 }
@@ -203,21 +255,21 @@ enum Use {
     InErrorWindow,
 }
 
-fn from_entries(cx: &mut Ctx<'_, impl Host>, batch: &EntityBatch, using: Use) -> Option<Response> {
+/// `batch` assembled from its entities' entries, each as `find` gives it (`None`: not every one
+/// has an entry, so no answer).
+fn from_entries<'a, H: Host>(
+    cx: &mut Ctx<'a, H>,
+    batch: &EntityBatch,
+    using: Use,
+    mut find: impl FnMut(&mut Ctx<'a, H>, &CacheKey) -> Option<Vec<u8>>,
+) -> Option<Response> {
     let now_ms = cx.host().now_ms();
     let mut remaining_ms = u64::MAX;
     let mut bodies: Vec<Vec<Vec<u8>>> = Vec::with_capacity(batch.entities.len());
     for row in &batch.entities {
         let mut found = Vec::with_capacity(row.len());
         for (key, _) in row {
-            let key = (*key)?;
-            let bytes = match using {
-                Use::Fresh => match cx.worker(|w| w.prefetch.fetched(&key)) {
-                    Some(made) => made,
-                    None => fresh_entry(cx, &key)?,
-                },
-                Use::InErrorWindow => error_entry(cx, &key)?,
-            };
+            let bytes = find(cx, &(*key)?)?;
             let entry = Entry::decode(&bytes).ok()?;
             remaining_ms = remaining_ms.min(entry.expires_at_ms.saturating_sub(now_ms));
             found.push(entry.body.to_vec());

@@ -1,13 +1,15 @@
 //! Root fetches of single entities (a stale refresh's, a prefetch's): each entity's key is
-//! claimed as a flight, lead only (no other worker waits on it: one that finds it claimed serves
-//! its stale entry, or fetches what it misses itself), so that one worker at a time fetches it;
-//! one fetch holds the flights of all it asks for and ends them once its answer is stored
-//! (`entity_fetch::release_held`), when this worker's batches waiting on one are answered.
+//! claimed as a flight, lead only (a worker that finds it claimed serves its stale entry, fetches
+//! what it misses itself, or, a batch missing only entities being fetched, [`follow`]s them), so
+//! that one worker at a time fetches it; one fetch holds the flights of all it asks for and ends
+//! them once its answer is stored (`entity_fetch::release_held`), each with its entity's entry
+//! for the workers that follow it, when the batches waiting on one are answered.
 
 use crate::cache::storable::Asked;
 use crate::coalesce::flights::{Claim, Join, JoinMode};
 use crate::coalesce::liveness::Alive;
 use crate::coalesce::upstream::{L2Role, SharedFetch};
+use crate::coalesce::waiters::LocalJoin;
 use crate::config::Lifetimes;
 use crate::effects::host::{Callout, Host};
 use crate::entities::batch::EntityBatch;
@@ -54,6 +56,54 @@ pub fn claim(cx: &mut Ctx<'_, impl Host>, stale: &[Won]) -> Vec<Won> {
         }
     }
     won
+}
+
+/// Whether another worker fetches the entity `key` now: then this worker is woken, with the
+/// entity's entry, when that fetch ends.
+pub fn follow(cx: &mut Ctx<'_, impl Host>, key: &CacheKey) -> bool {
+    let Some((me, queue)) = cx.worker(|w| Some((w.id, w.queue?))) else {
+        return false;
+    };
+    let now_ms = cx.host().now_ms();
+    let claim = Claim {
+        key: *key,
+        me,
+        queue,
+        now_ms,
+        lease_ms: 0,
+        mode: JoinMode::FollowOnly,
+    };
+    let alive = Alive::read(cx.host(), now_ms);
+    cx.plugin().flights.join(cx.host(), &claim, &alive) == Join::Follow
+}
+
+/// Has request `context`, whose `batch` misses entity `key`, wait for `key`'s fetch (this
+/// worker's, or another's it follows): answered from entries when it ends
+/// (`entity_fetch::answer_prefetched`). `false`: too many wait, and it goes its own way.
+pub fn wait_on(
+    cx: &mut Ctx<'_, impl Host>,
+    context: u32,
+    key: CacheKey,
+    batch: Rc<EntityBatch>,
+) -> bool {
+    if !cx.worker(|w| w.prefetch.wait(context, batch)) {
+        return false;
+    }
+    let (now_ms, max_waiters) = (cx.host().now_ms(), cx.config().max_waiters);
+    let joined = cx.worker(
+        |w| match w.waiters.join(&key, context, now_ms, max_waiters) {
+            // Another worker's fetch, which no request here follows yet.
+            LocalJoin::NoFlight => {
+                w.waiters.start(key, false, context, now_ms);
+                true
+            }
+            joined => joined == LocalJoin::Joined,
+        },
+    );
+    if !joined {
+        cx.worker(|w| w.prefetch.take_waiting(context));
+    }
+    joined
 }
 
 /// Gives up the flights of entities that will not be fetched after all.

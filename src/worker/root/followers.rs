@@ -29,7 +29,7 @@ pub fn on_messages(cx: &mut Ctx<'_, impl Host>, messages: &[Vec<u8>]) {
         match answer {
             // The answer came with the wake-up: no shared-data read, and no race with the next
             // flight of the same key overwriting the record.
-            Some(bytes) => deliver(cx, &key, Response::decode_from_flight(bytes, &key)),
+            Some(bytes) => deliver(cx, &key, Some(bytes)),
             None => {
                 check(cx, &key);
             }
@@ -37,8 +37,10 @@ pub fn on_messages(cx: &mut Ctx<'_, impl Host>, messages: &[Vec<u8>]) {
     }
 }
 
-/// Answers this worker's followers of `key` with `response`, or lets them go upstream.
-fn deliver(cx: &mut Ctx<'_, impl Host>, key: &CacheKey, response: Option<Response>) {
+/// Answers this worker's followers of `key` with the answer the flight ended with (`shared`, as
+/// the leader encoded it), or lets them go upstream. A batch waiting for entities another worker
+/// fetched (`key` is one of them, `shared` its entry) is answered from entries.
+fn deliver(cx: &mut Ctx<'_, impl Host>, key: &CacheKey, shared: Option<&[u8]>) {
     let flight = cx.worker(|w| {
         if !w.waiters.is_following(key) {
             return None;
@@ -48,7 +50,15 @@ fn deliver(cx: &mut Ctx<'_, impl Host>, key: &CacheKey, response: Option<Respons
     let Some((flight, batch)) = flight else {
         return;
     };
-    let waiters = flight.map(|f| f.waiters).unwrap_or_default();
+    let (prefetched, waiters): (Vec<_>, Vec<_>) = flight
+        .map(|f| f.waiters)
+        .unwrap_or_default()
+        .into_iter()
+        .partition(|w| cx.worker(|x| x.prefetch.is_waiting(w.context_id)));
+    for waiter in prefetched {
+        entity_fetch::answer_prefetched(cx, key, waiter.context_id, shared);
+    }
+    let response = shared.and_then(|bytes| Response::decode_from_flight(bytes, key));
     // The leader's fetch failed: this worker's followers may still have a stale answer.
     let stale = match &response {
         Some(r) if is_failure(r) && !waiters.is_empty() => {
@@ -90,8 +100,7 @@ pub fn check(cx: &mut Ctx<'_, impl Host>, key: &CacheKey) -> bool {
     match peek {
         Peek::Waiting => false,
         Peek::Done(Some(bytes)) => {
-            let response = Response::decode_from_flight(&bytes, key);
-            deliver(cx, key, response);
+            deliver(cx, key, Some(&bytes));
             true
         }
         Peek::Done(None) => {

@@ -834,20 +834,90 @@ fn a_batch_the_prefetch_did_not_fully_answer_goes_upstream_as_sent() {
 }
 
 #[test]
-fn only_types_asked_for_are_prefetched_and_a_batch_on_another_worker_fetches_its_own() {
-    let (a, b) = envoy(r#"{"entities":{"ttl_seconds":60}}"#);
+fn only_types_asked_for_are_prefetched() {
+    let (a, _b) = envoy(r#"{"entities":{"ttl_seconds":60}}"#);
     fetched_by_root(&a, 1, &[1]);
     assert!(
         search(&a, 2, &[1, 2], &[]).is_empty(),
         "prefetch is off by default"
     );
-
-    let (a, b2) = envoy(PREFETCHING);
-    drop(b);
-    fetched_by_root(&a, 1, &[1]);
-    let ahead = search(&a, 2, &[2], &[]);
-    assert_eq!(ahead.len(), 1);
-    // Another worker does not know this worker's fetch: it fetches what it misses itself.
-    fetched_by_root(&b2, 11, &[2]);
     a.assert_host_rules_kept();
+}
+
+/// Request `context`'s batch of `ids` on `node`, which waits for a prefetch: no fetch of its own.
+fn waits(node: &Node, context: u32, ids: &[u32]) {
+    let dispatched = node.tokens().len();
+    let (_, flow) = node.post(context, &batch(ids), &[]);
+    assert_eq!(flow, Flow::Pause);
+    node.deliver_queue();
+    assert_eq!(node.tokens().len(), dispatched, "no fetch of its own");
+    assert!(node.host.reply_to(context).is_none(), "still waiting");
+    assert!(node.host.resumed.borrow().is_empty(), "not let go");
+}
+
+fn prefetched(node: &Node, context: u32, ids: &[u32]) {
+    let answered = node.reply(context);
+    assert_eq!(answered.header("x-cache"), Some("COALESCED"));
+    assert_eq!(answered.header("x-cache-reason"), Some("prefetch"));
+    assert_eq!(answered.body, subgraph_answer(ids).as_bytes());
+}
+
+#[test]
+fn a_batch_on_another_worker_waits_for_the_prefetch_and_its_wake_up_brings_the_entries() {
+    use crate::effects::counters::Counter;
+    let (a, b) = envoy(PREFETCHING);
+    fetched_by_root(&a, 1, &[1]);
+    let ahead = search(&a, 2, &[1, 2, 3], &[]);
+    assert_eq!(ahead.len(), 1);
+    // The gateway's next batch comes on a connection of the other worker.
+    waits(&b, 3, &[3, 1, 2]);
+    assert_eq!(b.host.counted(Counter::EntityPrefetchWaits), 1);
+
+    // The fetch ends on the first worker; the other's wake-up brings the entries (each
+    // followed flight ends with its entity's entry, stored or not).
+    a.callout_answers(ahead[0], root_answer(&subgraph_answer(&[2, 3]), &[]));
+    b.deliver_queue();
+    prefetched(&b, 3, &[3, 1, 2]);
+    a.assert_host_rules_kept();
+    b.assert_host_rules_kept();
+}
+
+#[test]
+fn a_batch_on_another_worker_is_let_go_when_the_prefetch_misses_one_of_its_entities() {
+    let (a, b) = envoy(PREFETCHING);
+    fetched_by_root(&a, 1, &[1]);
+    let ahead = search(&a, 2, &[1, 2, 3], &[]);
+    waits(&b, 3, &[2, 3]);
+    let failed = r#"{"data":{"_entities":[{"name":"P2"},null]},"errors":[{"message":"x","path":["_entities",1]}]}"#;
+    a.callout_answers(ahead[0], root_answer(failed, &[]));
+    b.deliver_queue();
+    assert_eq!(*b.host.resumed.borrow(), vec![3], "let go upstream as sent");
+    assert!(b.host.reply_to(3).is_none());
+    b.assert_host_rules_kept();
+}
+
+#[test]
+fn a_batch_waiting_on_two_prefetches_is_answered_when_the_second_ends() {
+    let (a, b) = envoy(PREFETCHING);
+    fetched_by_root(&a, 1, &[1]);
+    // Two answers, two prefetches: one of product 2, one of product 3.
+    let first = search(&a, 2, &[2], &[]);
+    let second = search(&a, 4, &[3], &[]);
+    assert_eq!((first.len(), second.len()), (1, 1));
+    // One batch on each worker needs both.
+    waits(&a, 5, &[2, 3]);
+    waits(&b, 6, &[2, 3]);
+    // Product 3's fetch ends first: both go on waiting for product 2's.
+    a.callout_answers(second[0], root_answer(&subgraph_answer(&[3]), &[]));
+    b.deliver_queue();
+    for node in [&a, &b] {
+        assert!(node.host.resumed.borrow().is_empty(), "not let go");
+    }
+    assert!(a.host.reply_to(5).is_none() && b.host.reply_to(6).is_none());
+    a.callout_answers(first[0], root_answer(&subgraph_answer(&[2]), &[]));
+    b.deliver_queue();
+    prefetched(&a, 5, &[2, 3]);
+    prefetched(&b, 6, &[2, 3]);
+    a.assert_host_rules_kept();
+    b.assert_host_rules_kept();
 }
