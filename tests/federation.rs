@@ -444,14 +444,19 @@ fn hive_gateway_a_mutation_purges_its_entities_across_the_fleet() {
     a_mutation_through_one_envoy_purges_its_entities_on_another("hive-gateway.mjs");
 }
 
-/// An `_entities` batch of products, as a gateway sends it to the products subgraph.
-fn products_batch(ids: &[u32]) -> String {
+/// An `_entities` batch of products asking for `selection`, as a gateway sends it.
+fn product_batch(selection: &str, ids: &[u32]) -> String {
     let reps: Vec<Value> = ids
         .iter()
         .map(|i| json!({"__typename": "Product", "id": i.to_string()}))
         .collect();
-    let query = "query($representations:[_Any!]!){_entities(representations:$representations){...on Product{id name price}}}";
+    let query = format!("query($representations:[_Any!]!){{_entities(representations:$representations){{...on Product{{{selection}}}}}}}");
     json!({"query": query, "variables": {"representations": reps}}).to_string()
+}
+
+/// The batch a gateway sends the products subgraph.
+fn products_batch(ids: &[u32]) -> String {
+    product_batch("id name price", ids)
 }
 
 fn products_resolved(subgraphs: &Subgraphs) -> u64 {
@@ -486,14 +491,9 @@ fn wait_resolved(subgraphs: &Subgraphs, n: u64) {
     );
 }
 
-/// An `_entities` batch of products, as a gateway sends it to the reviews subgraph.
+/// The batch a gateway sends the reviews subgraph.
 fn reviews_batch(ids: &[u32]) -> String {
-    let reps: Vec<Value> = ids
-        .iter()
-        .map(|i| json!({"__typename": "Product", "id": i.to_string()}))
-        .collect();
-    let query = "query($representations:[_Any!]!){_entities(representations:$representations){...on Product{reviews{id rating}}}}";
-    json!({"query": query, "variables": {"representations": reps}}).to_string()
+    product_batch("reviews{id rating}", ids)
 }
 
 fn reviews_resolved(subgraphs: &Subgraphs) -> u64 {

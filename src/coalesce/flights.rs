@@ -178,6 +178,18 @@ pub struct Claim {
 }
 
 impl Claim {
+    /// Following `key`'s flight if another worker leads one (never leading it).
+    pub fn follow_only(key: CacheKey, me: u64, queue: u32, now_ms: u64) -> Claim {
+        Claim {
+            key,
+            me,
+            queue,
+            now_ms,
+            lease_ms: 0,
+            mode: JoinMode::FollowOnly,
+        }
+    }
+
     /// The record to write over `record`, with what writing it means; `Err` when nothing is to
     /// be written.
     fn next(
@@ -390,15 +402,7 @@ impl FlightTable {
                 if watchers.contains(&queue) || owner == me {
                     Peek::Waiting
                 } else {
-                    let claim = Claim {
-                        key: *key,
-                        me,
-                        queue,
-                        now_ms,
-                        lease_ms: 0,
-                        mode: JoinMode::FollowOnly,
-                    };
-                    match self.join(store, &claim, alive) {
+                    match self.join(store, &Claim::follow_only(*key, me, queue, now_ms), alive) {
                         Join::Follow => Peek::Waiting,
                         _ => Peek::Gone,
                     }
@@ -406,6 +410,17 @@ impl FlightTable {
             }
             _ => Peek::Gone,
         }
+    }
+
+    /// [`FlightTable::peek`] with the workers alive now.
+    pub fn peek_now(
+        &self,
+        store: &impl SharedStore,
+        key: &CacheKey,
+        (me, queue): (u64, u32),
+        now_ms: u64,
+    ) -> Peek {
+        self.peek(store, key, me, queue, now_ms, &Alive::read(store, now_ms))
     }
 
     /// Empties a finished record this worker published, once its watchers had time to read it.

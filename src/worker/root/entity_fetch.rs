@@ -9,7 +9,6 @@ use crate::cache::entry::Entry;
 use crate::cache::not_stored::NotStored;
 use crate::cache::storable::Answer;
 use crate::coalesce::flights::Peek;
-use crate::coalesce::liveness::Alive;
 use crate::coalesce::relay::Response;
 use crate::coalesce::release::Release;
 use crate::coalesce::upstream::SharedFetch;
@@ -206,16 +205,11 @@ fn prefetched(cx: &mut Ctx<'_, impl Host>, key: &CacheKey) -> Result<Vec<u8>, Op
     if let Some(entry) = fresh_entry(cx, key) {
         return Ok(entry);
     }
-    let Some((id, queue)) = cx.worker(|w| Some((w.id, w.queue?))) else {
+    let Some(me) = cx.worker(|w| Some((w.id, w.queue?))) else {
         return Err(None);
     };
-    let host = cx.host();
-    let now_ms = host.now_ms();
-    let peek = cx
-        .plugin()
-        .flights
-        .peek(host, key, id, queue, now_ms, &Alive::read(host, now_ms));
-    match peek {
+    let now_ms = cx.host().now_ms();
+    match cx.plugin().flights.peek_now(cx.host(), key, me, now_ms) {
         Peek::Done(Some(entry)) => Ok(entry),
         Peek::Waiting => Err(Some(*key)),
         Peek::Done(None) | Peek::Gone => Err(None),

@@ -65,14 +65,7 @@ pub fn follow(cx: &mut Ctx<'_, impl Host>, key: &CacheKey) -> bool {
         return false;
     };
     let now_ms = cx.host().now_ms();
-    let claim = Claim {
-        key: *key,
-        me,
-        queue,
-        now_ms,
-        lease_ms: 0,
-        mode: JoinMode::FollowOnly,
-    };
+    let claim = Claim::follow_only(*key, me, queue, now_ms);
     let alive = Alive::read(cx.host(), now_ms);
     cx.plugin().flights.join(cx.host(), &claim, &alive) == Join::Follow
 }

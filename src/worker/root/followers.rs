@@ -3,7 +3,6 @@
 //! flight done or gone.
 
 use crate::coalesce::flights::Peek;
-use crate::coalesce::liveness::Alive;
 use crate::coalesce::relay::Response;
 use crate::coalesce::release::Release;
 use crate::coalesce::wakeup::Message;
@@ -91,13 +90,12 @@ pub fn check(cx: &mut Ctx<'_, impl Host>, key: &CacheKey) -> bool {
     if !following {
         return false;
     }
-    let host = cx.host();
-    let now_ms = host.now_ms();
-    let peek = cx
+    let now_ms = cx.host().now_ms();
+    match cx
         .plugin()
         .flights
-        .peek(host, key, id, queue, now_ms, &Alive::read(host, now_ms));
-    match peek {
+        .peek_now(cx.host(), key, (id, queue), now_ms)
+    {
         Peek::Waiting => false,
         Peek::Done(Some(bytes)) => {
             deliver(cx, key, Some(&bytes));
