@@ -337,7 +337,7 @@ impl FlightTable {
         store: &impl SharedStore,
         key: &CacheKey,
         me: u64,
-        result: Option<Vec<u8>>,
+        result: Option<&[u8]>,
         now_ms: u64,
     ) -> Vec<u32> {
         let name = self.slot_name(key);
@@ -360,7 +360,7 @@ impl FlightTable {
                     digest: key.digest,
                     owner: me,
                     finished_ms: now_ms,
-                    result: result.clone(),
+                    result: result.map(<[u8]>::to_vec),
                 }
                 .encode()
             };
@@ -541,7 +541,7 @@ mod tests {
             Join::Lead,
             "an owner without a local flight retakes its stale record, keeping the watchers"
         );
-        let wake = t.complete(&store, &k, W1, Some(b"result".to_vec()), 10);
+        let wake = t.complete(&store, &k, W1, Some(b"result".as_slice()), 10);
         assert_eq!(wake, vec![Q2]);
         assert_eq!(
             peek(&t, &store, &k, W2, Q2, 11),
@@ -564,7 +564,7 @@ mod tests {
             "works without precreate"
         );
         assert!(t
-            .complete(&store, &k, W1, Some(b"r".to_vec()), 5)
+            .complete(&store, &k, W1, Some(b"r".as_slice()), 5)
             .is_empty());
         let name = t.slot_name(&k);
         assert_eq!(store.get(&name), None);
@@ -577,7 +577,7 @@ mod tests {
         let k = key(3);
         join(&t, &store, &k, W1, Q1, 0);
         join(&t, &store, &k, W2, Q2, 0);
-        t.complete(&store, &k, W1, Some(b"old".to_vec()), 5);
+        t.complete(&store, &k, W1, Some(b"old".as_slice()), 5);
         // A request arriving after completion fetches anew instead of reading the old result.
         assert_eq!(join(&t, &store, &k, W1, Q1, 6), Join::Lead);
         assert_eq!(

@@ -155,10 +155,9 @@ pub fn release_held(cx: &mut Ctx<'_, impl Host>, fetch: &SharedFetch) {
         let watchers = cx
             .plugin()
             .flights
-            .complete(cx.host(), key, id, made, now_ms);
+            .complete(cx.host(), key, id, made.as_deref(), now_ms);
         if !watchers.is_empty() {
             cx.worker(|w| w.published.push((*key, now_ms)));
-            let made = cx.worker(|w| w.prefetch.fetched(key));
             wake(cx.host(), &watchers, key, made.as_deref());
         }
     }

@@ -207,10 +207,10 @@ pub fn finish(
     let for_watchers =
         shareable.and_then(|r| r.encode_for_flight(key, now_ms, config.max_entry_bytes));
     let id = cx.worker(|w| w.id);
-    let watchers = cx
-        .plugin()
-        .flights
-        .complete(cx.host(), key, id, for_watchers.clone(), now_ms);
+    let watchers =
+        cx.plugin()
+            .flights
+            .complete(cx.host(), key, id, for_watchers.as_deref(), now_ms);
     if !watchers.is_empty() {
         cx.worker(|w| w.published.push((*key, now_ms)));
         wake(cx.host(), &watchers, key, for_watchers.as_deref());
