@@ -921,3 +921,102 @@ fn a_batch_waiting_on_two_prefetches_is_answered_when_the_second_ends() {
     a.assert_host_rules_kept();
     b.assert_host_rules_kept();
 }
+
+/// Products whose reviews name their authors, and those users, both prefetched.
+const CHAINED: &str = r#"{"debug_headers":true,"flight_slots":65536,"entities":{"ttl_seconds":60,"types":{"Product":{"prefetch":true},"User":{"prefetch":true}}}}"#;
+const REVIEWS: &str = "query($representations:[_Any!]!){_entities(representations:$representations){...on Product{reviews{id author{__typename id}}}}}";
+const USERS: &str =
+    "query($representations:[_Any!]!){_entities(representations:$representations){...on User{name}}}";
+
+/// A gateway's batch of `typename` entities `ids`, asked with `query`, and what the subgraph
+/// answers for it (`entity` of each id).
+fn typed_batch(
+    query: &str,
+    typename: &str,
+    ids: &[u32],
+    entity: fn(u32) -> String,
+) -> (String, String) {
+    let reps: Vec<_> = ids
+        .iter()
+        .map(|i| json!({"__typename": typename, "id": i.to_string()}))
+        .collect();
+    let list: Vec<String> = ids.iter().map(|i| entity(*i)).collect();
+    (
+        json!({"query": query, "variables": {"representations": reps}}).to_string(),
+        format!(r#"{{"data":{{"_entities":[{}]}}}}"#, list.join(",")),
+    )
+}
+
+/// Product `i`'s reviews: one, by user `100 + i`.
+fn reviews(i: u32) -> String {
+    format!(
+        r#"{{"reviews":[{{"id":"r{i}","author":{{"__typename":"User","id":"{}"}}}}]}}"#,
+        100 + i
+    )
+}
+
+fn user(i: u32) -> String {
+    format!(r#"{{"name":"U{i}"}}"#)
+}
+
+/// An all-miss batch (`body`) led by request `context`, fetched by the root, answered `answer`.
+fn batch_fetched_by_root(node: &Node, context: u32, (body, answer): (String, String)) {
+    let (_, flow) = node.post(context, &body, &[]);
+    assert_eq!(flow, Flow::Pause, "waits for the root's fetch");
+    node.deliver_queue();
+    let token = *node.tokens().last().unwrap();
+    node.callout_answers(token, root_answer(&answer, &[]));
+    node.tick();
+    node.host.begin_callback();
+    assert_eq!(node.reply(context).body, answer.as_bytes());
+}
+
+#[test]
+fn a_cached_entity_s_references_are_prefetched_with_the_missing_ones_not_a_hop_later() {
+    let (a, _b) = envoy(CHAINED);
+    // The gateway's batches teach how it asks for products' reviews and for users; product 1's
+    // entry (naming user 101) is stored.
+    batch_fetched_by_root(&a, 1, typed_batch(REVIEWS, "Product", &[1], reviews));
+    batch_fetched_by_root(&a, 2, typed_batch(USERS, "User", &[7], user));
+
+    // A page names products 1 (stored) and 2: product 2 is fetched, and user 101, named by
+    // product 1's entry, at the same time; user 102 waits for product 2's answer.
+    let ahead = search(&a, 3, &[1, 2], &[]);
+    assert_eq!(ahead.len(), 2, "two prefetches at once");
+    let sent = |token: u32| -> serde_json::Value {
+        let dispatched = a.host.dispatched.borrow();
+        let (_, callout) = dispatched.iter().find(|(t, _)| *t == token).unwrap();
+        serde_json::from_slice(callout.body.as_ref().unwrap()).unwrap()
+    };
+    let products = typed_batch(REVIEWS, "Product", &[2], reviews);
+    let users = typed_batch(USERS, "User", &[101], user);
+    assert_eq!(sent(ahead[0]).to_string(), products.0);
+    assert_eq!(sent(ahead[1]).to_string(), users.0);
+
+    // Product 2's answer names user 102: fetched then, the chain's last step.
+    let before = a.tokens().len();
+    a.callout_answers(ahead[0], root_answer(&products.1, &[]));
+    a.deliver_queue();
+    let next = a.tokens()[before..].to_vec();
+    assert_eq!(next.len(), 1);
+    assert_eq!(
+        sent(next[0]).to_string(),
+        typed_batch(USERS, "User", &[102], user).0
+    );
+    a.callout_answers(ahead[1], root_answer(&users.1, &[]));
+    a.callout_answers(
+        next[0],
+        root_answer(&typed_batch(USERS, "User", &[102], user).1, &[]),
+    );
+    a.tick();
+
+    // The gateway's batches then find every entity stored.
+    a.host.begin_callback();
+    let (body, answer) = typed_batch(USERS, "User", &[102, 101], user);
+    let (_, flow) = a.post(4, &body, &[]);
+    assert_eq!(flow, Flow::Pause);
+    let served = a.reply(4);
+    assert_eq!(served.header("x-cache"), Some("HIT"));
+    assert_eq!(served.body, answer.as_bytes());
+    a.assert_host_rules_kept();
+}
