@@ -106,20 +106,15 @@ pub fn may_name(answer: &[u8], templates: &[&Template]) -> bool {
 /// (objects with that `__typename` and every member of the template's representations), in
 /// the order met, at most [`MAX_PREFETCH`].
 pub fn named(answer: &Json<'_>, templates: &[&Template]) -> Vec<Vec<Representation>> {
-    let data = match answer {
-        Json::Object(top) => top.iter().find(|(n, _)| n == "data").map(|(_, d)| d),
-        _ => None,
-    };
-    named_in(data.into_iter().collect(), templates)
-}
-
-/// [`named`] over `values` (stored entities, say) instead of an answer's `data`: what they name,
-/// in the order met, at most [`MAX_PREFETCH`] per template.
-pub fn named_in(values: Vec<&Json<'_>>, templates: &[&Template]) -> Vec<Vec<Representation>> {
     let mut found = vec![Vec::new(); templates.len()];
     let mut seen: Vec<HashSet<String>> = vec![HashSet::new(); templates.len()];
-    let mut stack = values;
-    stack.reverse();
+    let Json::Object(top) = answer else {
+        return found;
+    };
+    let Some((_, data)) = top.iter().find(|(n, _)| n == "data") else {
+        return found;
+    };
+    let mut stack = vec![data];
     while let Some(value) = stack.pop() {
         match value {
             Json::Array(items) => stack.extend(items.iter().rev()),
@@ -467,28 +462,6 @@ mod tests {
             p.templates()[0].cluster,
             "reviews",
             "the one asked most stays"
-        );
-    }
-
-    #[test]
-    fn stored_entities_name_what_they_hold_in_order_once_each() {
-        let t = Template::learn(
-            &gateway_batch(r#"[{"__typename":"User","id":"1"}]"#),
-            "User",
-        )
-        .unwrap();
-        let a = json::parse(r#"{"reviews":[{"id":"r1","author":{"__typename":"User","id":"2"}},{"id":"r2","author":{"__typename":"User","id":"1"}}]}"#).unwrap();
-        let b = json::parse(r#"{"reviews":[{"id":"r3","author":{"__typename":"User","id":"2"}}],"data":{"__typename":"User","id":"9"}}"#).unwrap();
-        let reps = named_in(vec![&a, &b], &[&t]).remove(0);
-        let texts: Vec<&str> = reps.iter().map(|r| r.canonical.as_str()).collect();
-        assert_eq!(
-            texts,
-            [
-                r#"{"__typename":"User","id":"2"}"#,
-                r#"{"__typename":"User","id":"1"}"#,
-                r#"{"__typename":"User","id":"9"}"#,
-            ],
-            "every value searched whole (a member named data is no answer's data)"
         );
     }
 

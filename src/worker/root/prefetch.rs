@@ -4,23 +4,21 @@
 //! any request), each entity's flight claimed (`entity_flights`). Run by a request's callbacks or
 //! the root's: the fetch is queued, and the root sends it at its next wake-up.
 
-use crate::cache::entry::Entry;
 use crate::coalesce::upstream::upstream_request;
 use crate::config::Scope;
 use crate::effects::counters::Counter;
 use crate::effects::host::Host;
 use crate::entities::batch::EntityBatch;
 use crate::entities::mode::settings;
-use crate::entities::prefetch::{may_name, named, named_in, Learned, Template, Trigger};
+use crate::entities::prefetch::{may_name, named, Learned, Template, Trigger};
 use crate::entities::request::{EntitiesRequest, Representation};
-use crate::json::{self, Json};
+use crate::json;
 use crate::request::classify::key_context;
 use crate::request::key::{CacheKey, EntityKeys};
 use crate::worker::ctx::Ctx;
 use crate::worker::root::entity_flights::{can_fetch_entities, claim, give_up, holding, Won};
 use crate::worker::root::stale::fresh_entry;
 use crate::worker::root::wake::request_dispatch;
-use std::rc::Rc;
 
 /// `body`, a `200` answer to `trigger`'s request passing this hop, may name entities the gateway
 /// will ask for next: starts the fetch of those not cached.
@@ -40,38 +38,7 @@ pub fn after_answer(cx: &mut Ctx<'_, impl Host>, trigger: &Trigger, body: &[u8])
     else {
         return;
     };
-    let found = named(&answer, &templates);
-    start_each(cx, trigger, &learned, found);
-}
-
-/// The fresh entries a prefetch found name entities too (a cached product's reviews' authors),
-/// which the gateway asks for with those of the fetched ones: their fetch starts now, not after
-/// the gateway has read its answer and sent its next batch.
-fn after_entries(cx: &mut Ctx<'_, impl Host>, trigger: &Trigger, entries: &[Vec<u8>]) {
-    let learned = cx.worker(|w| w.prefetch.templates());
-    let templates: Vec<&Template> = learned.iter().map(|l| &l.template).collect();
-    let parsed: Vec<Json<'_>> = entries
-        .iter()
-        .filter_map(|bytes| Entry::decode(bytes).ok())
-        .filter(|e| may_name(e.body, &templates))
-        .filter_map(|e| std::str::from_utf8(e.body).ok())
-        .filter_map(|text| json::parse(text).ok())
-        .collect();
-    if parsed.is_empty() {
-        return;
-    }
-    let found = named_in(parsed.iter().collect(), &templates);
-    start_each(cx, trigger, &learned, found);
-}
-
-/// Starts the fetch of each template's `found` entities.
-fn start_each(
-    cx: &mut Ctx<'_, impl Host>,
-    trigger: &Trigger,
-    learned: &[Rc<Learned>],
-    found: Vec<Vec<Representation>>,
-) {
-    for (l, reps) in learned.iter().zip(found) {
+    for (l, reps) in learned.iter().zip(named(&answer, &templates)) {
         if !reps.is_empty() {
             start(cx, trigger, l, reps);
         }
@@ -111,44 +78,21 @@ fn start(
         .iter()
         .map(|r| keys.key(&r.canonical))
         .collect();
-    let mut cached = Vec::new();
     let missing: Vec<Won> = all
         .iter()
         .enumerate()
-        .filter_map(|(d, key)| match fresh_entry(cx, key) {
-            Some(entry) => {
-                cached.push(entry);
-                None
-            }
-            None => Some((f, d, *key)),
-        })
+        .filter(|(_, key)| fresh_entry(cx, key).is_none())
+        .map(|(d, key)| (f, d, *key))
         .collect();
-    fetch(cx, trigger, learned, (req, f, &all, ttl), &missing);
-    if let Some(next) = trigger.next().filter(|_| !cached.is_empty()) {
-        after_entries(cx, &next, &cached);
-    }
-}
-
-/// Claims the `missing` entities (field `f` of `req`, of `all`, each kept `ttl` seconds) and
-/// queues the root's fetch of those it leads.
-fn fetch(
-    cx: &mut Ctx<'_, impl Host>,
-    trigger: &Trigger,
-    learned: &Learned,
-    (req, f, all, ttl): (EntitiesRequest, usize, &[CacheKey], u64),
-    missing: &[Won],
-) {
-    let won = claim(cx, missing);
+    let won = claim(cx, &missing);
     if won.is_empty() {
         return;
     }
-    let config = cx.config();
-    let head = learned.head_for(&trigger.head);
     let cluster = config
         .upstream_cluster
         .clone()
         .unwrap_or_else(|| learned.cluster.clone());
-    let batch = batch_of(req, f, (all, ttl), &won, cx.host().now_us());
+    let batch = batch_of(req, f, (&all, ttl), &won, cx.host().now_us());
     let body = batch.req.rewritten(&batch.sent);
     let request = upstream_request(cluster, &head, Some(body), config, Scope::Public);
     let Some(fetch) = request.and_then(|r| holding(r, batch, &won, trigger.next())) else {
