@@ -45,46 +45,53 @@ pub enum FlightRecord {
     },
 }
 
+/// A `Done` record holding `result` as it is given (the one copy is into the record: a flight's
+/// result is an encoded answer, up to `max_entry_bytes`).
+fn encode_done(digest: &[u8; 32], owner: u64, finished_ms: u64, result: Option<&[u8]>) -> Vec<u8> {
+    let mut out = Vec::with_capacity(4 + 2 + 32 + 16 + 1 + result.map_or(0, <[u8]>::len));
+    out.extend_from_slice(MAGIC);
+    out.push(VERSION);
+    out.push(TAG_DONE);
+    out.extend_from_slice(digest);
+    out.extend_from_slice(&owner.to_le_bytes());
+    out.extend_from_slice(&finished_ms.to_le_bytes());
+    match result {
+        Some(bytes) => {
+            out.push(1);
+            out.extend_from_slice(bytes);
+        }
+        None => out.push(0),
+    }
+    out
+}
+
 impl FlightRecord {
     pub fn encode(&self) -> Vec<u8> {
-        let mut out = Vec::with_capacity(64);
-        out.extend_from_slice(MAGIC);
-        out.push(VERSION);
-        match self {
-            FlightRecord::InFlight {
-                digest,
-                owner,
-                deadline_ms,
-                watchers,
-            } => {
-                out.push(TAG_IN_FLIGHT);
-                out.extend_from_slice(digest);
-                out.extend_from_slice(&owner.to_le_bytes());
-                out.extend_from_slice(&deadline_ms.to_le_bytes());
-                let n = watchers.len().min(MAX_WATCHERS);
-                out.push(n as u8);
-                for w in &watchers[..n] {
-                    out.extend_from_slice(&w.to_le_bytes());
-                }
-            }
+        let (digest, owner, deadline_ms, watchers) = match self {
             FlightRecord::Done {
                 digest,
                 owner,
                 finished_ms,
                 result,
-            } => {
-                out.push(TAG_DONE);
-                out.extend_from_slice(digest);
-                out.extend_from_slice(&owner.to_le_bytes());
-                out.extend_from_slice(&finished_ms.to_le_bytes());
-                match result {
-                    Some(bytes) => {
-                        out.push(1);
-                        out.extend_from_slice(bytes);
-                    }
-                    None => out.push(0),
-                }
-            }
+            } => return encode_done(digest, *owner, *finished_ms, result.as_deref()),
+            FlightRecord::InFlight {
+                digest,
+                owner,
+                deadline_ms,
+                watchers,
+            } => (digest, owner, deadline_ms, watchers),
+        };
+        let mut out = Vec::with_capacity(64);
+        out.extend_from_slice(MAGIC);
+        out.push(VERSION);
+        out.push(TAG_IN_FLIGHT);
+        out.extend_from_slice(digest);
+        out.extend_from_slice(&owner.to_le_bytes());
+        out.extend_from_slice(&deadline_ms.to_le_bytes());
+        let n = watchers.len().min(MAX_WATCHERS);
+        out.push(n as u8);
+        for w in &watchers[..n] {
+            out.extend_from_slice(&w.to_le_bytes());
         }
         out
     }
@@ -356,13 +363,7 @@ impl FlightTable {
             let next = if watchers.is_empty() {
                 Vec::new()
             } else {
-                FlightRecord::Done {
-                    digest: key.digest,
-                    owner: me,
-                    finished_ms: now_ms,
-                    result: result.map(<[u8]>::to_vec),
-                }
-                .encode()
+                encode_done(&key.digest, me, now_ms, result)
             };
             match store.set_cas(&name, &next, cas) {
                 Ok(()) => return watchers,
