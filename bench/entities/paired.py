@@ -28,7 +28,8 @@ def main():
                               cache_bytes=bench_entities.CACHE_BYTES)
     text = "\n".join(["# make bench-entities-paired", "",
                       f"Data source {bench_entities.SOURCE_MS} ms; the same phase ends `make bench-entities`.", ""]
-                     + bench_entities.paired_lines(result))
+                     + bench_entities.paired_lines(result)
+                     + [f"- {bench_entities.paired_verdict(result)} (c) client p99 no higher than (a)"])
     bench_entities.RESULTS.mkdir(exist_ok=True)
     (bench_entities.RESULTS / "entities-paired.json").write_text(json.dumps(result, indent=1) + "\n")
     (bench_entities.RESULTS / "entities-paired.md").write_text(text + "\n")
