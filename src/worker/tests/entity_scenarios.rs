@@ -229,6 +229,22 @@ fn profile_partial_batches() {
     }
 }
 
+/// Not a test: batches of 20 every one of which an entry holds, answered from entries, for a
+/// profiler (`valgrind --tool=callgrind ... --ignored profile_hit_batches`).
+#[test]
+#[ignore]
+fn profile_hit_batches() {
+    let (a, _b) = envoy(r#"{"coalesce":false,"entities":{"ttl_seconds":600}}"#);
+    let ids: Vec<u32> = (1..=20).collect();
+    forwarded(&a, 1, &ids);
+    for round in 0..300u32 {
+        let (_, flow) = a.post(10 + round, &batch(&ids), &[]);
+        assert_eq!(flow, Flow::Pause);
+        assert_eq!(a.host.answered.borrow().len(), 1, "answered from entries");
+        a.host.answered.borrow_mut().clear();
+    }
+}
+
 /// Not a test: all-miss batches of 20 fetched by the root and split into entries, for a profiler
 /// (`valgrind --tool=callgrind ... --ignored profile_miss_batches`).
 #[test]
