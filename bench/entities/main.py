@@ -629,6 +629,7 @@ def report(agg, partial, meta, paired=None):
     by_round = paired_ratios(c, a, "rounds_paced_p99_ms" if paced else "rounds_p99_ms")
     rounds_text = (f"the rounds' median {p99_ratio:.2f} (round by round "
                    f"{', '.join(f'{x:.2f}' for x in by_round)}; at saturation {sat_ratio:.2f})")
+    verdict = lambda ok: "PASS" if ok else "MISS"
     if paired:
         lo, hi = paired["interval"]["p99"]
         p99_ratio = paired["ratio"]["p99"]
@@ -638,8 +639,7 @@ def report(agg, partial, meta, paired=None):
         p99_verdict = paired_verdict(paired)
     else:
         target_where, p99_text = where, f"{p99_ratio:.2f} of (a): {rounds_text}"
-        p99_verdict = "PASS" if p99_ratio <= 1.0 else "MISS"
-    verdict = lambda ok: "PASS" if ok else "MISS"
+        p99_verdict = verdict(p99_ratio <= 1.0)
     targets = [
         ("(c) representations per client request at least 5x fewer than (b)", f"{reps_ratio:.1f}x fewer", verdict(reps_ratio >= 5)),
         (f"(c) client p99 no higher than (a), {target_where}", p99_text, p99_verdict),

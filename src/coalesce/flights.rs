@@ -45,16 +45,24 @@ pub enum FlightRecord {
     },
 }
 
+/// A record's fixed head (format, kind, key, owner and its one instant), sized for `rest` more
+/// bytes: both kinds of record start alike.
+fn record_head(tag: u8, digest: &[u8; 32], owner: u64, at_ms: u64, rest: usize) -> Vec<u8> {
+    let mut out = Vec::with_capacity(MAGIC.len() + 2 + 32 + 16 + rest);
+    out.extend_from_slice(MAGIC);
+    out.push(VERSION);
+    out.push(tag);
+    out.extend_from_slice(digest);
+    out.extend_from_slice(&owner.to_le_bytes());
+    out.extend_from_slice(&at_ms.to_le_bytes());
+    out
+}
+
 /// A `Done` record holding `result` as it is given (the one copy is into the record: a flight's
 /// result is an encoded answer, up to `max_entry_bytes`).
 fn encode_done(digest: &[u8; 32], owner: u64, finished_ms: u64, result: Option<&[u8]>) -> Vec<u8> {
-    let mut out = Vec::with_capacity(4 + 2 + 32 + 16 + 1 + result.map_or(0, <[u8]>::len));
-    out.extend_from_slice(MAGIC);
-    out.push(VERSION);
-    out.push(TAG_DONE);
-    out.extend_from_slice(digest);
-    out.extend_from_slice(&owner.to_le_bytes());
-    out.extend_from_slice(&finished_ms.to_le_bytes());
+    let rest = 1 + result.map_or(0, <[u8]>::len);
+    let mut out = record_head(TAG_DONE, digest, owner, finished_ms, rest);
     match result {
         Some(bytes) => {
             out.push(1);
@@ -67,33 +75,28 @@ fn encode_done(digest: &[u8; 32], owner: u64, finished_ms: u64, result: Option<&
 
 impl FlightRecord {
     pub fn encode(&self) -> Vec<u8> {
-        let (digest, owner, deadline_ms, watchers) = match self {
+        match self {
             FlightRecord::Done {
                 digest,
                 owner,
                 finished_ms,
                 result,
-            } => return encode_done(digest, *owner, *finished_ms, result.as_deref()),
+            } => encode_done(digest, *owner, *finished_ms, result.as_deref()),
             FlightRecord::InFlight {
                 digest,
                 owner,
                 deadline_ms,
                 watchers,
-            } => (digest, owner, deadline_ms, watchers),
-        };
-        let mut out = Vec::with_capacity(64);
-        out.extend_from_slice(MAGIC);
-        out.push(VERSION);
-        out.push(TAG_IN_FLIGHT);
-        out.extend_from_slice(digest);
-        out.extend_from_slice(&owner.to_le_bytes());
-        out.extend_from_slice(&deadline_ms.to_le_bytes());
-        let n = watchers.len().min(MAX_WATCHERS);
-        out.push(n as u8);
-        for w in &watchers[..n] {
-            out.extend_from_slice(&w.to_le_bytes());
+            } => {
+                let n = watchers.len().min(MAX_WATCHERS);
+                let mut out = record_head(TAG_IN_FLIGHT, digest, *owner, *deadline_ms, 1 + 4 * n);
+                out.push(n as u8);
+                for w in &watchers[..n] {
+                    out.extend_from_slice(&w.to_le_bytes());
+                }
+                out
+            }
         }
-        out
     }
 
     /// `None` for an empty slot, another format version, or garbage: all mean "free".
