@@ -58,7 +58,9 @@ pub fn parse(text: &str) -> Result<Json<'_>, JsonError> {
 impl Json<'_> {
     /// The canonical text.
     pub fn to_canonical(&self) -> String {
-        let mut out = String::new();
+        // Most texts printed so (a representation, a variable) are short: one allocation, not
+        // the four of a string grown from empty.
+        let mut out = String::with_capacity(64);
         self.write(&mut out);
         out
     }

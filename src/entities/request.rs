@@ -2,6 +2,7 @@
 //! and variable, with what selection, and the representations each one asks for (deduplicated:
 //! gateways send one representation per reference, so a batch often names an entity many times).
 
+use crate::fast_hash::FastMap;
 use crate::json::{write_string, Json};
 use crate::request::canonical::{canonicalize, Limits, OperationKind};
 use crate::request::http::read_post_body;
@@ -293,32 +294,28 @@ fn split(
         Some((_, Json::Array(reps))) => reps,
         _ => return Err(NotEntities::BadRepresentations),
     };
-    let mut distinct: Vec<Representation> = Vec::new();
-    let mut seen: HashMap<String, usize> = HashMap::with_capacity(reps.len());
-    let mut positions = Vec::with_capacity(reps.len());
+    let mut read = Vec::with_capacity(reps.len());
     for rep in reps {
         let Json::Object(members) = rep else {
             return Err(NotEntities::BadRepresentations);
         };
         let typename = match members.iter().find(|(name, _)| name == "__typename") {
-            Some((_, Json::String(t))) => t.to_string(),
+            Some((_, Json::String(t))) => t,
             _ => return Err(NotEntities::BadRepresentations),
         };
         // The reader sorts members by name: printing is canonical.
-        let canonical = rep.to_canonical();
-        let at = match seen.get(&canonical) {
-            Some(at) => *at,
-            None => {
-                seen.insert(canonical.clone(), distinct.len());
-                distinct.push(Representation {
-                    typename,
-                    canonical,
-                });
-                distinct.len() - 1
-            }
-        };
-        positions.push(at);
+        read.push((typename, rep.to_canonical()));
     }
+    let (positions, first) = dedup(read.iter().map(|(_, canonical)| canonical.as_str()));
+    let distinct = read
+        .into_iter()
+        .zip(first)
+        .filter(|(_, first)| *first)
+        .map(|((typename, canonical), _)| Representation {
+            typename: typename.to_string(),
+            canonical,
+        })
+        .collect();
     Ok(EntitiesField {
         response_key,
         variable,
@@ -326,6 +323,23 @@ fn split(
         distinct,
         positions,
     })
+}
+
+/// For each text, the index of its first equal among the distinct ones (in order of first
+/// appearance), and whether it is that first one. Texts come from the client: the map is keyed
+/// per worker and compares whole texts.
+fn dedup<'t>(texts: impl ExactSizeIterator<Item = &'t str>) -> (Vec<usize>, Vec<bool>) {
+    let mut seen: FastMap<&str, usize> = FastMap::default();
+    seen.reserve(texts.len());
+    let mut positions = Vec::with_capacity(texts.len());
+    let mut first = Vec::with_capacity(texts.len());
+    for text in texts {
+        let next = seen.len();
+        let at = *seen.entry(text).or_insert(next);
+        first.push(at == next);
+        positions.push(at);
+    }
+    (positions, first)
 }
 
 #[cfg(test)]
@@ -336,6 +350,13 @@ mod tests {
         max_depth: 32,
         max_fields: 2000,
     };
+
+    #[test]
+    fn dedup_points_each_text_at_its_first_equal() {
+        let (positions, first) = dedup(["a", "b", "a", "c", "b"].into_iter());
+        assert_eq!(positions, vec![0, 1, 0, 2, 1]);
+        assert_eq!(first, vec![true, true, false, true, false]);
+    }
 
     fn read(body: &serde_json::Value) -> Result<EntitiesRequest, NotEntities> {
         EntitiesRequest::read(body.to_string().as_bytes(), LIMITS)
