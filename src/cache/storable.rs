@@ -7,7 +7,8 @@ use crate::cache::not_stored::NotStored;
 use crate::config::Config;
 use crate::config::Lifetimes;
 use crate::invalidate::marks::tag_hash;
-use crate::invalidate::tags::{entry_tags, find_in_answer, OperationTags};
+use crate::invalidate::tags::{entry_tags, find_in_answer, find_in_parsed, OperationTags};
+use crate::json::{self, Json};
 use crate::request::key::CacheKey;
 use serde::de::{Deserializer, IgnoredAny, MapAccess, Visitor};
 use std::fmt;
@@ -127,7 +128,16 @@ pub fn storable_entry(
     stamp: &Stamp<'_>,
 ) -> Result<Vec<u8>, NotStored> {
     let life = storable_life(answer.status, answer.headers, config, allowed, stamp.now_ms)?;
-    body_storable(answer.body)?;
+    // Where the tags are read, the answer is read once for them and for what makes it storable.
+    let parsed = config
+        .reads_tags()
+        .then(|| std::str::from_utf8(answer.body).ok())
+        .flatten()
+        .and_then(|text| json::parse(text).ok());
+    match &parsed {
+        Some(tree) => tree_storable(tree)?,
+        None => body_storable(answer.body)?,
+    }
     let headers = kept_headers(answer.headers, replayed)?;
     let content = Content {
         status: answer.status,
@@ -141,7 +151,11 @@ pub fn storable_entry(
         content,
         config,
         || {
-            let found = find_in_answer(answer.body, &config.key_fields).unwrap_or_default();
+            let found = match &parsed {
+                Some(tree) => find_in_parsed(tree, &config.key_fields),
+                None => find_in_answer(answer.body, &config.key_fields),
+            };
+            let found = found.unwrap_or_default();
             let op = stamp.operation;
             entry_tags(op.name.as_deref(), &op.root_fields, &found)
         },
@@ -182,8 +196,8 @@ pub fn encode_entry(
     config: &Config,
     tags: impl FnOnce() -> Vec<String>,
 ) -> Result<Vec<u8>, NotStored> {
-    let shown = config.debug_headers || config.cdn_tags.is_some();
-    let tags = match config.invalidation_on() || shown {
+    let shown = config.shows_tags();
+    let tags = match config.reads_tags() {
         true => tags(),
         false => Vec::new(),
     };
@@ -220,6 +234,18 @@ pub fn body_storable(body: &[u8]) -> Result<(), NotStored> {
         return Err(NotStored::GraphqlErrors);
     }
     Ok(())
+}
+
+/// [`body_storable`] of an answer the strict reader has read (no member named twice, so its
+/// `errors` is the only one).
+fn tree_storable(answer: &Json<'_>) -> Result<(), NotStored> {
+    match answer {
+        Json::Object(members) if members.iter().any(|(name, _)| name == "errors") => {
+            Err(NotStored::GraphqlErrors)
+        }
+        Json::Object(_) => Ok(()),
+        _ => Err(NotStored::NotJson),
+    }
 }
 
 struct TopLevelErrors;
@@ -462,6 +488,53 @@ mod tests {
         let bytes = storable_entry(&key, &answer, &lean, &allowed(), &stamp).unwrap();
         let e = Entry::decode(&bytes).unwrap();
         assert_eq!((e.tags, e.tag_hashes.len()), ("", 4));
+    }
+
+    /// Where tags are read, the answer is read once for them and for its admission: that
+    /// reading must admit and refuse what `body_storable` does (a member named twice is left to
+    /// `serde_json`, as before).
+    #[test]
+    fn an_answer_read_for_its_tags_is_admitted_as_body_storable_admits_it() {
+        let key = CacheKey { digest: [1; 32] };
+        let headers: Vec<(String, Vec<u8>)> =
+            vec![("content-type".into(), b"application/json".to_vec())];
+        let op = OperationTags::default();
+        let stamp = Stamp {
+            born_us: 1,
+            now_ms: 2,
+            operation: &op,
+        };
+        let reading = Config::default();
+        let not_reading = Config::parse(br#"{"mutation_invalidation":"off"}"#).unwrap();
+        assert!(reading.reads_tags() && !not_reading.reads_tags());
+        let bodies: [&[u8]; 10] = [
+            br#"{"data":{"a":1}}"#,
+            br#"{"data":{"errors":[1]}}"#,
+            br#"{"data":null,"errors":[{"message":"x"}]}"#,
+            br#"{"errors":[]}"#,
+            br#"{"data":1"#,
+            br#"[1]"#,
+            b"",
+            br#"{"data":1} x"#,
+            br#"{"data":"\u00e9", "e\u0072rors": 1}"#,
+            br#"{"data":{"a":1},"data":{"a":2}}"#,
+        ];
+        for body in bodies {
+            let answer = Answer {
+                status: 200,
+                headers: &headers,
+                body,
+            };
+            for config in [&reading, &not_reading] {
+                let stored = storable_entry(&key, &answer, config, &allowed(), &stamp);
+                assert_eq!(
+                    stored.map(|_| ()),
+                    body_storable(body),
+                    "{}",
+                    String::from_utf8_lossy(body)
+                );
+            }
+        }
     }
 
     #[test]

@@ -320,6 +320,16 @@ impl Config {
         }
     }
 
+    /// Whether entries show their tags (debug headers, CDN tags).
+    pub fn shows_tags(&self) -> bool {
+        self.debug_headers || self.cdn_tags.is_some()
+    }
+
+    /// Whether an entry's tags are read from its answer when it is stored.
+    pub fn reads_tags(&self) -> bool {
+        self.invalidation_on() || self.shows_tags()
+    }
+
     /// Whether anything can purge (this Envoy's API or mutations, or another Envoy's through the
     /// L2's purge log): then every lookup checks the purge epoch.
     pub fn invalidation_on(&self) -> bool {

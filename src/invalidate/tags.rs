@@ -66,7 +66,12 @@ pub fn find_in_answer(body: &[u8], key_fields: &KeyFields) -> Option<Found> {
     let Some(Ok(answer)) = parsed else {
         return find_in_answer_generic(body, key_fields);
     };
-    let Json::Object(members) = &answer else {
+    find_in_parsed(&answer, key_fields)
+}
+
+/// [`find_in_answer`] of an answer the strict reader has read.
+pub fn find_in_parsed(answer: &Json<'_>, key_fields: &KeyFields) -> Option<Found> {
+    let Json::Object(members) = answer else {
         return None;
     };
     let data @ Json::Object(_) = member(members, "data")? else {
