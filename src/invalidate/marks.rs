@@ -9,8 +9,11 @@
 //! counter bumped by every purge, read once per lookup) has moved.
 
 use crate::effects::store::{update, SharedStore, StoreError, CREATE_CAS};
+use crate::fast_hash::Keyed;
 use sha2::{Digest, Sha256};
+use std::cell::RefCell;
 use std::collections::HashMap;
+use std::hash::BuildHasher;
 
 const TABLE_KEY: &str = "graphql-cache/v1/purge/table";
 const EPOCH_KEY: &str = "graphql-cache/v1/purge/epoch";
@@ -49,10 +52,54 @@ pub use l2_proto::purge::Target;
 /// hash modulo the slot count in force, so entries stored before a `tag_slots` change still meet
 /// the purges made after it.
 pub fn tag_hash(tag: &str) -> u64 {
+    RECENT_TAGS.with(|recent| recent.borrow_mut().hash(tag))
+}
+
+fn digest_head(tag: &str) -> u64 {
     let digest = Sha256::digest(tag.as_bytes());
     let mut head = [0u8; 8];
     head.copy_from_slice(&digest[..8]);
     u64::from_le_bytes(head)
+}
+
+/// Slots of [`RecentTags`]: about 64 bytes each.
+const RECENT_TAG_SLOTS: usize = 1024;
+
+thread_local! {
+    static RECENT_TAGS: RefCell<RecentTags> = RefCell::new(RecentTags::new(RECENT_TAG_SLOTS));
+}
+
+/// The hashes of tags this worker hashed lately, one per slot (the newest wins): answers name
+/// the same types, and the same entities again and again, and a tag's SHA-256 costs more than
+/// the rest of its way into an entry. A slot compares the whole tag, so a slot shared by two
+/// tags costs a digest, never a wrong hash.
+struct RecentTags {
+    slots: Vec<Option<(Box<str>, u64)>>,
+    place: Keyed,
+}
+
+impl RecentTags {
+    fn new(slots: usize) -> RecentTags {
+        RecentTags {
+            slots: vec![None; slots.max(1)],
+            place: Keyed::default(),
+        }
+    }
+
+    fn hash(&mut self, tag: &str) -> u64 {
+        let at = (self.place.hash_one(tag) % self.slots.len() as u64) as usize;
+        let Some(slot) = self.slots.get_mut(at) else {
+            return digest_head(tag);
+        };
+        match slot {
+            Some((known, hash)) if **known == *tag => *hash,
+            _ => {
+                let hash = digest_head(tag);
+                *slot = Some((tag.into(), hash));
+                hash
+            }
+        }
+    }
 }
 
 /// What the marks say of an entry.
@@ -265,6 +312,21 @@ impl PurgeTable {
 mod tests {
     use super::*;
     use crate::effects::fake::MapStore;
+
+    #[test]
+    fn a_tag_hashes_alike_whether_remembered_or_not() {
+        // Two slots for 200 tags: most lookups find another tag in their slot.
+        let mut recent = RecentTags::new(2);
+        let tags: Vec<String> = (0..200).map(|i| format!("entity:User:{i}")).collect();
+        for _ in 0..3 {
+            for tag in &tags {
+                assert_eq!(recent.hash(tag), digest_head(tag), "{tag}");
+                assert_eq!(tag_hash(tag), digest_head(tag), "{tag}");
+            }
+        }
+        // The value entries and purge records carry: SHA-256's first 8 bytes, little-endian.
+        assert_eq!(tag_hash(""), 0x141c_fc98_42c4_b0e3);
+    }
 
     #[test]
     fn a_purge_reaches_entries_born_before_it_and_only_those() {
