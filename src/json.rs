@@ -1,7 +1,8 @@
 //! Strict JSON for the key: the POST body, `variables` and `extensions`, parsed once into a tree
 //! that keeps what a generic JSON value loses and the origin may not. Also the cheap reader of
-//! answers for their tags (`invalidate::tags`): its strings borrow from the text, where a
-//! `serde_json::Value` allocates every name and string.
+//! answers for their tags (`invalidate::tags`) and, in the same pass, for whether they may be
+//! stored (`cache::storable`): its strings borrow from the text, where a `serde_json::Value`
+//! allocates every name and string.
 //!
 //! - A number keeps its text. Read into a double, `0.10` and `0.1`, `1e2` and `100.0`, or two
 //!   integers beyond 2^53 become one value, while the origin may read them as a `Decimal`, a

@@ -7,7 +7,7 @@ use crate::cache::not_stored::NotStored;
 use crate::config::Config;
 use crate::config::Lifetimes;
 use crate::invalidate::marks::tag_hash;
-use crate::invalidate::tags::{entry_tags, find_in_answer, find_in_parsed, OperationTags};
+use crate::invalidate::tags::{entry_tags, find_in_answer_generic, find_in_parsed, OperationTags};
 use crate::json::{self, Json};
 use crate::request::key::CacheKey;
 use serde::de::{Deserializer, IgnoredAny, MapAccess, Visitor};
@@ -150,10 +150,12 @@ pub fn storable_entry(
         (stamp.born_us, stamp.now_ms),
         content,
         config,
-        || {
+        // `move`: the tree goes once the tags are read, before the entry is encoded.
+        move || {
             let found = match &parsed {
                 Some(tree) => find_in_parsed(tree, &config.key_fields),
-                None => find_in_answer(answer.body, &config.key_fields),
+                // Refused by the strict reader, or not read: `serde_json` is all that is left.
+                None => find_in_answer_generic(answer.body, &config.key_fields),
             };
             let found = found.unwrap_or_default();
             let op = stamp.operation;

@@ -62,8 +62,10 @@ fn digest_head(tag: &str) -> u64 {
     u64::from_le_bytes(head)
 }
 
-/// Slots of [`RecentTags`]: about 64 bytes each.
+/// Slots of [`RecentTags`]: at most [`RECENT_TAG_BYTES`] and about 40 bytes more each.
 const RECENT_TAG_SLOTS: usize = 1024;
+/// Longer tags (an origin's long ids, a purge's) are hashed every time, not remembered.
+const RECENT_TAG_BYTES: usize = 128;
 
 thread_local! {
     static RECENT_TAGS: RefCell<RecentTags> = RefCell::new(RecentTags::new(RECENT_TAG_SLOTS));
@@ -87,6 +89,9 @@ impl RecentTags {
     }
 
     fn hash(&mut self, tag: &str) -> u64 {
+        if tag.len() > RECENT_TAG_BYTES {
+            return digest_head(tag);
+        }
         let at = (self.place.hash_one(tag) % self.slots.len() as u64) as usize;
         let Some(slot) = self.slots.get_mut(at) else {
             return digest_head(tag);
@@ -326,6 +331,14 @@ mod tests {
         }
         // The value entries and purge records carry: SHA-256's first 8 bytes, little-endian.
         assert_eq!(tag_hash(""), 0x141c_fc98_42c4_b0e3);
+        // A long tag is hashed alike, and not kept.
+        let long = format!("entity:User:{}", "9".repeat(RECENT_TAG_BYTES));
+        assert_eq!(recent.hash(&long), digest_head(&long));
+        assert!(recent
+            .slots
+            .iter()
+            .flatten()
+            .all(|(t, _)| t.len() <= RECENT_TAG_BYTES));
     }
 
     #[test]

@@ -84,7 +84,7 @@ pub fn find_in_parsed(answer: &Json<'_>, key_fields: &KeyFields) -> Option<Found
 
 /// [`find_in_answer`] for what the strict reader refuses but `serde_json` reads (a member named
 /// twice: the last one counts), so a purge reaches whatever the origin's answer names.
-fn find_in_answer_generic(body: &[u8], key_fields: &KeyFields) -> Option<Found> {
+pub fn find_in_answer_generic(body: &[u8], key_fields: &KeyFields) -> Option<Found> {
     let answer: Value = serde_json::from_slice(body).ok()?;
     let data = answer.get("data")?;
     if !data.is_object() {
