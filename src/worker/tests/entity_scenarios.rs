@@ -203,13 +203,20 @@ fn a_purge_by_entity_or_type_reaches_entity_entries() {
     assert_eq!(flow, Flow::Continue, "forwarded: nothing left");
 }
 
+/// The profiles' start: entries for products 1 to `n`, stored from a batch sent upstream whole
+/// (no coalescing, so each timed batch is handled by its own request).
+fn profiled_with_products(n: u32) -> ((Node, Node), Vec<u32>) {
+    let nodes = envoy(r#"{"coalesce":false,"entities":{"ttl_seconds":600}}"#);
+    let ids: Vec<u32> = (1..=n).collect();
+    forwarded(&nodes.0, 1, &ids);
+    (nodes, ids)
+}
+
 /// Not a test: a loop to profile a partial batch natively (`valgrind --tool=callgrind`).
 #[test]
 #[ignore]
 fn profile_partial_batches() {
-    let (a, _b) = envoy(r#"{"coalesce":false,"entities":{"ttl_seconds":600}}"#);
-    let ids: Vec<u32> = (1..=24).collect();
-    forwarded(&a, 1, &ids);
+    let ((a, _b), ids) = profiled_with_products(24);
     for round in 0..300u32 {
         let context = 10 + round;
         let mut asked = ids.clone();
@@ -234,9 +241,7 @@ fn profile_partial_batches() {
 #[test]
 #[ignore]
 fn profile_hit_batches() {
-    let (a, _b) = envoy(r#"{"coalesce":false,"entities":{"ttl_seconds":600}}"#);
-    let ids: Vec<u32> = (1..=20).collect();
-    forwarded(&a, 1, &ids);
+    let ((a, _b), ids) = profiled_with_products(20);
     for round in 0..300u32 {
         let (_, flow) = a.post(10 + round, &batch(&ids), &[]);
         assert_eq!(flow, Flow::Pause);
