@@ -16,7 +16,7 @@ export GRAPHQL_CACHE_WASM := $(CURDIR)/$(WASM)
 export ORIGIN_BIN := $(CURDIR)/$(ORIGIN)
 export L2_BIN := $(CURDIR)/$(L2)
 
-.PHONY: help tools redis compose build wasm origin l2 test lint unit integration validate demo demo-check demo-cluster demo-cluster-check demo-federation demo-federation-check bench bench-micro bench-ab bench-hostcalls bench-hitratio bench-entities bench-entities-pinned bench-entities-hops bench-entities-paired fuzz soak clean
+.PHONY: help tools redis compose build wasm origin l2 test lint unit integration validate demo demo-check demo-cluster demo-cluster-check demo-federation demo-federation-check bench bench-micro bench-ab bench-hostcalls bench-hitratio bench-entities bench-entities-pinned bench-entities-hops bench-entities-paired bench-entities-hop-floor fuzz soak clean
 
 help:
 	@echo "make demo   - build, start the origin and Envoy with the filter, and walk through it with curl"
@@ -34,6 +34,7 @@ help:
 	@echo "make bench-entities-pinned - the same with the gateway and subgraphs on one CPU, clients and Envoys on the other"
 	@echo "make bench-entities-hops - bench-entities' subgraph hop request by request: time in Envoy by subgraph and x-cache"
 	@echo "make bench-entities-paired - client latency below saturation, (c) against (a), in alternating slices with both stacks up"
+	@echo "make bench-entities-hop-floor - the same for (e), the Envoy hop with no filter, against (a): what the hop alone costs"
 	@echo "make soak   - a million distinct keys through Envoy, RSS sampled (bounded memory)"
 	@echo "make oci    - the filter as a reproducible OCI image (Istio, Envoy Gateway) under target/oci/"
 	@echo "make fuzz   - coverage-guided fuzzing of every parser and decoder (FUZZ_SECONDS each)"
@@ -328,6 +329,12 @@ bench-entities-hops: tools wasm tests/federation/node_modules bench/gateway/node
 # slices with both stacks up (drift on this VM hits both alike): bench/results/entities-paired.{json,md}.
 bench-entities-paired: tools wasm tests/federation/node_modules bench/gateway/node_modules
 	$(VENV)/bin/python bench/entities/paired.py
+
+# The same phase for (e), the subgraph hop's Envoy with no filter, against (a): what the hop alone
+# does to the client's latency and the machine's CPU, under any filter on it.
+# bench/results/entities-paired-a-e.{json,md}
+bench-entities-hop-floor: tools wasm tests/federation/node_modules bench/gateway/node_modules
+	ENTITIES_PAIRED_STACKS=a,e $(VENV)/bin/python bench/entities/paired.py
 
 # Coverage-guided fuzzing (libFuzzer via cargo-fuzz; RUSTC_BOOTSTRAP lets the stable toolchain
 # build it): every target for FUZZ_SECONDS, from the committed seeds (fuzz/seeds/<target>/),

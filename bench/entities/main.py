@@ -522,13 +522,18 @@ PAIRED_SEED = 20261203
 
 
 def paired_stack(name):
-    """(a) or (c) up: the gateway's URL."""
+    """(a), (c) or (e) up: the gateway's URL and the stack's processes (for their CPU)."""
     subgraphs = Subgraphs()
     urls = dict(subgraphs.urls)
-    if name == "c":
-        envoy = subgraph_envoy(subgraphs.ports, dict(ENTITY_CONFIG, cache_bytes=CACHE_BYTES))
+    procs = {"subgraphs": subgraphs.proc}
+    if name in ("c", PLAIN_HOP):
+        config = dict(ENTITY_CONFIG, cache_bytes=CACHE_BYTES) if name == "c" else None
+        envoy = subgraph_envoy(subgraphs.ports, config)
         urls = {n: f"http://127.0.0.1:{envoy.port}/{n}/graphql" for n in urls}
-    return gateway(urls)[1]
+        procs["envoy_subgraphs"] = envoy.proc
+    gateway_proc, url = gateway(urls)
+    procs["gateway"] = gateway_proc
+    return url, procs
 
 
 def paired_warm(url, bodies_file):
@@ -551,35 +556,58 @@ def ratio_interval(a_slices, c_slices, field):
     return ratios[int(0.025 * len(ratios))], ratios[min(len(ratios) - 1, int(0.975 * len(ratios)))]
 
 
-def paired_light(bodies_file, slices=PAIRED_SLICES, seconds=PAIRED_SLICE_S):
-    """(a) and (c) loaded in alternating slices: pooled percentiles, the ratio and its interval.
+def paired_slice(url, procs, bodies_file, start, seconds, raw):
+    """One slice on one stack: the load's result and each process's CPU seconds in it."""
+    before = {n: cpu_seconds(p) for n, p in procs.items()}
+    r = load(url, bodies_file, start, seconds=seconds, connections=LIGHT, raw=raw)
+    return r, {n: cpu_seconds(p) - before[n] for n, p in procs.items()}
+
+
+def paired_cpu(spent, requests, wall_s):
+    """A stack's CPU over its slices: ms per client request by process, and the share of the
+    machine's CPUs it kept busy (the load generator, the same for both, not counted)."""
+    total = sum(spent.values())
+    return {"ms_per_request": {n: v * 1000 / max(requests, 1) for n, v in spent.items()},
+            "busy_share": total / max(wall_s, 1e-9) / (os.cpu_count() or 1)}
+
+
+def paired_light(bodies_file, slices=PAIRED_SLICES, seconds=PAIRED_SLICE_S, stacks=("a", "c")):
+    """`stacks` ((a) and (c) unless asked) loaded in alternating slices: pooled percentiles, the
+    ratio of the second over the first and its interval, and each stack's CPU in its slices.
     The stacks are started afresh for the second half of the slices in the other order: in an
     A/A run (one build in both stacks) the stack started second ran about 2 % slower at the
-    median, which would always count against (c)."""
-    kept = {"a": [], "c": []}
+    median, which would always count against the second."""
+    base, other = stacks
+    kept = {base: [], other: []}
+    spent = {base: {}, other: {}}
+    wall = {base: 0.0, other: 0.0}
     work = pathlib.Path(tempfile.mkdtemp(prefix="graphql-cache-paired-"))
     DIRS.append(work)
-    halves = [(("a", "c"), range(0, slices // 2)), (("c", "a"), range(slices // 2, slices))]
+    halves = [((base, other), range(0, slices // 2)), ((other, base), range(slices // 2, slices))]
     try:
         for started, slice_numbers in halves:
-            urls = {name: paired_stack(name) for name in started}
-            at = {name: paired_warm(urls[name], bodies_file) for name in started}
+            up = {name: paired_stack(name) for name in started}
+            at = {name: paired_warm(up[name][0], bodies_file) for name in started}
             for i in slice_numbers:
-                for name in (("a", "c") if i % 2 == 0 else ("c", "a")):
+                for name in ((base, other) if i % 2 == 0 else (other, base)):
                     raw = work / f"{name}-{i}.json"
-                    r = load(urls[name], bodies_file, at[name], seconds=seconds, connections=LIGHT, raw=str(raw))
+                    r, cpu = paired_slice(*up[name], bodies_file, at[name], seconds, str(raw))
                     at[name] = r["next_index"]
+                    wall[name] += r["duration_s"]
+                    for n, v in cpu.items():
+                        spent[name][n] = spent[name].get(n, 0.0) + v
                     kept[name].append(json.loads(raw.read_text()))
-                print(f"  paired slice {i + 1}/{slices}: (a) p99 {summary(kept['a'][-1])['p99']:.2f} ms  "
-                      f"(c) p99 {summary(kept['c'][-1])['p99']:.2f} ms", flush=True)
+                print(f"  paired slice {i + 1}/{slices}: ({base}) p99 {summary(kept[base][-1])['p99']:.2f} ms  "
+                      f"({other}) p99 {summary(kept[other][-1])['p99']:.2f} ms", flush=True)
             cleanup()
     finally:
         cleanup()
     out = {name: summary([v for s in kept[name] for v in s]) for name in kept}
-    out["ratio"] = {f: out["c"][f] / out["a"][f] for f in ("p50", "p99")}
-    out["interval"] = {f: ratio_interval(kept["a"], kept["c"], f) for f in ("p50", "p99")}
-    out["slice_p99_ratio"] = [summary(c)["p99"] / summary(a)["p99"] for a, c in zip(kept["a"], kept["c"])]
-    out["settings"] = {"slices": slices, "slice_seconds": seconds, "connections": LIGHT}
+    out["cpu"] = {name: paired_cpu(spent[name], out[name]["n"], wall[name]) for name in kept}
+    out["ratio"] = {f: out[other][f] / out[base][f] for f in ("p50", "p99")}
+    out["interval"] = {f: ratio_interval(kept[base], kept[other], f) for f in ("p50", "p99")}
+    out["slice_p99_ratio"] = [summary(c)["p99"] / summary(a)["p99"] for a, c in zip(kept[base], kept[other])]
+    out["settings"] = {"slices": slices, "slice_seconds": seconds, "connections": LIGHT, "stacks": [base, other]}
     return out
 
 
@@ -593,21 +621,30 @@ def paired_verdict(paired):
 
 def paired_lines(paired):
     """The side-by-side measurement, as report lines."""
-    a, c = paired["a"], paired["c"]
     s = paired["settings"]
-    out = [f"(a) against (c) on {s['connections']} connections, side by side in time: {s['slices']} slices of "
+    base, other = s.get("stacks", ["a", "c"])
+    labels = {n: f"({n}) {label}" for n, label, *_ in CONFIGS}
+    out = [f"({base}) against ({other}) on {s['connections']} connections, side by side in time: {s['slices']} slices of "
            f"{s['slice_seconds']} s each, alternating, both stacks up and warmed as in a round; percentiles over "
-           "every request of a configuration, the ratio's 95 % interval from resampling the slices in pairs.", "",
-           "| configuration | requests | p50 ms | p90 ms | p99 ms | mean ms |", "|---|---|---|---|---|---|"]
-    for name, label in (("a", "(a) no cache"), ("c", "(c) entity cache")):
+           "every request of a configuration, the ratio's 95 % interval from resampling the slices in pairs; CPU "
+           "of each stack's processes in its own slices (the load generator not counted).", "",
+           "| configuration | requests | p50 ms | p90 ms | p99 ms | mean ms | CPU ms / client request | the machine's CPU kept busy |",
+           "|---|---|---|---|---|---|---|---|"]
+    for name in (base, other):
         r = paired[name]
-        out.append(f"| {label} | {r['n']} | {r['p50']:.2f} | {r['p90']:.2f} | {r['p99']:.2f} | {r['mean']:.2f} |")
+        cpu = paired.get("cpu", {}).get(name)
+        by_proc = (f"{sum(cpu['ms_per_request'].values()):.2f} (" + ", ".join(
+            f"{n.replace('envoy_', 'Envoy ')} {v:.2f}" for n, v in sorted(cpu["ms_per_request"].items())) + ")") if cpu else "-"
+        busy = f"{cpu['busy_share']:.0%}" if cpu else "-"
+        out.append(f"| {labels[name]} | {r['n']} | {r['p50']:.2f} | {r['p90']:.2f} | {r['p99']:.2f} | {r['mean']:.2f} | "
+                   f"{by_proc} | {busy} |")
     out.append("")
     for field in ("p50", "p99"):
         lo, hi = paired["interval"][field]
-        out.append(f"- (c) over (a), {field}: **{c[field] / a[field]:.3f}** (95 % interval {lo:.3f} to {hi:.3f})")
+        out.append(f"- ({other}) over ({base}), {field}: **{paired[other][field] / paired[base][field]:.3f}** "
+                   f"(95 % interval {lo:.3f} to {hi:.3f})")
     per = paired["slice_p99_ratio"]
-    out.append(f"- (c) over (a), p99 of each slice pair: median {statistics.median(per):.3f}, "
+    out.append(f"- ({other}) over ({base}), p99 of each slice pair: median {statistics.median(per):.3f}, "
                f"{sum(r <= 1 for r in per)} of {len(per)} at or below 1")
     return out
 
