@@ -160,6 +160,13 @@ def cpu_seconds(p):
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def cpu_while(procs, run):
+    """`run()`'s result and the CPU seconds each of `procs` spent meanwhile."""
+    before = {n: cpu_seconds(p) for n, p in procs.items()}
+    result = run()
+    return result, {n: cpu_seconds(p) - before[n] for n, p in procs.items()}
+
+
 def get(url, timeout=5):
     with urllib.request.urlopen(url, timeout=timeout) as r:
         return r.read()
@@ -324,15 +331,22 @@ def ask(url, body):
 
 
 # --- one configuration -------------------------------------------------------------------------
+def subgraph_hop(name, entity_bytes, subgraphs):
+    """The configuration's Envoy on the subgraph hop, if it has one, and the subgraphs' URLs the
+    gateway is given."""
+    if not entity_bytes and name != PLAIN_HOP:
+        return None, dict(subgraphs.urls)
+    envoy = subgraph_envoy(subgraphs.ports, dict(ENTITY_CONFIG, cache_bytes=entity_bytes) if entity_bytes else None)
+    return envoy, {n: f"http://127.0.0.1:{envoy.port}/{n}/graphql" for n in subgraphs.urls}
+
+
 def run_config(name, front_bytes, entity_bytes, keys, bodies, bodies_file, probes):
     subgraphs = Subgraphs()
     envoys = {}
     try:
-        urls = dict(subgraphs.urls)
-        if entity_bytes or name == PLAIN_HOP:
-            config = dict(ENTITY_CONFIG, cache_bytes=entity_bytes) if entity_bytes else None
-            envoys["subgraphs"] = subgraph_envoy(subgraphs.ports, config)
-            urls = {n: f"http://127.0.0.1:{envoys['subgraphs'].port}/{n}/graphql" for n in urls}
+        hop, urls = subgraph_hop(name, entity_bytes, subgraphs)
+        if hop:
+            envoys["subgraphs"] = hop
         gateway_proc, url = gateway(urls)
         if front_bytes:
             envoys["front"] = front_envoy(int(re.search(r":(\d+)/", url).group(1)), front_bytes)
@@ -342,9 +356,7 @@ def run_config(name, front_bytes, entity_bytes, keys, bodies, bodies_file, probe
         warm = load(url, bodies_file, 0, amount=WARMUP)
         subgraphs.reset()
         before = {n: e.counters() for n, e in envoys.items()}
-        cpu_before = {n: cpu_seconds(p) for n, p in procs.items()}
-        r = load(url, bodies_file, warm["next_index"], seconds=SECONDS)
-        cpu = {n: cpu_seconds(p) - cpu_before[n] for n, p in procs.items()}
+        r, cpu = cpu_while(procs, lambda: load(url, bodies_file, warm["next_index"], seconds=SECONDS))
         counts = subgraphs.counts()
         after = {n: e.counters() for n, e in envoys.items()}
         # Latency below saturation: the same stream continued on LIGHT connections.
@@ -524,13 +536,11 @@ PAIRED_SEED = 20261203
 def paired_stack(name):
     """(a), (c) or (e) up: the gateway's URL and the stack's processes (for their CPU)."""
     subgraphs = Subgraphs()
-    urls = dict(subgraphs.urls)
+    entity_bytes = next(e for n, _, _, e in CONFIGS if n == name)
+    hop, urls = subgraph_hop(name, entity_bytes, subgraphs)
     procs = {"subgraphs": subgraphs.proc}
-    if name in ("c", PLAIN_HOP):
-        config = dict(ENTITY_CONFIG, cache_bytes=CACHE_BYTES) if name == "c" else None
-        envoy = subgraph_envoy(subgraphs.ports, config)
-        urls = {n: f"http://127.0.0.1:{envoy.port}/{n}/graphql" for n in urls}
-        procs["envoy_subgraphs"] = envoy.proc
+    if hop:
+        procs["envoy_subgraphs"] = hop.proc
     gateway_proc, url = gateway(urls)
     procs["gateway"] = gateway_proc
     return url, procs
@@ -554,13 +564,6 @@ def ratio_interval(a_slices, c_slices, field):
         ratios.append(c / a)
     ratios.sort()
     return ratios[int(0.025 * len(ratios))], ratios[min(len(ratios) - 1, int(0.975 * len(ratios)))]
-
-
-def paired_slice(url, procs, bodies_file, start, seconds, raw):
-    """One slice on one stack: the load's result and each process's CPU seconds in it."""
-    before = {n: cpu_seconds(p) for n, p in procs.items()}
-    r = load(url, bodies_file, start, seconds=seconds, connections=LIGHT, raw=raw)
-    return r, {n: cpu_seconds(p) - before[n] for n, p in procs.items()}
 
 
 def paired_cpu(spent, requests, wall_s):
@@ -591,7 +594,9 @@ def paired_light(bodies_file, slices=PAIRED_SLICES, seconds=PAIRED_SLICE_S, stac
             for i in slice_numbers:
                 for name in ((base, other) if i % 2 == 0 else (other, base)):
                     raw = work / f"{name}-{i}.json"
-                    r, cpu = paired_slice(*up[name], bodies_file, at[name], seconds, str(raw))
+                    url, procs = up[name]
+                    r, cpu = cpu_while(procs, lambda: load(url, bodies_file, at[name], seconds=seconds,
+                                                           connections=LIGHT, raw=str(raw)))
                     at[name] = r["next_index"]
                     wall[name] += r["duration_s"]
                     for n, v in cpu.items():
@@ -622,7 +627,7 @@ def paired_verdict(paired):
 def paired_lines(paired):
     """The side-by-side measurement, as report lines."""
     s = paired["settings"]
-    base, other = s.get("stacks", ["a", "c"])
+    base, other = s["stacks"]
     labels = {n: f"({n}) {label}" for n, label, *_ in CONFIGS}
     out = [f"({base}) against ({other}) on {s['connections']} connections, side by side in time: {s['slices']} slices of "
            f"{s['slice_seconds']} s each, alternating, both stacks up and warmed as in a round; percentiles over "
@@ -632,16 +637,14 @@ def paired_lines(paired):
            "|---|---|---|---|---|---|---|---|"]
     for name in (base, other):
         r = paired[name]
-        cpu = paired.get("cpu", {}).get(name)
-        by_proc = (f"{sum(cpu['ms_per_request'].values()):.2f} (" + ", ".join(
-            f"{n.replace('envoy_', 'Envoy ')} {v:.2f}" for n, v in sorted(cpu["ms_per_request"].items())) + ")") if cpu else "-"
-        busy = f"{cpu['busy_share']:.0%}" if cpu else "-"
+        cpu = paired["cpu"][name]
+        by_proc = ", ".join(f"{n.replace('envoy_', 'Envoy ')} {v:.2f}" for n, v in sorted(cpu["ms_per_request"].items()))
         out.append(f"| {labels[name]} | {r['n']} | {r['p50']:.2f} | {r['p90']:.2f} | {r['p99']:.2f} | {r['mean']:.2f} | "
-                   f"{by_proc} | {busy} |")
+                   f"{sum(cpu['ms_per_request'].values()):.2f} ({by_proc}) | {cpu['busy_share']:.0%} |")
     out.append("")
     for field in ("p50", "p99"):
         lo, hi = paired["interval"][field]
-        out.append(f"- ({other}) over ({base}), {field}: **{paired[other][field] / paired[base][field]:.3f}** "
+        out.append(f"- ({other}) over ({base}), {field}: **{paired['ratio'][field]:.3f}** "
                    f"(95 % interval {lo:.3f} to {hi:.3f})")
     per = paired["slice_p99_ratio"]
     out.append(f"- ({other}) over ({base}), p99 of each slice pair: median {statistics.median(per):.3f}, "
