@@ -15,7 +15,8 @@
 //! - the envelopes: [`batch`] (the binary bodies of `POST /v1/mget` and `PUT /v1/mstore`,
 //!   entity mode's batch verbs), [`lookup`] (`x-l2: hit | lead | busy`), [`purge`] (the binary purge record
 //!   one Envoy writes and the others read through the log), [`purges`] (the JSON answers of
-//!   `POST /v1/purge` and `GET /v1/purges`).
+//!   `POST /v1/purge` and `GET /v1/purges`), [`marks`] (`POST /v1/marks` and `GET /v1/marks`:
+//!   purges as per-target marks, and the snapshot beside the log).
 //!
 //! Everything that decodes reads bytes from the network: it answers a typed [`DecodeError`] for
 //! anything that is not exactly what the contract describes, and never panics.
@@ -25,6 +26,7 @@ pub mod batch;
 pub mod error;
 pub mod limits;
 pub mod lookup;
+pub mod marks;
 pub mod purge;
 pub mod purges;
 pub mod route;

@@ -64,6 +64,10 @@ pub struct PurgeEntry {
     #[serde(default)]
     pub id: String,
     data: String,
+    /// The entry's place in the log's sequence (entries written by `POST /v1/marks`): a reader
+    /// that sees a number skipped knows a record was lost from the middle of the log.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub n: Option<u64>,
 }
 
 impl PurgeEntry {
@@ -71,6 +75,15 @@ impl PurgeEntry {
         PurgeEntry {
             id: id.into(),
             data: b64().encode(data),
+            n: None,
+        }
+    }
+
+    /// The entry numbered `n` in the log's sequence.
+    pub fn numbered(id: impl Into<String>, data: &[u8], n: u64) -> PurgeEntry {
+        PurgeEntry {
+            n: Some(n),
+            ..PurgeEntry::new(id, data)
         }
     }
 
@@ -100,6 +113,9 @@ pub struct PurgesAnswer {
     pub gap: bool,
     /// Oldest first.
     pub entries: Vec<PurgeEntry>,
+    /// The log's sequence number now (answered to a reader that sent its own, `n`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub n: Option<u64>,
 }
 
 impl PurgesAnswer {
@@ -149,6 +165,7 @@ mod tests {
                 PurgeEntry::new("1764582000123-0", b"\x00\xffrecord"),
                 PurgeEntry::new("1764582000456-0", b""),
             ],
+            n: None,
         }
     }
 
@@ -163,6 +180,7 @@ mod tests {
             last: "0".into(),
             gap: true,
             entries: Vec::new(),
+            n: None,
         };
         assert_eq!(
             empty.encode(),
@@ -247,15 +265,17 @@ mod tests {
 
     #[test]
     fn a_full_page_of_the_largest_records_fits() {
-        let entry = PurgeEntry::new(
+        let entry = PurgeEntry::numbered(
             format!("{}-{}", u64::MAX, u64::MAX),
             &[0xff; MAX_PURGE_BYTES],
+            u64::MAX,
         );
         let full = PurgesAnswer {
             generation: Some("f".repeat(crate::limits::MAX_GEN_BYTES)),
             last: format!("{}-{}", u64::MAX, u64::MAX),
             gap: true,
             entries: vec![entry; crate::limits::PURGES_PER_ANSWER],
+            n: Some(u64::MAX),
         };
         let body = full.encode();
         assert!(body.len() <= MAX_PURGES_ANSWER_BYTES);

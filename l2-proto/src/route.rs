@@ -17,6 +17,9 @@ pub const RELEASE: &str = "/v1/release";
 pub const PURGE: &str = "/v1/purge";
 /// `GET`: reads the purge log.
 pub const PURGES: &str = "/v1/purges";
+/// `POST`: appends a batch of purge marks to the log and the snapshot; `GET`: reads the
+/// snapshot a page at a time ([`crate::marks`]).
+pub const MARKS: &str = "/v1/marks";
 /// `GET`, without authentication: whether any Redis node answers.
 pub const HEALTH: &str = "/health";
 /// `GET`: Prometheus metrics.
@@ -36,9 +39,13 @@ pub mod param {
     pub const AFTER: &str = "after";
     /// The purge log generation the reader knows ([`crate::limits::valid_generation`]).
     pub const GEN: &str = "gen";
+    /// The sequence number of the last log entry the reader applied.
+    pub const N: &str = "n";
+    /// Where a snapshot read goes on ([`crate::marks::valid_scan_cursor`]; `0`: from the start).
+    pub const CURSOR: &str = "cursor";
 }
 
-use param::{AFTER, GEN, KEY, LEASE_MS, OWNER, TTL_MS, WAIT_MS};
+use param::{AFTER, CURSOR, GEN, KEY, LEASE_MS, N, OWNER, TTL_MS, WAIT_MS};
 
 /// `POST /v1/lookup` of `key` (hex), taking its lease for `lease_ms` (clamped into what the service
 /// grants); `wait_ms > 0` long-polls. `key` and `owner` go in as they are: hex, and an owner
@@ -65,12 +72,22 @@ pub fn release(key: &str, owner: &str) -> String {
 
 /// `GET /v1/purges` after `cursor` of log `generation` (once known), waiting up to `wait_ms`.
 /// Both come from an earlier answer, checked by [`crate::purges::PurgesAnswer::decode`].
-pub fn purges(cursor: &str, generation: Option<&str>, wait_ms: u64) -> String {
+/// With `n` (the sequence number of the last entry applied), the service answers a gap for any
+/// entry missing after it, trimmed or deleted.
+pub fn purges(cursor: &str, generation: Option<&str>, n: Option<u64>, wait_ms: u64) -> String {
     let mut path = format!("{PURGES}?{AFTER}={cursor}&{WAIT_MS}={wait_ms}");
     if let Some(g) = generation {
         path.push_str(&format!("&{GEN}={g}"));
     }
+    if let Some(n) = n {
+        path.push_str(&format!("&{N}={n}"));
+    }
     path
+}
+
+/// `GET /v1/marks` from `cursor` (`"0"`: the first page), a cursor an earlier page gave.
+pub fn marks(cursor: &str) -> String {
+    format!("{MARKS}?{CURSOR}={cursor}")
 }
 
 #[cfg(test)]
@@ -96,12 +113,13 @@ mod tests {
         assert!(store(&k, u64::MAX, "o").contains("&ttl_ms=31536000000&"));
         assert_eq!(release(&k, "o"), format!("/v1/release?key={k}&owner=o"));
         assert_eq!(
-            purges("7-0", None, 1000),
+            purges("7-0", None, None, 1000),
             "/v1/purges?after=7-0&wait_ms=1000"
         );
         assert_eq!(
-            purges("0", Some("g1"), 0),
-            "/v1/purges?after=0&wait_ms=0&gen=g1"
+            purges("0", Some("g1"), Some(12), 0),
+            "/v1/purges?after=0&wait_ms=0&gen=g1&n=12"
         );
+        assert_eq!(marks("0"), "/v1/marks?cursor=0");
     }
 }

@@ -320,6 +320,47 @@ impl Config {
         }
     }
 
+    /// The longest any entry this configuration stores may be served, fresh or stale, in ms:
+    /// how long a purge must be remembered for it to reach every entry it could apply to.
+    pub fn longest_life_ms(&self) -> u64 {
+        let life = |ttl: u64, swr: u64, sie: u64| ttl.saturating_add(swr).saturating_add(sie);
+        let d = self.lifetimes();
+        let whole = self.rules.iter().fold(
+            life(
+                d.ttl_seconds,
+                d.stale_while_revalidate_seconds,
+                d.stale_if_error_seconds,
+            ),
+            |most, r| {
+                most.max(life(
+                    r.ttl_seconds.unwrap_or(d.ttl_seconds),
+                    r.stale_while_revalidate_seconds
+                        .unwrap_or(d.stale_while_revalidate_seconds),
+                    r.stale_if_error_seconds.unwrap_or(d.stale_if_error_seconds),
+                ))
+            },
+        );
+        let Some(e) = &self.entities else {
+            return whole.saturating_mul(1000);
+        };
+        let entities = e.types.values().fold(
+            life(
+                e.ttl_seconds.max(e.null_ttl_seconds),
+                e.stale_while_revalidate_seconds,
+                e.stale_if_error_seconds,
+            ),
+            |most, t| {
+                most.max(life(
+                    t.ttl_seconds.unwrap_or(e.ttl_seconds),
+                    t.stale_while_revalidate_seconds
+                        .unwrap_or(e.stale_while_revalidate_seconds),
+                    t.stale_if_error_seconds.unwrap_or(e.stale_if_error_seconds),
+                ))
+            },
+        );
+        whole.max(entities).saturating_mul(1000)
+    }
+
     /// Whether entries show their tags (debug headers, CDN tags).
     pub fn shows_tags(&self) -> bool {
         self.debug_headers || self.cdn_tags.is_some()

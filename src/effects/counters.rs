@@ -41,6 +41,7 @@ pub enum Counter {
     L2Rejected,
     L2PurgeGaps,
     L2PurgesFolded,
+    L2PurgesMerged,
     FeedFailSafe,
     /// Entry tags left out of a `cdn_tags` header (too long, not sendable, or past its size).
     CdnTagsLeftOut,
@@ -58,7 +59,7 @@ pub enum Counter {
 
 impl Counter {
     /// Every counter, in the order of its index.
-    pub const ALL: [Counter; 43] = [
+    pub const ALL: [Counter; 44] = [
         Counter::Hits,
         Counter::Misses,
         Counter::Bypasses,
@@ -95,6 +96,7 @@ impl Counter {
         Counter::L2Rejected,
         Counter::L2PurgeGaps,
         Counter::L2PurgesFolded,
+        Counter::L2PurgesMerged,
         Counter::FeedFailSafe,
         Counter::CdnTagsLeftOut,
         Counter::EntitiesServed,
@@ -147,6 +149,7 @@ impl Counter {
             Counter::L2Rejected => "graphql_cache.l2_rejected",
             Counter::L2PurgeGaps => "graphql_cache.l2_purge_gaps",
             Counter::L2PurgesFolded => "graphql_cache.l2_purges_folded",
+            Counter::L2PurgesMerged => "graphql_cache.l2_purges_merged",
             Counter::FeedFailSafe => "graphql_cache.l2_feed_failsafe",
             Counter::CdnTagsLeftOut => "graphql_cache.cdn_tags_left_out",
             Counter::EntitiesServed => "graphql_cache.entities_served",

@@ -18,11 +18,13 @@ pub enum Call {
     Wait(SharedFetch),
     /// A store or release: nobody waits for it.
     Write,
-    /// The purge owed to the log under this place in the outbox (`fleet::outbox`): removed from
-    /// it once the log has it, sent again otherwise.
+    /// The purges owed to the log up to this place in the outbox (`fleet::outbox`): removed
+    /// from it once the log has them, sent again otherwise.
     Purge(u64),
     /// This worker's read of the purge log.
     Feed,
+    /// This worker's read of a page of the purge snapshot.
+    Snapshot,
 }
 
 /// This worker's part in following the purge log (where the log is at: `fleet::follower`).
@@ -40,7 +42,7 @@ pub struct L2Calls {
     /// Stores and releases to send.
     pub outbox: Vec<Callout>,
     pub feed: Feed,
-    /// A purge record is on its way to the log (one at a time, in order).
+    /// Purges are on their way to the log (one call at a time, in order).
     pub sending_purge: bool,
 }
 
@@ -73,7 +75,7 @@ impl L2Calls {
             .collect();
         for token in lost {
             match self.calls.remove(&token) {
-                Some((Call::Feed, _)) => self.feed.reading = false,
+                Some((Call::Feed | Call::Snapshot, _)) => self.feed.reading = false,
                 Some((Call::Purge(_), _)) => self.sending_purge = false,
                 _ => {}
             }

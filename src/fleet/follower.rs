@@ -8,7 +8,7 @@ use crate::effects::store::{update, SharedStore, StoreError};
 
 pub const FEED_KEY: &str = "graphql-cache/v1/purge-feed";
 const MAGIC: &[u8; 4] = b"GQFD";
-const VERSION: u8 = 1;
+const VERSION: u8 = 2;
 
 /// Where this Envoy is in the fleet's purge log.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -16,9 +16,15 @@ pub struct FeedState {
     /// The worker that follows the log, while `lease_until_ms` is ahead.
     pub owner: u64,
     pub lease_until_ms: u64,
-    /// The last record applied (`0`: from the start, so a new Envoy learns every purge the log
-    /// still holds before it trusts what the L2 gives it).
+    /// The last log entry applied (or where the snapshot was taken).
     pub cursor: String,
+    /// That entry's number in the log's sequence: a reader that finds the next entry numbered
+    /// otherwise has missed one (trimmed, deleted, lost in a failover).
+    pub n: u64,
+    /// Reading the snapshot: where its next page starts. A new Envoy starts here (`"0"`), and so
+    /// does any Envoy that found a gap in the log: the snapshot holds the latest purge of every
+    /// target that could still be stored, the log only what came after it.
+    pub snapshot: Option<String>,
     /// The log's generation the cursor belongs to (`None` before the first read).
     pub generation: Option<String>,
     /// The log was read to its end since the last failure: until then an L2 hit may be an
@@ -36,6 +42,8 @@ impl Default for FeedState {
             owner: 0,
             lease_until_ms: 0,
             cursor: "0".to_string(),
+            n: 0,
+            snapshot: Some("0".to_string()),
             generation: None,
             caught_up: false,
             failing_since_ms: 0,
@@ -58,10 +66,16 @@ impl FeedState {
         out.extend_from_slice(&self.owner.to_le_bytes());
         out.extend_from_slice(&self.lease_until_ms.to_le_bytes());
         out.extend_from_slice(&self.failing_since_ms.to_le_bytes());
-        out.push(u8::from(self.caught_up) | (u8::from(self.failsafe_done) << 1));
+        out.extend_from_slice(&self.n.to_le_bytes());
+        out.push(
+            u8::from(self.caught_up)
+                | (u8::from(self.failsafe_done) << 1)
+                | (u8::from(self.snapshot.is_some()) << 2),
+        );
         for text in [
             self.cursor.as_str(),
             self.generation.as_deref().unwrap_or(""),
+            self.snapshot.as_deref().unwrap_or(""),
         ] {
             let text = &text.as_bytes()[..text.len().min(255)];
             out.push(text.len() as u8);
@@ -79,28 +93,31 @@ impl FeedState {
     pub fn try_decode(bytes: &[u8]) -> Option<FeedState> {
         let rest = bytes.strip_prefix(MAGIC)?;
         let (&version, rest) = rest.split_first()?;
-        if version != VERSION || rest.len() < 25 {
+        if version != VERSION || rest.len() < 33 {
             return None;
         }
         let u64_at = |at: usize| Some(u64::from_le_bytes(rest.get(at..at + 8)?.try_into().ok()?));
-        let flags = rest[24];
-        let mut texts = Vec::with_capacity(2);
-        let mut tail = &rest[25..];
-        for _ in 0..2 {
+        let flags = rest[32];
+        let mut texts = Vec::with_capacity(3);
+        let mut tail = &rest[33..];
+        for _ in 0..3 {
             let (&len, after) = tail.split_first()?;
             let text = std::str::from_utf8(after.get(..usize::from(len))?).ok()?;
             texts.push(text.to_string());
             tail = &after[usize::from(len)..];
         }
+        let snapshot = texts.pop().filter(|_| flags & 4 == 4);
         let generation = texts.pop().filter(|g| !g.is_empty());
         let cursor = texts.pop()?;
         Some(FeedState {
             owner: u64_at(0)?,
             lease_until_ms: u64_at(8)?,
             failing_since_ms: u64_at(16)?,
+            n: u64_at(24)?,
             caught_up: flags & 1 == 1,
             failsafe_done: flags & 2 == 2,
             cursor,
+            snapshot,
             generation,
         })
     }
@@ -195,12 +212,19 @@ mod tests {
             owner: u64::MAX,
             lease_until_ms: 9,
             cursor: "1764582000456-12".into(),
+            n: 1 << 40,
+            snapshot: Some("17".into()),
             generation: Some("f00d".into()),
             caught_up: true,
             failing_since_ms: 77,
             failsafe_done: true,
         };
         assert_eq!(FeedState::decode(Some(&s.encode())), s);
+        let following = FeedState {
+            snapshot: None,
+            ..s.clone()
+        };
+        assert_eq!(FeedState::decode(Some(&following.encode())), following);
         let bytes = s.encode();
         for cut in 0..bytes.len() {
             assert_eq!(FeedState::decode(Some(&bytes[..cut])), FeedState::default());

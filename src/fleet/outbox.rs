@@ -1,16 +1,21 @@
 //! Purges this Envoy owes the fleet's purge log, kept in shared data until the log has them. Any
 //! worker adds to it (the purge API, mutations); the Envoy's one feed follower sends the oldest
-//! and removes it only when the L2 service says the log holds it. A purge is never dropped: when
-//! the outbox is full, everything pending folds into one purge of everything at the earliest
-//! pending instant (more than was asked, never less).
+//! records, as many as one call carries, and removes them only when the L2 service says the log
+//! holds them. A purge is never dropped, and rarely widened: when the outbox is full, what is
+//! pending merges into one purge of the union of its targets, dated at the *latest* pending
+//! instant (a purge removes what was born before its instant, so a later instant purges at least
+//! as much for every target). Only a union over [`MAX_MERGED_TARGETS`] becomes a purge of
+//! everything, also at the latest instant.
 
 use crate::effects::store::{update, SharedStore, StoreError};
 use crate::fleet::purge_log::{PurgeRecord, MAX_TARGETS};
 use crate::invalidate::marks::Target;
 
 pub const OUTBOX_KEY: &str = "graphql-cache/v1/purge-outbox";
-/// Records pending at most; one more folds them all into one.
+/// Records pending at most; one more merges them all.
 pub const MAX_PENDING: usize = 64;
+/// Distinct targets a merge keeps; past it, the merge is a purge of everything.
+pub const MAX_MERGED_TARGETS: usize = 16_384;
 /// Bytes of records pending at most (a record is at most 64 KiB).
 pub const MAX_PENDING_BYTES: usize = 512 * 1024;
 const MAGIC: &[u8; 4] = b"GQPO";
@@ -85,13 +90,53 @@ impl Outbox {
         self.next_seq = self.next_seq.wrapping_add(1);
     }
 
-    /// Everything pending as one purge of everything, at the earliest pending instant.
-    fn fold(&mut self, earliest_us: u64) {
-        self.pending.clear();
-        self.push(PurgeRecord {
-            at_us: earliest_us,
-            targets: vec![(Target::All, false)],
-        });
+    /// Everything pending as few records as its targets take, each target once, all dated at
+    /// `latest_us` (at least every pending instant); past [`MAX_MERGED_TARGETS`], one purge of
+    /// everything. `true` when it came to that.
+    fn merge(&mut self, latest_us: u64) -> bool {
+        let mut targets: Vec<(Target, bool)> = self
+            .pending
+            .drain(..)
+            .flat_map(|p| p.record.targets)
+            .collect();
+        targets.sort_unstable_by_key(|&(t, soft)| (target_order(t), soft));
+        targets.dedup();
+        let everything = targets.len() > MAX_MERGED_TARGETS;
+        if everything {
+            targets = vec![(Target::All, false)];
+        }
+        for chunk in targets.chunks(MAX_TARGETS) {
+            self.push(PurgeRecord {
+                at_us: latest_us,
+                targets: chunk.to_vec(),
+            });
+        }
+        everything
+    }
+
+    /// The oldest records, in order, while their targets fit `max_targets` (at least one
+    /// record), and the last one's place.
+    pub fn oldest(&self, max_targets: usize) -> (Vec<&PurgeRecord>, Option<u64>) {
+        let mut taken = Vec::new();
+        let mut count = 0;
+        let mut last = None;
+        for p in &self.pending {
+            count += p.record.targets.len();
+            if !taken.is_empty() && count > max_targets {
+                break;
+            }
+            taken.push(&p.record);
+            last = Some(p.seq);
+        }
+        (taken, last)
+    }
+}
+
+/// A total order on targets, for de-duplicating them.
+fn target_order(t: Target) -> (u8, u64) {
+    match t {
+        Target::All => (0, 0),
+        Target::Tag(h) => (1, h),
     }
 }
 
@@ -112,7 +157,9 @@ fn take_u32(rest: &mut &[u8]) -> Result<u32, ()> {
 pub struct Pushed {
     /// Records pending now.
     pub pending: usize,
-    /// The outbox was full (or unreadable) and was folded into one purge of everything.
+    /// The outbox was full and what it held was merged into fewer records.
+    pub merged: bool,
+    /// The merge, or an unreadable outbox, made it a purge of everything.
     pub folded: bool,
 }
 
@@ -124,6 +171,7 @@ pub fn push(
 ) -> Result<Pushed, StoreError> {
     let mut result = Pushed {
         pending: 0,
+        merged: false,
         folded: false,
     };
     update(store, OUTBOX_KEY, |old| {
@@ -131,40 +179,40 @@ pub fn push(
             Ok(o) => (o, true),
             Err(()) => (Outbox::default(), false),
         };
-        let earliest = outbox
+        let latest = outbox
             .pending
             .iter()
             .map(|p| p.record.at_us)
-            .fold(at_us, u64::min);
+            .fold(at_us, u64::max);
+        if !readable {
+            // It held purges of unknown targets, all made by now: everything, now.
+            outbox.push(PurgeRecord {
+                at_us,
+                targets: vec![(Target::All, false)],
+            });
+        }
         for chunk in targets.chunks(MAX_TARGETS) {
             outbox.push(PurgeRecord {
                 at_us,
                 targets: chunk.to_vec(),
             });
         }
-        let full =
-            outbox.pending.len() > MAX_PENDING || outbox.bytes() > MAX_PENDING_BYTES || !readable;
-        if full {
-            // An unreadable outbox held purges of unknown time: everything up to now.
-            outbox.fold(if readable { earliest } else { at_us });
-        }
+        let full = outbox.pending.len() > MAX_PENDING || outbox.bytes() > MAX_PENDING_BYTES;
+        let everything = full && outbox.merge(latest);
         result = Pushed {
             pending: outbox.pending.len(),
-            folded: full,
+            merged: full,
+            folded: everything || !readable,
         };
         Some(outbox.encode())
     })?;
     Ok(result)
 }
 
-/// The oldest purge still owed to the log.
-pub fn oldest(store: &impl SharedStore) -> Option<Pending> {
-    let bytes = store.get(OUTBOX_KEY)?;
-    match Outbox::decode(Some(&bytes)) {
-        Ok(outbox) => outbox.pending.into_iter().next(),
-        // Sent as everything, now: `push` folds an unreadable outbox the same way.
-        Err(()) => None,
-    }
+/// The outbox as it is now (an unreadable one is empty: `push` turns it into a purge of
+/// everything).
+pub fn read(store: &impl SharedStore) -> Outbox {
+    Outbox::decode(store.get(OUTBOX_KEY).as_deref()).unwrap_or_default()
 }
 
 /// How many purges are owed to the log.
@@ -172,12 +220,13 @@ pub fn pending(store: &impl SharedStore) -> usize {
     Outbox::decode(store.get(OUTBOX_KEY).as_deref()).map_or(0, |o| o.pending.len())
 }
 
-/// The log holds record `seq`: it is no longer owed.
+/// The log holds every record up to `seq`: they are no longer owed. (Records merged since they
+/// were sent have new places after `seq`, and are sent again: more, never less.)
 pub fn acknowledge(store: &impl SharedStore, seq: u64) -> Result<(), StoreError> {
     update(store, OUTBOX_KEY, |old| {
         let mut outbox = Outbox::decode(old).ok()?;
         let before = outbox.pending.len();
-        outbox.pending.retain(|p| p.seq != seq);
+        outbox.pending.retain(|p| p.seq > seq);
         (outbox.pending.len() != before).then(|| outbox.encode())
     })
     .map(|_| ())
@@ -192,50 +241,108 @@ mod tests {
         vec![(Target::Tag(n), false)]
     }
 
+    fn first(store: &MapStore) -> Pending {
+        read(store).pending.into_iter().next().unwrap()
+    }
+
     #[test]
     fn purges_wait_in_order_until_the_log_has_them() {
         let store = MapStore::default();
-        assert_eq!(oldest(&store), None);
+        assert!(read(&store).pending.is_empty());
         push(&store, 10, &tag(1)).unwrap();
         let second = push(&store, 20, &tag(2)).unwrap();
         assert_eq!(
             second,
             Pushed {
                 pending: 2,
+                merged: false,
                 folded: false
             }
         );
-        let first = oldest(&store).unwrap();
-        assert_eq!((first.record.at_us, first.record.targets), (10, tag(1)));
-        acknowledge(&store, first.seq).unwrap();
-        acknowledge(&store, first.seq).unwrap();
-        assert_eq!(oldest(&store).unwrap().record.at_us, 20);
+        let oldest = first(&store);
+        assert_eq!((oldest.record.at_us, oldest.record.targets), (10, tag(1)));
+        acknowledge(&store, oldest.seq).unwrap();
+        acknowledge(&store, oldest.seq).unwrap();
+        assert_eq!(first(&store).record.at_us, 20);
         assert_eq!(pending(&store), 1);
     }
 
     #[test]
-    fn a_full_outbox_folds_into_one_purge_of_everything_at_the_earliest_instant() {
+    fn a_batch_takes_the_oldest_records_that_fit_and_their_last_place() {
         let store = MapStore::default();
-        for n in 0..MAX_PENDING as u64 {
-            assert!(!push(&store, 1_000 + n, &tag(n)).unwrap().folded);
+        for n in 0..5 {
+            push(
+                &store,
+                n,
+                &[(Target::Tag(n), false), (Target::Tag(n + 100), true)],
+            )
+            .unwrap();
         }
-        let over = push(&store, 5, &tag(99)).unwrap();
+        let outbox = read(&store);
+        let (records, last) = outbox.oldest(5);
+        assert_eq!(records.len(), 2, "2 records of 2 targets fit in 5");
+        assert_eq!(last, Some(outbox.pending[1].seq));
+        let (one, _) = outbox.oldest(1);
         assert_eq!(
-            over,
-            Pushed {
-                pending: 1,
-                folded: true
-            }
+            one.len(),
+            1,
+            "a record larger than the batch still goes, alone"
         );
-        let all = oldest(&store).unwrap();
-        assert_eq!(all.record.targets, vec![(Target::All, false)]);
-        assert_eq!(all.record.at_us, 5, "the earliest pending instant");
-        let big: Vec<(Target, bool)> = (0..3 * MAX_TARGETS as u64)
+        acknowledge(&store, outbox.pending[1].seq).unwrap();
+        assert_eq!(pending(&store), 3, "acknowledged through its place");
+    }
+
+    #[test]
+    fn a_full_outbox_merges_its_targets_at_the_latest_instant() {
+        let store = MapStore::default();
+        // The reproduction: an early purge, then the purge that matters, then many more.
+        push(&store, 5, &tag(1)).unwrap();
+        push(&store, 2_000, &tag(42)).unwrap();
+        for n in 0..MAX_PENDING as u64 - 1 {
+            let p = push(&store, 1_000 + n, &tag(n % 8)).unwrap();
+            assert!(!p.folded);
+        }
+        let outbox = read(&store);
+        assert_eq!(outbox.pending.len(), 1, "merged into one record");
+        let merged = &outbox.pending[0].record;
+        assert_eq!(
+            merged.at_us, 2_000,
+            "the latest owed instant, never an earlier one"
+        );
+        assert!(merged.targets.contains(&(Target::Tag(42), false)));
+        assert!(!merged.targets.contains(&(Target::All, false)));
+        assert_eq!(merged.targets.len(), 9, "each target once: 0..8 and 42");
+    }
+
+    #[test]
+    fn only_a_union_past_the_budget_is_a_purge_of_everything() {
+        let store = MapStore::default();
+        let big: Vec<(Target, bool)> = (0..MAX_TARGETS as u64)
             .map(|n| (Target::Tag(n + 1), true))
             .collect();
-        for _ in 0..30 {
-            push(&store, 7_000, &big).unwrap();
+        let mut folded = false;
+        for i in 0..=(MAX_MERGED_TARGETS / MAX_TARGETS + 1) as u64 {
+            let shifted: Vec<_> = big
+                .iter()
+                .map(|&(t, s)| match t {
+                    Target::Tag(h) => (Target::Tag(h + i * MAX_TARGETS as u64), s),
+                    Target::All => (t, s),
+                })
+                .collect();
+            for _ in 0..MAX_PENDING / 4 {
+                folded |= push(&store, 7_000 + i, &shifted).unwrap().folded;
+                if folded {
+                    break;
+                }
+            }
+            if folded {
+                break;
+            }
         }
+        assert!(folded, "past the budget");
+        let all = first(&store);
+        assert_eq!(all.record.targets, vec![(Target::All, false)]);
+        assert!(all.record.at_us >= 7_000, "at the latest instant");
         assert!(pending(&store) <= MAX_PENDING);
         assert!(store.get(OUTBOX_KEY).unwrap().len() <= MAX_PENDING_BYTES + 64 * 1024);
     }
@@ -244,12 +351,12 @@ mod tests {
     fn an_unreadable_outbox_is_folded_not_forgotten() {
         let store = MapStore::default();
         store.set(OUTBOX_KEY, b"GQPO\x09junk").unwrap();
-        assert_eq!(oldest(&store), None);
+        assert!(read(&store).pending.is_empty());
         let pushed = push(&store, 42, &tag(1)).unwrap();
         assert!(pushed.folded);
-        assert_eq!(
-            oldest(&store).unwrap().record.targets,
-            vec![(Target::All, false)]
-        );
+        let records: Vec<_> = read(&store).pending.into_iter().map(|p| p.record).collect();
+        assert_eq!(records[0].targets, vec![(Target::All, false)]);
+        assert_eq!(records[0].at_us, 42);
+        assert_eq!(records[1].targets, tag(1));
     }
 }

@@ -5,7 +5,8 @@
 //! log's answers are the wire contract's (`l2_proto::purge`, `l2_proto::purges`).
 
 use crate::fleet::seal::FleetKey;
-use l2_proto::purges::PurgesAnswer;
+use l2_proto::marks::MarksPage;
+use l2_proto::purges::{PurgeEntry, PurgesAnswer};
 
 // The record's format and the checks of what goes back into a path are the wire contract's;
 // named here too, where the rest of the filter (and fuzz/) looks for them.
@@ -28,6 +29,22 @@ pub struct Page {
     pub records: Vec<PurgeRecord>,
     /// How many entries the page held, readable or not.
     pub entries: usize,
+    /// The sequence number of the page's last entry.
+    pub last_n: Option<u64>,
+}
+
+/// One page of the purge snapshot.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SnapshotPage {
+    pub generation: String,
+    /// Where the next page starts; `"0"`: read whole.
+    pub cursor: String,
+    /// Where the log stood when the first page was read, and its sequence number there.
+    pub tip: String,
+    pub n: u64,
+    pub records: Vec<PurgeRecord>,
+    /// A mark could not be read (unsigned, another key's): what it purged is unknown.
+    pub unreadable: bool,
 }
 
 /// How a reader takes records: whose signature it trusts, and its clock.
@@ -41,29 +58,56 @@ pub struct Reader<'a> {
 
 impl Reader<'_> {
     /// A record as the log holds it, opened and dated no later than now plus the skew: a
-    /// record from the future would purge what is stored until then.
-    pub fn record(&self, sealed: &[u8]) -> Option<PurgeRecord> {
+    /// record from the future would purge what is stored until then. Nor earlier than the log's
+    /// own time for it (its entry id: Redis's clock when it was added) less the skew: an Envoy
+    /// whose clock runs behind would otherwise date its purges early and purge too little.
+    pub fn record(&self, sealed: &[u8], entry_id: &str) -> Option<PurgeRecord> {
         let mut record = PurgeRecord::decode(self.key.open_record(sealed)?).ok()?;
-        record.at_us = record.at_us.min(self.now_us.saturating_add(self.skew_us));
+        let logged_us =
+            entry_ms(entry_id).map_or(0, |ms| ms.saturating_mul(1000).saturating_sub(self.skew_us));
+        record.at_us = record
+            .at_us
+            .max(logged_us)
+            .min(self.now_us.saturating_add(self.skew_us));
         Some(record)
     }
+
+    fn entry(&self, entry: &PurgeEntry) -> Option<PurgeRecord> {
+        self.record(&entry.data().ok()?, &entry.id)
+    }
+}
+
+/// The milliseconds part of a stream entry id (`MS-SEQ`).
+fn entry_ms(id: &str) -> Option<u64> {
+    id.split_once('-').map_or(id, |(ms, _)| ms).parse().ok()
 }
 
 /// Reads `GET /v1/purges`'s JSON answer. `None` when it is not one.
 pub fn read_page(body: &[u8], reader: &Reader<'_>) -> Option<Page> {
     let answer = PurgesAnswer::decode(body).ok()?;
-    let read: Vec<Option<PurgeRecord>> = answer
-        .entries
-        .iter()
-        .map(|e| e.data().ok().and_then(|b| reader.record(&b)))
-        .collect();
+    let read: Vec<Option<PurgeRecord>> = answer.entries.iter().map(|e| reader.entry(e)).collect();
     let unreadable = read.iter().any(Option::is_none);
     Some(Page {
         entries: read.len(),
+        last_n: answer.entries.last().and_then(|e| e.n),
         cursor: answer.last,
         generation: answer.generation,
         gap: answer.gap || unreadable,
         records: read.into_iter().flatten().collect(),
+    })
+}
+
+/// Reads `GET /v1/marks`'s JSON answer. `None` when it is not one.
+pub fn read_snapshot(body: &[u8], reader: &Reader<'_>) -> Option<SnapshotPage> {
+    let page = MarksPage::decode(body).ok()?;
+    let read: Vec<Option<PurgeRecord>> = page.entries.iter().map(|e| reader.entry(e)).collect();
+    Some(SnapshotPage {
+        unreadable: read.iter().any(Option::is_none),
+        records: read.into_iter().flatten().collect(),
+        generation: page.generation,
+        cursor: page.cursor,
+        tip: page.tip,
+        n: page.n,
     })
 }
 
@@ -148,12 +192,35 @@ mod tests {
             targets: vec![(Target::All, false)],
         };
         let sealed = key(1).seal_record(&future.encode().unwrap());
-        assert_eq!(reader.record(&sealed).unwrap().at_us, 6_000_000);
+        assert_eq!(reader.record(&sealed, "").unwrap().at_us, 6_000_000);
         let past = PurgeRecord {
             at_us: 4_000_000,
             ..future
         };
         let sealed = key(1).seal_record(&past.encode().unwrap());
-        assert_eq!(reader.record(&sealed).unwrap().at_us, 4_000_000);
+        assert_eq!(reader.record(&sealed, "").unwrap().at_us, 4_000_000);
+        assert_eq!(reader.record(&sealed, "4500-0").unwrap().at_us, 4_000_000);
+    }
+
+    #[test]
+    fn a_record_dated_before_the_log_took_it_is_dated_then_less_the_skew() {
+        let reader = Reader {
+            key: &key(1),
+            now_us: 60_000_000,
+            skew_us: 1_000_000,
+        };
+        // Written by an Envoy whose clock is 20 s behind; the log took it at 50 s.
+        let slow = PurgeRecord {
+            at_us: 30_000_000,
+            targets: vec![(Target::Tag(3), false)],
+        };
+        let sealed = key(1).seal_record(&slow.encode().unwrap());
+        assert_eq!(reader.record(&sealed, "50000-3").unwrap().at_us, 49_000_000);
+        assert_eq!(
+            reader.record(&sealed, "90000-0").unwrap().at_us,
+            61_000_000,
+            "a log time in the future is no later than now plus the skew"
+        );
+        assert_eq!(reader.record(&sealed, "junk").unwrap().at_us, 30_000_000);
     }
 }

@@ -7,6 +7,7 @@
 pub use crate::config::FleetKey;
 use crate::request::key::CacheKey;
 use hmac::{Hmac, Mac};
+use l2_proto::purge::{PurgeRecord, Target};
 use sha2::Sha256;
 
 type HmacSha256 = Hmac<Sha256>;
@@ -75,6 +76,17 @@ impl FleetKey {
         self.seal(Domain::Record, &[], record)
     }
 
+    /// One target's purge at `at_us`, as the fleet's purge log and its snapshot keep it: a
+    /// record of that target alone, sealed, so that each can be checked on its own.
+    pub fn seal_mark(&self, at_us: u64, target: Target, soft: bool) -> Vec<u8> {
+        let record = PurgeRecord {
+            at_us,
+            targets: vec![(target, soft)],
+        };
+        // One target always encodes.
+        self.seal_record(&record.encode().unwrap_or_default())
+    }
+
     /// The record inside `sealed`, if this fleet's key signed it.
     pub fn open_record<'a>(&self, sealed: &'a [u8]) -> Option<&'a [u8]> {
         self.open(Domain::Record, &[], sealed)
@@ -114,8 +126,23 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_mark_is_the_size_the_l2_reads() {
+        use l2_proto::marks::{Mark, MARK_BYTES, SEAL_HEADER_BYTES};
+        assert_eq!(MAGIC.len() + MAC_BYTES, SEAL_HEADER_BYTES);
+        let sealed = key(7).seal_mark(u64::MAX, Target::Tag(9), true);
+        assert_eq!(sealed.len(), MARK_BYTES);
+        let read = Mark::read(&sealed).unwrap();
+        assert_eq!(
+            (read.at_us, read.target, read.soft),
+            (u64::MAX, Target::Tag(9), true)
+        );
+        let opened = PurgeRecord::decode(key(7).open_record(&sealed).unwrap()).unwrap();
+        assert_eq!(opened.targets, vec![(Target::Tag(9), true)]);
+    }
+
+    #[test]
     fn a_sealed_record_of_the_most_targets_fits_what_the_l2_takes() {
-        use l2_proto::purge::{PurgeRecord, Target, ENVELOPE_BYTES, MAX_TARGETS};
+        use l2_proto::purge::{ENVELOPE_BYTES, MAX_TARGETS};
         assert!(MAGIC.len() + MAC_BYTES <= ENVELOPE_BYTES);
         let record = PurgeRecord {
             at_us: u64::MAX,

@@ -6,7 +6,8 @@
 use crate::config::L2;
 use crate::effects::host::{status, Callout};
 use crate::request::key::CacheKey;
-use l2_proto::{batch, content_type, header, route};
+use l2_proto::purge::PurgeRecord;
+use l2_proto::{batch, content_type, header, marks, route};
 
 /// The answer of `POST /v1/lookup` (a hit: an encoded cache entry, sealed by the storing node).
 pub use l2_proto::lookup::Looked;
@@ -82,23 +83,41 @@ pub fn release(l2: &L2, key: &CacheKey, owner: &str) -> Callout {
     call(l2, &l2.cluster, "POST", path, None)
 }
 
-/// Appends a purge record (encoded) to the fleet's purge log, signed with the fleet key.
-pub fn publish_purge(l2: &L2, record: &[u8]) -> Callout {
-    let sealed = l2.fleet_key.seal_record(record);
-    call(
+/// Appends `records` to the fleet's purge log and its snapshot as marks, one per target, each
+/// signed with the fleet key, kept in the snapshot `keep_ms` (the longest an entry they purge may
+/// live). `None` when they hold no target or more than one call carries.
+pub fn publish_marks(l2: &L2, keep_ms: u64, records: &[&PurgeRecord]) -> Option<Callout> {
+    let sealed: Vec<Vec<u8>> = records
+        .iter()
+        .flat_map(|r| r.targets.iter().map(|&(t, soft)| (r.at_us, t, soft)))
+        .map(|(at_us, target, soft)| l2.fleet_key.seal_mark(at_us, target, soft))
+        .collect();
+    let body = marks::MarksBatch::encode(keep_ms, &sealed)?;
+    Some(call(
         l2,
         &l2.cluster,
         "POST",
-        route::PURGE.to_string(),
-        Some(sealed),
-    )
+        route::MARKS.to_string(),
+        Some(body),
+    ))
 }
 
-/// Reads the purge log after `cursor` of log `generation` (known after the first read),
-/// waiting up to `wait_ms` for an entry.
-pub fn read_purges(l2: &L2, cursor: &str, generation: Option<&str>, wait_ms: u64) -> Callout {
-    let path = route::purges(cursor, generation, wait_ms);
+/// Reads the purge log after `cursor` (entry `n` of log `generation`), waiting up to `wait_ms`
+/// for an entry.
+pub fn read_purges(
+    l2: &L2,
+    cursor: &str,
+    generation: Option<&str>,
+    n: u64,
+    wait_ms: u64,
+) -> Callout {
+    let path = route::purges(cursor, generation, Some(n), wait_ms);
     call(l2, &l2.wait_cluster, "GET", path, None)
+}
+
+/// Reads a page of the purge snapshot from `cursor` (`"0"`: the first).
+pub fn read_marks(l2: &L2, cursor: &str) -> Callout {
+    call(l2, &l2.cluster, "GET", route::marks(cursor), None)
 }
 
 /// Entity mode: the values of `keys` (at most `l2_proto::batch::MAX_BATCH_KEYS`) in one call;
@@ -203,6 +222,7 @@ pub fn read_lookup(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use l2_proto::purge::Target;
 
     fn l2() -> L2 {
         L2 {
@@ -255,9 +275,27 @@ mod tests {
         );
         let sealed = put.body.unwrap();
         assert_eq!(l2().fleet_key.open_entry(&key, &sealed), Some(&b"v"[..]));
-        let read = read_purges(&l2(), "0", Some("g1"), 1000);
+        let read = read_purges(&l2(), "0", Some("g1"), 7, 1000);
         assert_eq!(read.cluster, "l2_wait");
-        assert!(path(&read).ends_with("&gen=g1"));
+        assert!(path(&read).ends_with("&gen=g1&n=7"));
+        let snapshot = read_marks(&l2(), "0");
+        assert_eq!(
+            (snapshot.cluster.as_str(), path(&snapshot)),
+            ("l2", "/v1/marks?cursor=0")
+        );
+        let record = PurgeRecord {
+            at_us: 5,
+            targets: vec![(Target::Tag(1), false), (Target::All, true)],
+        };
+        let marks = publish_marks(&l2(), 60_000, &[&record]).unwrap();
+        assert_eq!((marks.cluster.as_str(), path(&marks)), ("l2", "/v1/marks"));
+        let batch = marks::MarksBatch::decode(marks.body.as_ref().unwrap()).unwrap();
+        assert_eq!(batch.keep_ms, 60_000);
+        assert_eq!(batch.marks.len(), 2, "one mark per target");
+        for (mark, &(target, soft)) in batch.marks.iter().zip(&record.targets) {
+            assert_eq!((mark.at_us, mark.target, mark.soft), (5, target, soft));
+            assert!(l2().fleet_key.open_record(&mark.sealed).is_some(), "signed");
+        }
         assert!(quick.headers.iter().all(|(n, _)| n != "authorization"));
         let with_secret = L2 {
             secret: Some(crate::config::Secret::new("s3cret-0123456789".into())),

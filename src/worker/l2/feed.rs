@@ -1,23 +1,28 @@
 //! Following the fleet's purge log (root context, one follower per Envoy, elected by a lease in
 //! shared data: `fleet::follower`): a long-poll on the L2 service's wait cluster, each record
 //! applied to this Envoy's purge marks at the instant its node purged, so that what any Envoy
-//! purged is not served by this one within a poll's delay (tens of ms). A read that fails makes
-//! L2 hits unusable until the log has been read to its end again: an entry in L2 may have been
-//! purged by a record this Envoy has not seen. Reads failing for longer than the configured
-//! bound purge everything born before they began (fail-safe: misses, never stale-after-purge).
+//! purged is not served by this one within a poll's delay (tens of ms). A new Envoy, and one that
+//! finds a gap in the log (entries trimmed or deleted past its place, the log emptied), first
+//! reads the snapshot beside the log (the latest purge of every target an entry could still
+//! carry) and then follows the log from where the snapshot was taken: a gap costs a snapshot
+//! read, not a purge of everything. Only a log begun anew (its purges lost) or a mark that cannot
+//! be read purges everything. A read that fails makes L2 hits unusable until the log has been
+//! read to its end again; reads failing for longer than the configured bound purge whatever was
+//! born longer ago than the bound, for as long as they fail (misses, never stale-after-purge).
 
 use crate::effects::counters::Counter;
 use crate::effects::host::Host;
 use crate::effects::store::StoreError;
 use crate::fleet::calls::Call;
 use crate::fleet::follower::{self, FeedState};
-use crate::fleet::purge_log::{read_page, Page, Reader};
+use crate::fleet::purge_log::{read_page, read_snapshot, PurgeRecord, Reader};
 use crate::fleet::wire;
 use crate::invalidate::marks::Target;
 use crate::worker::callout::Returned;
 use crate::worker::ctx::Ctx;
 use crate::worker::marks::mark;
 use l2_proto::limits::{MAX_PURGES_ANSWER_BYTES, PURGES_PER_ANSWER};
+use l2_proto::marks::MAX_MARKS_PAGE_BYTES;
 use std::cell::Cell;
 
 /// How long one read waits for a new record.
@@ -27,14 +32,17 @@ pub const FEED_WAIT_MS: u64 = 1000;
 const FEED_SLACK_MS: u64 = 1000;
 /// After a failed read, the next one waits this long.
 pub const RETRY_MS: u64 = 250;
+/// The snapshot's first page.
+const SNAPSHOT_START: &str = "0";
 
 /// The follower's lease: longer than its longest read, so a live follower keeps it.
 fn lease_ms(timeout_ms: u64) -> u64 {
     FEED_WAIT_MS + FEED_SLACK_MS + timeout_ms + 1000
 }
 
-/// Root: starts a read of the log if this worker follows it (or may take it over) and no read
-/// is outstanding or a failure being waited out.
+/// Root: starts a read of the log, or of the snapshot while this Envoy learns it, if this
+/// worker follows the log (or may take it over) and no read is outstanding or a failure being
+/// waited out.
 pub fn poll(cx: &mut Ctx<'_, impl Host>, now_ms: u64) {
     let Some(l2) = &cx.config().l2 else { return };
     let idle = cx.worker(|w| (!w.l2.feed.reading && now_ms >= w.l2.feed.next_ms).then_some(w.id));
@@ -44,18 +52,46 @@ pub fn poll(cx: &mut Ctx<'_, impl Host>, now_ms: u64) {
         Ok(Some(state)) => state,
         Ok(None) | Err(_) => return,
     };
-    // Until it has caught up, the follower reads without waiting: L2 is not trusted yet.
-    let wait_ms = if state.caught_up { FEED_WAIT_MS } else { 0 };
-    let callout = wire::read_purges(l2, &state.cursor, state.generation.as_deref(), wait_ms);
-    let timeout = wait_ms
-        .saturating_add(FEED_SLACK_MS)
-        .saturating_add(l2.timeout_ms);
+    let (call, callout, timeout) = match &state.snapshot {
+        Some(cursor) => (
+            Call::Snapshot,
+            wire::read_marks(l2, cursor),
+            l2.timeout_ms.saturating_add(FEED_SLACK_MS),
+        ),
+        None => {
+            // Until it has caught up, the follower reads without waiting: L2 is not trusted yet.
+            let wait_ms = if state.caught_up { FEED_WAIT_MS } else { 0 };
+            let generation = state.generation.as_deref();
+            let callout = wire::read_purges(l2, &state.cursor, generation, state.n, wait_ms);
+            let timeout = wait_ms
+                .saturating_add(FEED_SLACK_MS)
+                .saturating_add(l2.timeout_ms);
+            (Call::Feed, callout, timeout)
+        }
+    };
     match host.dispatch(&callout, timeout) {
         Ok(token) => cx.worker(|w| {
             w.l2.feed.reading = true;
-            w.l2.sent(token, Call::Feed, now_ms);
+            w.l2.sent(token, call, now_ms);
         }),
         Err(_) => failed(cx, now_ms),
+    }
+}
+
+/// How a reader takes records now.
+fn reader<'a>(l2: &'a crate::config::L2, now_us: u64) -> Reader<'a> {
+    Reader {
+        key: &l2.fleet_key,
+        now_us,
+        skew_us: l2.purge_skew_ms.saturating_mul(1000),
+    }
+}
+
+/// The body of a read that came back whole with `200`.
+fn body_of(host: &impl Host, returned: &Returned, limit: usize) -> Option<Vec<u8>> {
+    match returned.status() {
+        Some(200) if returned.body_size <= limit => host.callout_body(returned.body_size),
+        _ => None,
     }
 }
 
@@ -65,39 +101,39 @@ pub fn on_page(cx: &mut Ctx<'_, impl Host>, returned: &Returned) {
     let host = cx.host();
     let now_ms = host.now_ms();
     let Some(l2) = &cx.config().l2 else { return };
-    let reader = Reader {
-        key: &l2.fleet_key,
-        now_us: host.now_us(),
-        skew_us: l2.purge_skew_ms.saturating_mul(1000),
-    };
-    let body_size = returned.body_size;
-    let page = match returned.status() {
-        Some(200) if body_size <= MAX_PURGES_ANSWER_BYTES => host
-            .callout_body(body_size)
-            .and_then(|body| read_page(&body, &reader)),
-        _ => None,
-    };
-    let Some(mut page) = page else {
+    let reader = reader(l2, host.now_us());
+    let page =
+        body_of(host, returned, MAX_PURGES_ANSWER_BYTES).and_then(|body| read_page(&body, &reader));
+    let Some(page) = page else {
         return failed(cx, now_ms);
     };
     let known = follower::read(host).generation;
-    if known.is_some() && page.generation != known {
-        // The log was lost and begun again: whatever it held past the cursor is gone.
-        page.gap = true;
-    }
-    if apply(cx, &page, reader.now_us).is_err() {
+    // An answer without one is an older service's: it says nothing of generations.
+    let new_generation = page.generation.is_some() && known.is_some() && page.generation != known;
+    if apply(cx, &page.records, new_generation, reader.now_us).is_err() {
         return failed(cx, now_ms);
+    }
+    if page.gap && !new_generation {
+        cx.host().count(Counter::L2PurgeGaps);
     }
     let me = cx.worker(|w| w.id);
     let lease = lease_ms(l2.timeout_ms);
     let still_mine = follower::record(cx.host(), me, |s| {
-        s.cursor = page.cursor.clone();
-        s.generation = page.generation.clone();
-        // Fewer entries than a full page: the end of the log.
-        s.caught_up = page.entries < PURGES_PER_ANSWER;
         s.failing_since_ms = 0;
         s.failsafe_done = false;
         s.lease_until_ms = now_ms.saturating_add(lease);
+        if page.gap || new_generation {
+            // Whatever was missed is in the snapshot: learn it again, then follow on.
+            s.snapshot = Some(SNAPSHOT_START.to_string());
+            s.caught_up = false;
+            s.generation = page.generation.clone().or(s.generation.take());
+            return;
+        }
+        s.cursor = page.cursor.clone();
+        s.n = page.last_n.unwrap_or(s.n);
+        s.generation = page.generation.clone().or(s.generation.take());
+        // Fewer entries than a full page: the end of the log.
+        s.caught_up = page.entries < PURGES_PER_ANSWER;
     });
     // The next read at once: nothing is answered in this callback, so dispatching is safe.
     if still_mine.unwrap_or(false) {
@@ -105,28 +141,84 @@ pub fn on_page(cx: &mut Ctx<'_, impl Host>, returned: &Returned) {
     }
 }
 
-/// Applies a page's records, each at its own instant. A gap purges everything born before now:
-/// what was missed may be dated anywhere before (records do not arrive in time order, so the
-/// oldest one still there bounds nothing).
-fn apply(cx: &mut Ctx<'_, impl Host>, page: &Page, now_us: u64) -> Result<(), StoreError> {
-    let mut timed: Vec<(Target, bool, u64)> = page
-        .records
+/// Root: a page of the snapshot came back. Its marks are applied as the log's records are; on
+/// the last page, the follower goes on with the log from where the snapshot was taken.
+pub fn on_snapshot(cx: &mut Ctx<'_, impl Host>, returned: &Returned) {
+    cx.worker(|w| w.l2.feed.reading = false);
+    let host = cx.host();
+    let now_ms = host.now_ms();
+    let Some(l2) = &cx.config().l2 else { return };
+    let reader = reader(l2, host.now_us());
+    let page = body_of(host, returned, MAX_MARKS_PAGE_BYTES)
+        .and_then(|body| read_snapshot(&body, &reader));
+    let Some(page) = page else {
+        return failed(cx, now_ms);
+    };
+    let state = follower::read(host);
+    let first = state.snapshot.as_deref() == Some(SNAPSHOT_START);
+    let new_generation = state
+        .generation
+        .as_ref()
+        .is_some_and(|g| *g != page.generation);
+    if page.unreadable {
+        cx.host().count(Counter::L2PurgeGaps);
+    }
+    // A mark that cannot be read purged something unknown: everything, as a new generation.
+    let everything = new_generation || page.unreadable;
+    if apply(cx, &page.records, everything, reader.now_us).is_err() {
+        return failed(cx, now_ms);
+    }
+    let me = cx.worker(|w| w.id);
+    let lease = lease_ms(l2.timeout_ms);
+    let still_mine = follower::record(cx.host(), me, |s| {
+        s.failing_since_ms = 0;
+        s.failsafe_done = false;
+        s.lease_until_ms = now_ms.saturating_add(lease);
+        s.generation = Some(page.generation.clone());
+        if new_generation && !first {
+            // Begun anew while it was read: the pages before belong to the old one.
+            s.snapshot = Some(SNAPSHOT_START.to_string());
+            return;
+        }
+        if first {
+            s.cursor = page.tip.clone();
+            s.n = page.n;
+        }
+        s.snapshot = (page.cursor != SNAPSHOT_START).then(|| page.cursor.clone());
+    });
+    if still_mine.unwrap_or(false) {
+        poll(cx, now_ms);
+    }
+}
+
+/// Applies records, each at its own instant. `everything`: purges may have been lost for good
+/// (the log and its snapshot begun anew, a mark that cannot be read), so everything born before
+/// now is purged too.
+fn apply(
+    cx: &mut Ctx<'_, impl Host>,
+    records: &[PurgeRecord],
+    everything: bool,
+    now_us: u64,
+) -> Result<(), StoreError> {
+    let mut timed: Vec<(Target, bool, u64)> = records
         .iter()
         .flat_map(|r| r.targets.iter().map(|&(t, soft)| (t, soft, r.at_us)))
         .collect();
-    if page.gap {
+    if everything {
         cx.host().count(Counter::L2PurgeGaps);
         timed.push((Target::All, false, now_us));
     }
     mark(cx, &timed)?;
-    for _ in &page.records {
+    for _ in records {
         cx.host().count(Counter::L2PurgesApplied);
     }
     Ok(())
 }
 
-/// A read failed: L2 hits are not trusted until the log is read to its end again, and once
-/// reads have failed for longer than the bound, everything born before they began is purged.
+/// A read failed: L2 hits are not trusted until the log is read to its end again. Once reads
+/// have failed for longer than the bound, whatever was born more than the bound ago is purged,
+/// again on every retry for as long as they fail: a purge made elsewhere meanwhile is unseen
+/// here, so nothing is served longer than the bound after it was fetched.
 fn failed(cx: &mut Ctx<'_, impl Host>, now_ms: u64) {
     cx.host().count(Counter::L2Failures);
     let me = cx.worker(|w| {
@@ -134,29 +226,29 @@ fn failed(cx: &mut Ctx<'_, impl Host>, now_ms: u64) {
         w.id
     });
     let Some(l2) = &cx.config().l2 else { return };
-    let failsafe_from = Cell::new(None);
+    let failsafe = Cell::new(None);
     let _ = follower::record(cx.host(), me, |s| {
-        failsafe_from.set(None);
+        failsafe.set(None);
         s.caught_up = false;
         if s.failing_since_ms == 0 {
             s.failing_since_ms = now_ms;
         }
         if failsafe_due(s, l2.feed_failsafe_ms, now_ms) {
+            failsafe.set(Some(!s.failsafe_done));
             s.failsafe_done = true;
-            failsafe_from.set(Some(s.failing_since_ms));
         }
     });
-    if let Some(since_ms) = failsafe_from.get() {
-        cx.host().count(Counter::FeedFailSafe);
-        let all = [(Target::All, false, since_ms.saturating_mul(1000))];
+    if let Some(first) = failsafe.get() {
+        if first {
+            cx.host().count(Counter::FeedFailSafe);
+        }
+        let before_ms = now_ms.saturating_sub(l2.feed_failsafe_ms);
+        let all = [(Target::All, false, before_ms.saturating_mul(1000))];
         let _ = mark(cx, &all);
     }
 }
 
-/// Whether the purges missed since `state` began failing may be anywhere by now: 0 turns the
-/// fail-safe off.
+/// Whether reads have failed for longer than `bound_ms` (0 turns the fail-safe off).
 fn failsafe_due(state: &FeedState, bound_ms: u64, now_ms: u64) -> bool {
-    bound_ms > 0
-        && !state.failsafe_done
-        && now_ms.saturating_sub(state.failing_since_ms) >= bound_ms
+    bound_ms > 0 && now_ms.saturating_sub(state.failing_since_ms) >= bound_ms
 }

@@ -17,6 +17,7 @@ use crate::invalidate::marks::Target;
 use crate::request::key::CacheKey;
 use crate::worker::ctx::Ctx;
 use crate::worker::store::Stored;
+use l2_proto::marks::MAX_MARKS_PER_BATCH;
 
 /// After the origin answered `fetch` (or failed): a stored entry goes to L2 as well; a lease
 /// held for an answer that is not stored is released, so a waiting node leads at once. Takes
@@ -103,8 +104,13 @@ pub fn queue_purge(
     cx.config().l2.as_ref()?;
     let host = cx.host();
     let pushed = outbox::push(host, at_us, targets);
-    if pushed.is_ok_and(|p| p.folded) {
-        host.count(Counter::L2PurgesFolded);
+    if let Ok(p) = pushed {
+        if p.merged {
+            host.count(Counter::L2PurgesMerged);
+        }
+        if p.folded {
+            host.count(Counter::L2PurgesFolded);
+        }
     }
     Some(pushed)
 }
@@ -119,25 +125,36 @@ pub fn flush(cx: &mut Ctx<'_, impl Host>) {
     send_purge(cx);
 }
 
-/// One purge at a time, oldest first, and only from the worker that follows the log: the
-/// others would send the same records again.
+/// One call at a time, oldest first, as many owed records as one call carries, and only from
+/// the worker that follows the log: the others would send the same records again.
 fn send_purge(cx: &mut Ctx<'_, impl Host>) {
-    let Some(l2) = &cx.config().l2 else { return };
+    let config = cx.config();
+    let Some(l2) = &config.l2 else { return };
     let (me, busy) = cx.worker(|w| (w.id, w.l2.sending_purge));
     let host = cx.host();
     if busy || follower::read(host).owner != me {
         return;
     }
-    let Some(pending) = outbox::oldest(host) else {
+    let owed = outbox::read(host);
+    let (records, last) = owed.oldest(MAX_MARKS_PER_BATCH);
+    let Some(last) = last else { return };
+    let keep_ms = keep_ms(config.longest_life_ms(), l2.purge_skew_ms);
+    let Some(callout) = wire::publish_marks(l2, keep_ms, &records) else {
+        // A record the service could never take (none is made that way): not owed any more.
+        let _ = outbox::acknowledge(host, last);
         return;
     };
-    let Some(record) = pending.record.encode() else {
-        return;
-    };
-    host.count(Counter::L2PurgesSent);
+    for _ in &records {
+        host.count(Counter::L2PurgesSent);
+    }
     cx.worker(|w| w.l2.sending_purge = true);
-    let callout = wire::publish_purge(l2, &record);
-    send(cx, Call::Purge(pending.seq), &callout);
+    send(cx, Call::Purge(last), &callout);
+}
+
+/// How long the fleet's snapshot keeps a purge: as long as an entry it purges may be served
+/// anywhere, and the clocks' skew on both sides.
+pub fn keep_ms(longest_life_ms: u64, skew_ms: u64) -> u64 {
+    longest_life_ms.saturating_add(skew_ms.saturating_mul(2))
 }
 
 fn send(cx: &mut Ctx<'_, impl Host>, call: Call, callout: &Callout) {

@@ -139,15 +139,19 @@ pub fn with_body(cx: &mut Ctx<'_, impl RequestHost>, body: &[u8]) {
     };
     let host = cx.host();
     host.count(Counter::Purges);
-    let body = match fleet {
-        // Other Envoys have it once the fleet's purge log does, within a second after that.
-        Fleet::Pending(n) => format!(
-            r#"{{"purged":{},"fleet":"pending","pending":{n}}}"#,
-            selectors.len()
+    let (status, body) = match fleet {
+        // Applied here; the other Envoys have it once the fleet's purge log does (tens of ms
+        // after that): until then it is owed, and `202` says so.
+        Fleet::Pending(n) => (
+            202,
+            format!(
+                r#"{{"purged":{},"fleet":"owed","owed":{n}}}"#,
+                selectors.len()
+            ),
         ),
-        _ => format!(r#"{{"purged":{}}}"#, selectors.len()),
+        _ => (200, format!(r#"{{"purged":{}}}"#, selectors.len())),
     };
-    host.respond(200, json_headers(), body.as_bytes());
+    host.respond(status, json_headers(), body.as_bytes());
 }
 
 /// What a purge left for the rest of the fleet.

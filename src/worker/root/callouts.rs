@@ -7,7 +7,7 @@ use crate::fleet::calls::Call;
 use crate::worker::callout::Returned;
 use crate::worker::ctx::Ctx;
 use crate::worker::l2::ask::{on_answer, Next};
-use crate::worker::l2::feed::on_page;
+use crate::worker::l2::feed::{on_page, on_snapshot};
 use crate::worker::l2::write::on_written;
 use crate::worker::root::answer::{Label, Labels};
 use crate::worker::root::shared_fetch::{finish, on_fetch_callout, to_origin_or_refused};
@@ -29,6 +29,7 @@ pub fn on_callout(cx: &mut Ctx<'_, impl Host>, token: u32, num_headers: usize, b
         }
         Call::Write | Call::Purge(_) => on_written(cx, call, returned.headers.as_deref()),
         Call::Feed => on_page(cx, &returned),
+        Call::Snapshot => on_snapshot(cx, &returned),
     }
 }
 

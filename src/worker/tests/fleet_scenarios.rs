@@ -43,8 +43,7 @@ impl Node {
 
     /// The timer's read of the purge log, answered with `page`.
     fn reads_log(&self, page: &str) {
-        self.tick();
-        let (token, call) = self.last_call();
+        let (token, call) = self.feed_read();
         assert!(path(&call).starts_with("/v1/purges?after="), "{call:?}");
         assert_eq!(call.cluster, "l2_wait");
         self.l2_answers(
@@ -211,8 +210,8 @@ fn every_l2_failure_is_the_origin_s_answer_alone() {
         );
         assert_eq!(
             n.l2_calls().len(),
-            3,
-            "{what}: feed, feed, lookup; nothing stored in L2"
+            4,
+            "{what}: snapshot, feed, feed, lookup; nothing stored in L2"
         );
         assert_eq!(n.host.counted(Counter::L2Failures), 1, "{what}");
         n.assert_host_rules_kept();
@@ -282,17 +281,18 @@ fn purges_travel_through_the_log_and_hits_wait_until_it_is_read() {
     // A purge on x goes to the log, sent by x's root.
     x.host.advance(5);
     let purged = x.purge(2, "0123456789abcdef", r#"[{"kind":"type","type":"User"}]"#);
-    assert_eq!(purged.status, 200);
+    assert_eq!(purged.status, 202, "owed to the fleet");
     x.deliver_queue();
     let (_, publish) = x.last_call();
-    assert_eq!(path(&publish), "/v1/purge");
+    assert_eq!(path(&publish), "/v1/marks");
     assert_eq!(x.host.counted(Counter::L2PurgesSent), 1);
-    let data = base64::engine::general_purpose::STANDARD.encode(publish.body.unwrap());
+    let batch = l2_proto::marks::MarksBatch::decode(&publish.body.unwrap()).unwrap();
+    let data = base64::engine::general_purpose::STANDARD.encode(&batch.marks[0].sealed);
+    let logged =
+        format!(r#"{{"last":"7-0","gap":false,"entries":[{{"id":"7-0","data":"{data}","n":1}}]}}"#);
     // A cold z reads it, and no longer serves the entry stored before it.
     let z = Node::new(3, FLEET, FakeHost::new());
-    z.reads_log(&format!(
-        r#"{{"last":"7-0","gap":false,"entries":[{{"id":"7-0","data":"{data}"}}]}}"#
-    ));
+    z.reads_log(&logged);
     assert_eq!(z.host.counted(Counter::L2PurgesApplied), 1);
     let lookup = z.asks(1, USER);
     z.l2_answers(lookup, 200, &[("x-l2", "hit")], &entry);
@@ -305,29 +305,53 @@ fn purges_travel_through_the_log_and_hits_wait_until_it_is_read() {
     assert!(
         z.l2_calls()
             .iter()
-            .any(|c| path(c).starts_with("/v1/purges?after=7-0&wait_ms=1000")),
+            .any(|c| path(c).starts_with("/v1/purges?after=7-0&wait_ms=1000&gen=g0&n=1")),
         "the next read starts after the record, waiting"
     );
     let fresh = led_and_stored(&x, 3, USER, USER_ANSWER);
     let z2 = Node::new(4, FLEET, FakeHost::new());
     // Clocks agree (one running behind would take the entry as born before the purge).
     z2.host.advance(x.host.now_ms() - z2.host.now_ms());
-    z2.reads_log(&format!(
-        r#"{{"last":"7-0","gap":false,"entries":[{{"id":"7-0","data":"{data}"}}]}}"#
-    ));
+    z2.reads_log(&logged);
     let lookup = z2.asks(1, USER);
     z2.l2_answers(lookup, 200, &[("x-l2", "hit")], &fresh);
     assert_eq!(z2.reply(1).header("x-cache"), Some("HIT"));
-    // The log was trimmed past z2's cursor: everything older than what is left is purged.
+    // The log was trimmed past z3's place: z3 learns the purge from the snapshot instead, and
+    // purges nothing else (what was fetched after it is still served).
     let z3 = Node::new(5, FLEET, FakeHost::new());
-    z3.host.advance(1_000);
+    z3.host.advance(x.host.now_ms() - z3.host.now_ms());
     z3.reads_log(r#"{"last":"0","gap":true,"entries":[]}"#);
+    let (snapshot, call) = z3.last_call();
+    assert_eq!(
+        path(&call),
+        "/v1/marks?cursor=0",
+        "a gap is a snapshot read"
+    );
+    z3.l2_json(
+        snapshot,
+        &format!(
+            r#"{{"gen":"g0","cursor":"0","tip":"7-0","n":1,"entries":[{{"id":"7-0","data":"{data}"}}]}}"#
+        ),
+    );
+    let (tail, call) = z3.last_call();
+    assert!(
+        path(&call).starts_with("/v1/purges?after=7-0&wait_ms=0&gen=g0&n=1"),
+        "{call:?}"
+    );
+    z3.l2_json(tail, EMPTY_LOG);
     let lookup = z3.asks(1, USER);
-    z3.l2_answers(lookup, 200, &[("x-l2", "hit")], &fresh);
+    z3.l2_answers(lookup, 200, &[("x-l2", "hit")], &entry);
     assert_eq!(
         z3.origin_answers(1, USER_ANSWER).header("x-cache"),
-        Some("MISS")
+        Some("MISS"),
+        "purged by the snapshot's mark"
     );
+    assert_eq!(
+        z3.worker.borrow().purges.all,
+        crate::invalidate::marks::Marks::default(),
+        "and nothing else"
+    );
+    assert_eq!(z3.host.counted(Counter::L2PurgeGaps), 1);
     for n in [&x, &y, &z, &z2, &z3] {
         n.assert_host_rules_kept();
     }
@@ -367,14 +391,13 @@ fn another_envoy_s_purge_reaches_l1_even_where_nothing_else_purges() {
     led_and_stored(&n, 1, USER, USER_ANSWER);
     assert!(n.hits(2, USER));
     n.host.advance(5);
-    let record = crate::fleet::purge_log::records(
+    let key = crate::config::FleetKey::new(b"fleet-key-for-tests-0123456789abcdef").unwrap();
+    let mark = key.seal_mark(
         n.host.clock.get() * 1000,
-        &[(
-            crate::invalidate::marks::Target::Tag(crate::invalidate::marks::tag_hash("type:User")),
-            false,
-        )],
+        crate::invalidate::marks::Target::Tag(crate::invalidate::marks::tag_hash("type:User")),
+        false,
     );
-    let data = base64::engine::general_purpose::STANDARD.encode(&record[0]);
+    let data = base64::engine::general_purpose::STANDARD.encode(&mark);
     let feed = n
         .host
         .dispatched
@@ -432,8 +455,8 @@ fn a_purge_stays_owed_until_the_log_has_it() {
     let x = node(1);
     let answered = x.purge(1, "0123456789abcdef", r#"[{"kind":"all"}]"#);
     assert_eq!(
-        answered.body,
-        br#"{"purged":1,"fleet":"pending","pending":1}"#.to_vec(),
+        (answered.status, answered.body),
+        (202, br#"{"purged":1,"fleet":"owed","owed":1}"#.to_vec()),
         "the API says the fleet does not have it yet"
     );
     x.deliver_queue();
@@ -442,7 +465,7 @@ fn a_purge_stays_owed_until_the_log_has_it() {
             .dispatched
             .borrow()
             .iter()
-            .filter(|(_, c)| path(c) == "/v1/purge")
+            .filter(|(_, c)| path(c) == "/v1/marks")
             .map(|(t, _)| *t)
             .collect::<Vec<u32>>()
     };
@@ -462,7 +485,7 @@ fn a_purge_stays_owed_until_the_log_has_it() {
         last,
         200,
         &[("content-type", "application/json")],
-        br#"{"id":"1-0"}"#,
+        br#"{"gen":"g0","last":"1-0","n":1}"#,
     );
     assert_eq!(crate::fleet::outbox::pending(&x.host), 0, "the log has it");
     x.tick();
@@ -496,7 +519,7 @@ fn only_the_envoy_s_follower_reads_the_log_and_sends_purges() {
         .dispatched
         .borrow()
         .iter()
-        .filter(|(_, c)| path(c) == "/v1/purge")
+        .filter(|(_, c)| path(c) == "/v1/marks")
         .map(|(t, _)| *t)
         .collect();
     assert_eq!(purge_senders.len(), 1);
@@ -509,13 +532,9 @@ fn only_the_envoy_s_follower_reads_the_log_and_sends_purges() {
     assert_eq!(state.owner, sibling.worker.borrow().id);
 }
 
-#[test]
-fn a_feed_failing_past_the_bound_purges_what_was_born_before_it_failed() {
-    let x = node(1);
-    led_and_stored(&x, 1, QUERY, ANSWER);
-    x.post(2, QUERY, &[]);
-    assert_eq!(x.reply(2).header("x-cache"), Some("HIT"));
-    for _ in 0..30 {
+/// Every read of the log fails for `ms` (the timer's retries answered `503`).
+fn feed_fails_for(x: &Node, ms: u64) {
+    for _ in 0..ms / 250 {
         x.host.advance(250);
         x.tick();
         let reading = x
@@ -529,13 +548,43 @@ fn a_feed_failing_past_the_bound_purges_what_was_born_before_it_failed() {
             x.l2_answers(token, 503, &[], b"down");
         }
     }
-    assert_eq!(x.host.counted(Counter::FeedFailSafe), 1, "once per failure");
+}
+
+#[test]
+fn a_feed_failing_past_the_bound_purges_what_was_born_before_it_failed() {
+    let x = node(1);
+    led_and_stored(&x, 1, QUERY, ANSWER);
+    x.post(2, QUERY, &[]);
+    assert_eq!(x.reply(2).header("x-cache"), Some("HIT"));
+    feed_fails_for(&x, 7_500);
+    assert_eq!(
+        x.host.counted(Counter::FeedFailSafe),
+        1,
+        "counted once per failure"
+    );
     x.post(3, QUERY, &[]);
     assert!(
         x.host.reply_to(3).is_none(),
         "not answered from L1: it went on to L2 and the origin"
     );
     x.assert_host_rules_kept();
+}
+
+#[test]
+fn in_a_long_outage_nothing_is_served_longer_than_the_bound_after_it_was_fetched() {
+    let x = node(1);
+    feed_fails_for(&x, 6_000);
+    // Fetched during the outage, after the fail-safe first fired.
+    led_and_stored(&x, 1, USER, USER_ANSWER);
+    assert!(x.hits(2, USER));
+    feed_fails_for(&x, 4_000);
+    assert!(x.hits(3, USER), "younger than the bound");
+    feed_fails_for(&x, 1_500);
+    assert!(
+        !x.hits(4, USER),
+        "a purge elsewhere may have been missed since it was fetched"
+    );
+    assert_eq!(x.host.counted(Counter::FeedFailSafe), 1);
 }
 
 #[test]

@@ -28,6 +28,9 @@ pub(super) struct Node {
     pub(super) host: FakeHost,
 }
 
+/// The purge snapshot of a fleet that purged nothing yet.
+pub(super) const EMPTY_SNAPSHOT: &str = r#"{"gen":"g0","cursor":"0","tip":"0","n":0,"entries":[]}"#;
+
 impl Node {
     pub(super) fn new(id: u64, config: &str, host: FakeHost) -> Node {
         let worker = Rc::new(RefCell::new(Worker::new(id, &Plugin::default().config)));
@@ -95,6 +98,29 @@ impl Node {
     pub(super) fn tick(&self) {
         self.host.begin_callback();
         on_tick(&mut self.cx());
+    }
+
+    /// The L2 service answers call `token` with `200` and a JSON `body`.
+    pub(super) fn l2_json(&self, token: u32, body: &str) {
+        let h = vec![
+            (":status".to_string(), b"200".to_vec()),
+            ("content-type".to_string(), b"application/json".to_vec()),
+        ];
+        *self.host.callout.borrow_mut() = (h.clone(), body.as_bytes().to_vec());
+        self.host.begin_callback();
+        crate::worker::root::callouts::on_callout(&mut self.cx(), token, h.len(), body.len());
+    }
+
+    /// The follower's next read of the purge log, after a tick; a new follower first learns the
+    /// purge snapshot, here an empty one.
+    pub(super) fn feed_read(&self) -> (u32, crate::effects::host::Callout) {
+        self.tick();
+        let last = || self.host.dispatched.borrow().last().cloned().unwrap();
+        let (token, call) = last();
+        if call.headers[1].1.starts_with("/v1/marks?") {
+            self.l2_json(token, EMPTY_SNAPSHOT);
+        }
+        last()
     }
 
     pub(super) fn tokens(&self) -> Vec<u32> {
