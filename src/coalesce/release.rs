@@ -21,6 +21,8 @@ pub enum Release {
     EnvoyReply,
     /// The prefetch an entity batch waited for did not bring every entity it asks for.
     PrefetchIncomplete,
+    /// A purge overtook the fetch this request joined: its answer may be older than the purge.
+    Overtaken,
 }
 
 impl Release {
@@ -35,6 +37,7 @@ impl Release {
             Release::NotRelayable => "not-relayable",
             Release::EnvoyReply => "envoy-reply",
             Release::PrefetchIncomplete => "prefetch-incomplete",
+            Release::Overtaken => "overtaken-by-purge",
         }
     }
 }

@@ -1,6 +1,8 @@
 //! Storing an upstream answer in the cache: the one place, for the shared fetch and for a plain
 //! miss captured as it streamed to its client.
 
+use crate::invalidate::marks::Verdict;
+use crate::worker::marks::{refresh_marks, verdict};
 use crate::cache::entry::Entry;
 use crate::cache::refusals;
 use crate::cache::storable::{storable_entry, Answer, Asked, Stamp};
@@ -24,6 +26,9 @@ pub struct Stored {
     /// The entry (empty when it may not be stored at all), for the fleet's L2: also when this
     /// table did not admit it, since the L2 is larger and shared by the fleet.
     pub entry: Vec<u8>,
+    /// A purge made since the request that fetched it was asked covers this answer: it may be
+    /// older than the purge, so nobody who joined the fetch (perhaps after the purge) shares it.
+    pub overtaken: bool,
 }
 
 impl Stored {
@@ -59,6 +64,8 @@ pub fn store_answer(
             return Stored::not(why.as_str());
         }
     };
+    refresh_marks(cx);
+    let overtaken = cx.worker(|w| verdict(w, &bytes)) == Verdict::Purged;
     let outcome = insert(cx, key, &bytes, now_ms);
     let not_stored = match outcome {
         Ok(stored) if stored.rejected => Some("not-admitted"),
@@ -76,6 +83,7 @@ pub fn store_answer(
         not_stored,
         tags,
         entry: bytes,
+        overtaken,
     }
 }
 

@@ -74,6 +74,9 @@ impl Label<'_> {
 pub struct Labels<'a> {
     pub leader: Label<'a>,
     pub followers: Label<'a>,
+    /// A purge overtook the fetch (see `Stored::overtaken`): only its leader, who asked before
+    /// the purge, is answered with it.
+    pub overtaken: bool,
 }
 
 impl Labels<'_> {
@@ -82,6 +85,7 @@ impl Labels<'_> {
         Labels {
             leader: Label::miss(stored),
             followers: Label::COALESCED,
+            overtaken: stored.overtaken,
         }
     }
 
@@ -90,6 +94,7 @@ impl Labels<'_> {
         Labels {
             leader: label,
             followers: label,
+            overtaken: false,
         }
     }
 }

@@ -201,8 +201,9 @@ pub fn finish(
         }
         r
     });
-    let for_followers =
-        |r: &Response| followers_may_share(r, &config.vary_headers, fetch.key_names_caller);
+    let for_followers = |r: &Response| {
+        !labels.overtaken && followers_may_share(r, &config.vary_headers, fetch.key_names_caller)
+    };
     let shareable = response.as_ref().ok().filter(|r| for_followers(r));
     let for_watchers =
         shareable.and_then(|r| r.encode_for_flight(key, now_ms, config.max_entry_bytes));
@@ -234,6 +235,7 @@ pub fn finish(
         match &response {
             Ok(r) if waiter.leader => answer(cx, ctx, key, Reply::new(r, labels.leader)),
             Ok(r) if for_followers(r) => answer(cx, ctx, key, Reply::new(r, labels.followers)),
+            Ok(_) if labels.overtaken => release(cx, ctx, Release::Overtaken),
             Ok(_) => release(cx, ctx, Release::NotShareable),
             Err(reason) => release(cx, ctx, *reason),
         }

@@ -10,7 +10,6 @@ use crate::effects::fake::FakeHost;
 use crate::effects::host::Callout;
 use crate::worker::callout::Returned;
 use crate::worker::request::exchange::{Exchange, Flow};
-use crate::worker::root::callouts::on_callout;
 use l2_proto::batch::{self, decode_mget, decode_mstore, encode_mget_answer, Key};
 use serde_json::json;
 use std::collections::HashMap;

@@ -887,6 +887,37 @@ fn a_fetch_in_flight_during_a_purge_is_not_stored_as_fresh() {
 }
 
 #[test]
+fn a_request_that_joins_a_fetch_after_a_purge_is_not_answered_by_it() {
+    let (a, b) = envoy(PURGING);
+    a.post(1, USER, &[]);
+    a.deliver_queue();
+    let token = a.tokens()[0];
+    a.host.advance(5);
+    let purge = r#"[{"kind":"entity","type":"User","id":"1"}]"#;
+    assert_eq!(b.purge(2, "0123456789abcdef", purge).status, 200);
+    a.host.advance(5);
+    // Both join the fetch that began before the purge: one here, one on another worker.
+    a.post(3, USER, &[]);
+    b.post(11, USER, &[]);
+    a.callout_answers(token, ok(USER_ANSWER));
+    assert_eq!(
+        a.reply(1).header("x-cache"),
+        Some("MISS"),
+        "the leader asked before the purge"
+    );
+    assert_eq!(*a.host.resumed.borrow(), vec![3], "goes upstream itself");
+    assert_eq!(
+        a.worker.borrow().outcomes.get(&3),
+        Some(&crate::worker::state::Outcome::Released(
+            crate::coalesce::release::Release::Overtaken
+        ))
+    );
+    b.deliver_queue();
+    assert_eq!(*b.host.resumed.borrow(), vec![11]);
+    assert!(b.host.reply_to(11).is_none());
+}
+
+#[test]
 fn a_soft_purge_leaves_a_stale_entry() {
     let (a, b) = envoy(PURGING);
     a.fill(1, USER, USER_ANSWER);
