@@ -23,6 +23,7 @@ pub enum Counter {
     Purges,
     PurgeRejected,
     MutationPurges,
+    MutationPurgesOwed,
     MutationPurgesCollapsed,
     PurgedMisses,
     StaleMisses,
@@ -59,7 +60,7 @@ pub enum Counter {
 
 impl Counter {
     /// Every counter, in the order of its index.
-    pub const ALL: [Counter; 44] = [
+    pub const ALL: [Counter; 45] = [
         Counter::Hits,
         Counter::Misses,
         Counter::Bypasses,
@@ -78,6 +79,7 @@ impl Counter {
         Counter::Purges,
         Counter::PurgeRejected,
         Counter::MutationPurges,
+        Counter::MutationPurgesOwed,
         Counter::MutationPurgesCollapsed,
         Counter::PurgedMisses,
         Counter::StaleMisses,
@@ -131,6 +133,7 @@ impl Counter {
             Counter::Purges => "graphql_cache.purges",
             Counter::PurgeRejected => "graphql_cache.purge_rejected",
             Counter::MutationPurges => "graphql_cache.mutation_purges",
+            Counter::MutationPurgesOwed => "graphql_cache.mutation_purges_owed",
             Counter::MutationPurgesCollapsed => "graphql_cache.mutation_purges_collapsed",
             Counter::PurgedMisses => "graphql_cache.purged_misses",
             Counter::StaleMisses => "graphql_cache.stale_misses",

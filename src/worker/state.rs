@@ -2,6 +2,7 @@
 //! shared read-only by every context of the VM, and [`Worker`], everything that changes while
 //! requests run, in one place (shared by the root and HTTP contexts through a `RefCell`).
 
+use crate::invalidate::marks::Target;
 use crate::cache::hot::HotCache;
 use crate::cache::table::{Layout, Seen, SetTable};
 use crate::coalesce::flights::FlightTable;
@@ -32,6 +33,8 @@ const MEMO_MAX_INPUT: usize = 8 * 1024;
 const OPERATIONS_KEPT: usize = 256;
 /// Keys remembered as answering too large to share.
 const TOO_LARGE_KEPT: usize = 1024;
+/// Mutation purges a worker keeps for retrying at most.
+pub const OWED_PURGES: usize = 64;
 /// A flight's lease outlives its fetch timeout by this much before it counts as lost.
 pub const LEASE_GRACE_MS: u64 = 2000;
 
@@ -138,6 +141,10 @@ pub struct Worker {
     /// it would cost every mutation a compare-and-swap in shared data, and the point is a bound
     /// (an Envoy's is the worker count times the rate), not a precise one.
     pub mutation_budget: PurgeBudget,
+    /// Mutation purges that could not be applied yet (shared data refused the write), each at
+    /// its instant: the root applies them on its next tick. At most [`OWED_PURGES`]; past it they
+    /// merge into one purge of everything at the latest instant.
+    pub owed_purges: Vec<(u64, Vec<(Target, bool)>)>,
     /// Which operation names have their own counters, and the ids of those defined here.
     pub operations: OperationStats,
     /// Entity mode: the `_entities` fields of the query texts read lately.
@@ -208,6 +215,7 @@ impl Worker {
             too_large: BoundedSet::new(TOO_LARGE_KEPT),
             l2: L2Calls::default(),
             mutation_budget: PurgeBudget::new(&config.mutation_purges),
+            owed_purges: Vec::new(),
             operations: OperationStats::new(config.operation_stats),
             entity_shapes: Shapes::default(),
             entity_batches: WaitedBatches::default(),

@@ -14,6 +14,7 @@ use crate::worker::ctx::Ctx;
 use crate::worker::l2::write::queue_purge;
 use crate::worker::marks::mark;
 use crate::worker::root::shared_fetch::request_dispatch;
+use crate::worker::state::OWED_PURGES;
 
 /// What the purge API does with a request's headers.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -193,13 +194,22 @@ pub fn apply(
     targets: &[(Target, bool)],
 ) -> Result<Fleet, crate::effects::store::StoreError> {
     let now_us = cx.host().now_us();
+    apply_at(cx, targets, now_us)
+}
+
+/// [`apply`], for a purge made at `at_us`.
+fn apply_at(
+    cx: &mut Ctx<'_, impl Host>,
+    targets: &[(Target, bool)],
+    at_us: u64,
+) -> Result<Fleet, crate::effects::store::StoreError> {
     let timed: Vec<(Target, bool, u64)> = targets
         .iter()
-        .map(|&(target, soft)| (target, soft, now_us))
+        .map(|&(target, soft)| (target, soft, at_us))
         .collect();
     mark(cx, &timed)?;
     // The rest of the fleet applies it at the same instant, from the L2 purge log.
-    Ok(match queue_purge(cx, now_us, targets) {
+    Ok(match queue_purge(cx, at_us, targets) {
         None => Fleet::Alone,
         Some(Ok(pushed)) => {
             request_dispatch(cx);
@@ -270,8 +280,36 @@ pub fn after_mutation(cx: &mut Ctx<'_, impl Host>, plan: &PurgePlan) {
     if collapsed {
         cx.host().count(Counter::MutationPurgesCollapsed);
     }
-    if apply(cx, &targets).is_ok() {
-        cx.host().count(Counter::MutationPurges);
+    match apply_at(cx, &targets, now_us) {
+        Ok(Fleet::Unqueued) | Err(_) => owe(cx, now_us, targets),
+        Ok(_) => cx.host().count(Counter::MutationPurges),
+    }
+}
+
+/// A mutation's purge that shared data refused (to mark, or to queue for the fleet) is kept by
+/// this worker and applied again by its root: the mutation's answer is on its way, and nothing
+/// it changed may be served from here on.
+fn owe(cx: &mut Ctx<'_, impl Host>, at_us: u64, targets: Vec<(Target, bool)>) {
+    cx.host().count(Counter::MutationPurgesOwed);
+    cx.worker(|w| {
+        w.owed_purges.push((at_us, targets));
+        if w.owed_purges.len() > OWED_PURGES {
+            let latest = w.owed_purges.iter().map(|(at, _)| *at).max().unwrap_or(at_us);
+            w.owed_purges = vec![(latest, vec![(Target::All, false)])];
+        }
+    });
+    request_dispatch(cx);
+}
+
+/// Root: applies the mutation purges this worker still owes, oldest first; what fails again
+/// stays owed.
+pub fn apply_owed(cx: &mut Ctx<'_, impl Host>) {
+    let owed = cx.worker(|w| std::mem::take(&mut w.owed_purges));
+    for (at_us, targets) in owed {
+        match apply_at(cx, &targets, at_us) {
+            Ok(Fleet::Unqueued) | Err(_) => cx.worker(|w| w.owed_purges.push((at_us, targets))),
+            Ok(_) => cx.host().count(Counter::MutationPurges),
+        }
     }
 }
 

@@ -967,6 +967,27 @@ fn a_mutation_purges_the_entities_it_returns() {
     assert!(a.hits(5, other), "other entities stay");
 }
 
+#[test]
+fn a_mutation_purge_shared_data_refused_is_applied_on_the_next_tick() {
+    let (a, b) = envoy(PURGING);
+    a.fill(1, USER, USER_ANSWER);
+    let mutation =
+        r#"{"query":"mutation { updateUser(id: 1, name: \"A\") { __typename id name } }"}"#;
+    let answer = r#"{"data":{"updateUser":{"__typename":"User","id":"1","name":"A"}}}"#;
+    b.host.fail_writes.set(true);
+    mutate(&b, 3, mutation, answer);
+    assert_eq!(b.host.counted(Counter::MutationPurgesOwed), 1);
+    assert_eq!(b.host.counted(Counter::MutationPurges), 0);
+    b.tick();
+    assert_eq!(b.worker.borrow().owed_purges.len(), 1, "still refused: still owed");
+    b.host.fail_writes.set(false);
+    b.tick();
+    assert_eq!(b.host.counted(Counter::MutationPurges), 1);
+    assert!(b.worker.borrow().owed_purges.is_empty());
+    a.host.advance(1);
+    assert!(!a.hits(4, USER), "the changed entity is purged");
+}
+
 /// Sends `mutation` (a POST body) through `node` as context `context`, answered `answer`.
 pub(super) fn mutate(node: &Node, context: u32, mutation: &str, answer: &str) {
     let (mut x, flow) = node.post(context, mutation, &[]);
