@@ -45,21 +45,45 @@ impl L2 {
     }
 }
 
-/// The fleet's signing key (what it signs: `fleet::seal`). Never printed.
+/// The fleet's keys (what they sign: `fleet::seal`): the first signs, every one is accepted, so
+/// that a key can be rotated without a moment where two Envoys refuse each other's purges.
+/// Never printed.
 #[derive(Clone, PartialEq, Eq)]
-pub struct FleetKey(Vec<u8>);
+pub struct FleetKey {
+    signing: Vec<u8>,
+    also_accepted: Vec<Vec<u8>>,
+}
 
 /// The fleet key's least length: 256 bits of text.
 pub const MIN_FLEET_KEY: usize = 32;
 
 impl FleetKey {
-    /// `None` when shorter than [`MIN_FLEET_KEY`].
+    /// One key. `None` when shorter than [`MIN_FLEET_KEY`].
     pub fn new(bytes: &[u8]) -> Option<FleetKey> {
-        (bytes.len() >= MIN_FLEET_KEY).then(|| FleetKey(bytes.to_vec()))
+        FleetKey::rotating(&[bytes])
     }
 
+    /// Signs with the first, accepts any. `None` for none, or one shorter than
+    /// [`MIN_FLEET_KEY`].
+    pub fn rotating(keys: &[&[u8]]) -> Option<FleetKey> {
+        let (first, rest) = keys.split_first()?;
+        if keys.iter().any(|k| k.len() < MIN_FLEET_KEY) {
+            return None;
+        }
+        Some(FleetKey {
+            signing: first.to_vec(),
+            also_accepted: rest.iter().map(|k| k.to_vec()).collect(),
+        })
+    }
+
+    /// The key that signs.
     pub fn bytes(&self) -> &[u8] {
-        &self.0
+        &self.signing
+    }
+
+    /// Every key whose signature is accepted, the signing one first.
+    pub fn accepted(&self) -> impl Iterator<Item = &[u8]> {
+        std::iter::once(self.signing.as_slice()).chain(self.also_accepted.iter().map(Vec::as_slice))
     }
 }
 
@@ -109,6 +133,7 @@ const MAX_L2_WAIT_MS: u64 = 60_000;
 
 fn parse_l2(raw: Option<RawL2>, env: &Env<'_>) -> Result<Option<L2>, ConfigError> {
     let Some(raw) = raw else { return Ok(None) };
+    let fleet_key = fleet_keys(&raw, env);
     let name = |field: &str, v: Option<String>| -> Result<Option<String>, ConfigError> {
         match v {
             Some(s) if s.trim().is_empty() || s.chars().any(char::is_whitespace) => {
@@ -138,6 +163,7 @@ fn parse_l2(raw: Option<RawL2>, env: &Env<'_>) -> Result<Option<L2>, ConfigError
         None => "graphql-cache-l2".to_string(),
     };
     let l2_secret = secret("l2.secret", raw.secret, raw.secret_env, env)?;
+    let fleet_key = fleet_key?;
     if l2_secret
         .as_deref()
         .is_some_and(|s| s.len() < MIN_SECRET_BYTES || !printable_secret(s.as_bytes()))
@@ -149,18 +175,6 @@ fn parse_l2(raw: Option<RawL2>, env: &Env<'_>) -> Result<Option<L2>, ConfigError
             ),
         ));
     }
-    let fleet_key = secret("l2.fleet_key", raw.fleet_key, raw.fleet_key_env, env)?
-        .ok_or_else(|| {
-            field_error(
-                "l2.fleet_key",
-                "is required: the key (32+ characters) that signs the fleet's entries and purges \
-                 (`fleet_key_env` names an environment variable holding it)",
-            )
-        })
-        .and_then(|k| {
-            FleetKey::new(k.as_bytes())
-                .ok_or_else(|| field_error("l2.fleet_key", "must be at least 32 characters"))
-        })?;
     let purge_skew_ms = bounded("l2.purge_skew_ms", raw.purge_skew_ms, 1_000, 0, 60_000)?;
     let feed_failsafe_ms = bounded(
         "l2.feed_failsafe_ms",
@@ -180,6 +194,42 @@ fn parse_l2(raw: Option<RawL2>, env: &Env<'_>) -> Result<Option<L2>, ConfigError
         purge_skew_ms,
         feed_failsafe_ms,
     }))
+}
+
+/// `fleet_key` (one key) or `fleet_keys` (several, while one is rotated: the first signs), each
+/// written in the configuration or named by an environment variable (`fleet_keys_env`: the keys
+/// separated by commas).
+fn fleet_keys(raw: &RawL2, env: &Env<'_>) -> Result<FleetKey, ConfigError> {
+    let one = secret(
+        "l2.fleet_key",
+        raw.fleet_key.clone(),
+        raw.fleet_key_env.clone(),
+        env,
+    )?;
+    let listed = raw.fleet_keys.clone().map(|keys| keys.join(","));
+    let several = secret("l2.fleet_keys", listed, raw.fleet_keys_env.clone(), env)?;
+    let (field, text) =
+        match (one, several) {
+            (Some(_), Some(_)) => {
+                return Err(field_error(
+                    "l2.fleet_keys",
+                    "give `fleet_key` or `fleet_keys`, not both",
+                ))
+            }
+            (Some(k), None) => ("l2.fleet_key", vec![k]),
+            (None, Some(list)) => (
+                "l2.fleet_keys",
+                list.split(',').map(|k| k.trim().to_string()).collect(),
+            ),
+            (None, None) => return Err(field_error(
+                "l2.fleet_key",
+                "is required: the key (32+ characters) that signs the fleet's entries and purges \
+                 (`fleet_key_env` names an environment variable holding it; `fleet_keys` lists \
+                 several while one is rotated)",
+            )),
+        };
+    let keys: Vec<&[u8]> = text.iter().map(|k| k.as_bytes()).collect();
+    FleetKey::rotating(&keys).ok_or_else(|| field_error(field, "must be at least 32 characters"))
 }
 
 /// Envoy's environment as the VM sees it (the variables listed in

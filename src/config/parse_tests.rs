@@ -340,6 +340,45 @@ fn secrets_come_from_the_vm_environment_and_are_never_shown() {
 }
 
 #[test]
+fn fleet_keys_rotate_the_first_signs_and_any_is_accepted() {
+    let env = |name: &str| {
+        (name == "KEYS").then(|| {
+            "new-fleet-key-0123456789abcdef0123, old-fleet-key-0123456789abcdef0123".to_string()
+        })
+    };
+    let c =
+        Config::parse_with_env(br#"{"l2":{"cluster":"a","fleet_keys_env":"KEYS"}}"#, &env).unwrap();
+    let expected = FleetKey::rotating(&[
+        b"new-fleet-key-0123456789abcdef0123",
+        b"old-fleet-key-0123456789abcdef0123",
+    ])
+    .unwrap();
+    assert_eq!(c.l2.unwrap().fleet_key, expected);
+    let listed = Config::parse(
+        br#"{"l2":{"cluster":"a","fleet_keys":["new-fleet-key-0123456789abcdef0123","old-fleet-key-0123456789abcdef0123"]}}"#,
+    )
+    .unwrap();
+    assert_eq!(listed.l2.unwrap().fleet_key, expected);
+    let field = |json: &str| {
+        Config::parse_with_env(json.as_bytes(), &env)
+            .unwrap_err()
+            .field
+    };
+    assert_eq!(
+        field(
+            r#"{"l2":{"cluster":"a","fleet_keys":["new-fleet-key-0123456789abcdef0123","short"]}}"#
+        ),
+        "l2.fleet_keys"
+    );
+    assert_eq!(
+        field(
+            r#"{"l2":{"cluster":"a","fleet_key":"new-fleet-key-0123456789abcdef0123","fleet_keys_env":"KEYS"}}"#
+        ),
+        "l2.fleet_keys"
+    );
+}
+
+#[test]
 fn forward_headers_are_read_and_checked() {
     let d = Config::default();
     assert_eq!(

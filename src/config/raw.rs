@@ -67,6 +67,8 @@ pub(super) struct RawL2 {
     pub(super) secret_env: Option<String>,
     pub(super) fleet_key: Option<String>,
     pub(super) fleet_key_env: Option<String>,
+    pub(super) fleet_keys: Option<Vec<String>>,
+    pub(super) fleet_keys_env: Option<String>,
     pub(super) purge_skew_ms: Option<u64>,
     pub(super) feed_failsafe_ms: Option<u64>,
 }

@@ -37,17 +37,7 @@ impl Domain {
 
 impl FleetKey {
     fn mac(&self, domain: Domain, parts: &[&[u8]]) -> HmacSha256 {
-        // HMAC takes a key of any length: this cannot fail.
-        let mut mac = match HmacSha256::new_from_slice(self.bytes()) {
-            Ok(m) => m,
-            Err(_) => unreachable_key(),
-        };
-        mac.update(domain.label());
-        for part in parts {
-            mac.update(&(part.len() as u64).to_le_bytes());
-            mac.update(part);
-        }
-        mac
+        mac_with(self.bytes(), domain, parts)
     }
 
     /// The name `key`'s entry has in the L2.
@@ -107,12 +97,29 @@ impl FleetKey {
             return None;
         }
         let (tag, value) = rest.split_at(MAC_BYTES);
-        // verify_slice compares in constant time.
-        self.mac(domain, &[context, value])
-            .verify_slice(tag)
-            .ok()
-            .map(|()| value)
+        // verify_slice compares in constant time. Any accepted key: one being rotated in or out.
+        self.accepted()
+            .any(|key| {
+                mac_with(key, domain, &[context, value])
+                    .verify_slice(tag)
+                    .is_ok()
+            })
+            .then_some(value)
     }
+}
+
+fn mac_with(key: &[u8], domain: Domain, parts: &[&[u8]]) -> HmacSha256 {
+    // HMAC takes a key of any length: this cannot fail.
+    let mut mac = match HmacSha256::new_from_slice(key) {
+        Ok(m) => m,
+        Err(_) => unreachable_key(),
+    };
+    mac.update(domain.label());
+    for part in parts {
+        mac.update(&(part.len() as u64).to_le_bytes());
+        mac.update(part);
+    }
+    mac
 }
 
 #[cold]
@@ -184,6 +191,32 @@ mod tests {
         assert_eq!(key(7).open_entry(&k, b"entry"), None, "unsigned");
         assert_eq!(key(7).open_entry(&k, &sealed[..20]), None, "truncated");
         assert_eq!(key(7).open_entry(&k, b""), None);
+    }
+
+    #[test]
+    fn while_a_key_is_rotated_both_are_accepted_and_the_first_signs() {
+        let old = key(3);
+        let both = FleetKey::rotating(&[&[4; 32], &[3; 32]]).unwrap();
+        let by_old = old.seal_record(b"rec");
+        let by_both = both.seal_record(b"rec");
+        assert_eq!(
+            both.open_record(&by_old),
+            Some(&b"rec"[..]),
+            "the old one's"
+        );
+        assert_eq!(by_both, key(4).seal_record(b"rec"), "signed with the first");
+        assert_eq!(
+            old.open_record(&by_both),
+            None,
+            "not yet accepted by the old fleet"
+        );
+        assert_eq!(key(4).open_record(&by_both), Some(&b"rec"[..]));
+        assert_eq!(
+            both.l2_name(&CacheKey { digest: [9; 32] }),
+            key(4).l2_name(&CacheKey { digest: [9; 32] })
+        );
+        assert!(FleetKey::rotating(&[&[4; 32], &[3; 31]]).is_none());
+        assert!(FleetKey::rotating(&[]).is_none());
     }
 
     #[test]

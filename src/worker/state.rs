@@ -2,7 +2,6 @@
 //! shared read-only by every context of the VM, and [`Worker`], everything that changes while
 //! requests run, in one place (shared by the root and HTTP contexts through a `RefCell`).
 
-use crate::invalidate::marks::Target;
 use crate::cache::hot::HotCache;
 use crate::cache::table::{Layout, Seen, SetTable};
 use crate::coalesce::flights::FlightTable;
@@ -17,6 +16,7 @@ use crate::entities::prefetch::Prefetches;
 use crate::entities::request::Shapes;
 use crate::fast_hash::{FastMap, FastSet};
 use crate::fleet::calls::L2Calls;
+use crate::invalidate::marks::Target;
 use crate::invalidate::marks::{PurgeTable, PurgeView};
 use crate::invalidate::mutation::PurgeBudget;
 use crate::request::apq::ApqTable;

@@ -1,8 +1,6 @@
 //! Storing an upstream answer in the cache: the one place, for the shared fetch and for a plain
 //! miss captured as it streamed to its client.
 
-use crate::invalidate::marks::Verdict;
-use crate::worker::marks::{refresh_marks, verdict};
 use crate::cache::entry::Entry;
 use crate::cache::refusals;
 use crate::cache::storable::{storable_entry, Answer, Asked, Stamp};
@@ -11,9 +9,11 @@ use crate::effects::counters::Counter;
 use crate::effects::host::Host;
 use crate::effects::operation_stats::OpCounter;
 use crate::effects::store::StoreError;
+use crate::invalidate::marks::Verdict;
 use crate::invalidate::tags::OperationTags;
 use crate::request::key::CacheKey;
 use crate::worker::ctx::Ctx;
+use crate::worker::marks::{refresh_marks, verdict};
 use crate::worker::operation_counts::{count_operation, operation_of, Tally};
 
 /// What storing did, for the debug headers.

@@ -294,7 +294,12 @@ fn owe(cx: &mut Ctx<'_, impl Host>, at_us: u64, targets: Vec<(Target, bool)>) {
     cx.worker(|w| {
         w.owed_purges.push((at_us, targets));
         if w.owed_purges.len() > OWED_PURGES {
-            let latest = w.owed_purges.iter().map(|(at, _)| *at).max().unwrap_or(at_us);
+            let latest = w
+                .owed_purges
+                .iter()
+                .map(|(at, _)| *at)
+                .max()
+                .unwrap_or(at_us);
             w.owed_purges = vec![(latest, vec![(Target::All, false)])];
         }
     });

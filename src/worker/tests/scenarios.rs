@@ -979,7 +979,11 @@ fn a_mutation_purge_shared_data_refused_is_applied_on_the_next_tick() {
     assert_eq!(b.host.counted(Counter::MutationPurgesOwed), 1);
     assert_eq!(b.host.counted(Counter::MutationPurges), 0);
     b.tick();
-    assert_eq!(b.worker.borrow().owed_purges.len(), 1, "still refused: still owed");
+    assert_eq!(
+        b.worker.borrow().owed_purges.len(),
+        1,
+        "still refused: still owed"
+    );
     b.host.fail_writes.set(false);
     b.tick();
     assert_eq!(b.host.counted(Counter::MutationPurges), 1);
