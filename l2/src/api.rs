@@ -19,6 +19,10 @@ use l2_proto::limits::{
     MAX_OWNER_BYTES, MAX_PURGE_BYTES, MAX_TTL_MS, MIN_LEASE_MS, MIN_TTL_MS, PURGES_PER_ANSWER,
 };
 use l2_proto::lookup::LookupTag;
+use l2_proto::marks::{
+    valid_scan_cursor, MarksAdded, MarksBatch, MarksPage, MAX_MARKS_BODY_BYTES,
+    MAX_MARKS_PAGE_BYTES,
+};
 use l2_proto::purges::{PurgeAdded, PurgeEntry, PurgesAnswer};
 use l2_proto::route::{self, param};
 use l2_proto::{content_type, header};
@@ -26,9 +30,11 @@ use l2_proto::{content_type, header};
 use tokio::sync::{Mutex, Semaphore, SemaphorePermit};
 
 use crate::auth::Gate;
-use crate::backend::{Backend, Fail, Keys, Lookup, Purges};
+use crate::backend::{Backend, Fail, Keys, Lookup};
+use crate::config::PurgeLog;
 use crate::follow::PurgeFeed;
 use crate::metrics::{InFlight, Metrics, Outcome, PollVerb, Shed};
+use crate::purgelog::Purges;
 use crate::wake::Wakeups;
 
 /// A waiting lookup re-checks at least this often while the subscriber is subscribed...
@@ -52,6 +58,8 @@ pub struct App {
     pub max_value_bytes: usize,
     pub max_wait: Duration,
     pub max_lease_ms: u64,
+    /// How long the purge log and its snapshot keep what they hold.
+    pub purge_log: PurgeLog,
     /// One permit per waiting long-poll (--max-long-polls).
     pub long_polls: Semaphore,
     /// One permit per byte of store bodies being received (--max-inflight-bytes).
@@ -69,6 +77,7 @@ pub fn router(app: Arc<App>) -> Router {
         .route(route::MSTORE, put(crate::batch::mstore))
         .route(route::PURGE, post(purge))
         .route(route::PURGES, get(purges))
+        .route(route::MARKS, post(add_marks).get(marks_page))
         .route(route::HEALTH, get(health))
         .route(route::METRICS, get(metrics))
         .layer(axum::middleware::from_fn_with_state(
@@ -376,7 +385,7 @@ async fn purge(State(app): State<Arc<App>>, req: Request) -> Response {
             return text(StatusCode::BAD_REQUEST, format!("reading body: {e}"));
         }
     };
-    match app.backend.purge(&body).await {
+    match app.backend.purge(&body, &app.purge_log).await {
         Ok((id, generation)) => {
             app.metrics.count(Outcome::PurgeAdded);
             json(PurgeAdded { id, generation }.encode())
@@ -402,16 +411,30 @@ fn purges_page(app: &App, p: &Purges) -> Response {
         generation: Some(p.gen.clone()),
         last: p.last.clone(),
         gap: p.gap,
+        // A reader that did not send its number gets the answer it always got.
         entries: p
             .entries
             .iter()
-            .map(|e| PurgeEntry::new(e.id.as_str(), &e.data))
+            .map(|e| match (p.n, e.n) {
+                (Some(_), Some(n)) => PurgeEntry::numbered(e.id.as_str(), &e.data, n),
+                _ => PurgeEntry::new(e.id.as_str(), &e.data),
+            })
             .collect(),
+        n: p.n,
     };
     json(answer.encode())
 }
 
-fn purges_query(app: &App, uri: &Uri) -> Result<(String, String, Duration), String> {
+struct PurgesQuery {
+    after: String,
+    /// Empty: the reader knows no generation yet.
+    gen: String,
+    /// The number of the last entry the reader applied: numbered reads.
+    n: Option<u64>,
+    wait: Duration,
+}
+
+fn purges_query(app: &App, uri: &Uri) -> Result<PurgesQuery, String> {
     let q = Query::parse(uri)?;
     let after = q.0.get(param::AFTER).map(String::as_str).unwrap_or("0");
     if !valid_cursor(after) {
@@ -420,7 +443,6 @@ fn purges_query(app: &App, uri: &Uri) -> Result<(String, String, Duration), Stri
             param::AFTER
         ));
     }
-    // Empty: the reader knows no generation yet.
     let gen = q.0.get(param::GEN).map(String::as_str).unwrap_or("");
     if !gen.is_empty() && !valid_generation(gen) {
         return Err(format!(
@@ -428,13 +450,28 @@ fn purges_query(app: &App, uri: &Uri) -> Result<(String, String, Duration), Stri
             param::GEN
         ));
     }
-    Ok((after.to_string(), gen.to_string(), q.wait(app.max_wait)?))
+    let n = if q.0.contains_key(param::N) {
+        Some(q.number(param::N, 0, u64::MAX, None)?)
+    } else {
+        None
+    };
+    Ok(PurgesQuery {
+        after: after.to_string(),
+        gen: gen.to_string(),
+        n,
+        wait: q.wait(app.max_wait)?,
+    })
 }
 
 /// One read when it starts; if there is nothing yet, it waits on the purge-log follower (no Redis
 /// command while waiting) and reads once more each time the follower reports a new record.
 async fn purges(State(app): State<Arc<App>>, uri: Uri) -> Response {
-    let (after, gen, wait) = match purges_query(&app, &uri) {
+    let PurgesQuery {
+        after,
+        gen,
+        n,
+        wait,
+    } = match purges_query(&app, &uri) {
         Ok(p) => p,
         Err(msg) => return bad(&app, Outcome::PurgesBadRequest, msg),
     };
@@ -444,7 +481,7 @@ async fn purges(State(app): State<Arc<App>>, uri: Uri) -> Response {
     let mut permit = None;
     loop {
         news.borrow_and_update();
-        let p = match app.backend.purges(&after, &gen, PURGES_PER_ANSWER).await {
+        let p = match app.backend.purges(&after, &gen, n, PURGES_PER_ANSWER).await {
             Ok(p) => p,
             Err(f) => return failed(&app, Outcome::PurgesError, &f),
         };
@@ -468,6 +505,98 @@ async fn purges(State(app): State<Arc<App>>, uri: Uri) -> Response {
             Ok(Err(_)) | Err(_) => return purges_page(&app, &p),
         }
     }
+}
+
+/// A batch of marks: every one into the log, the newest of each target into the snapshot. The
+/// marks are sealed by the filter; the service reads their clear part to name and order them.
+async fn add_marks(State(app): State<Arc<App>>, req: Request) -> Response {
+    let body = match read_body(req, MAX_MARKS_BODY_BYTES).await {
+        Ok(b) => b,
+        Err(BodyError::TooLarge) => {
+            app.metrics.count(Outcome::MarksTooLarge);
+            return text(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                format!("marks body larger than {MAX_MARKS_BODY_BYTES} bytes"),
+            );
+        }
+        Err(BodyError::Read(e)) => {
+            return bad(&app, Outcome::MarksBadRequest, format!("reading body: {e}"))
+        }
+    };
+    let batch = match MarksBatch::decode(&body) {
+        Ok(b) => b,
+        Err(e) => return bad(&app, Outcome::MarksBadRequest, format!("marks body: {e}")),
+    };
+    // The operator's floor: a batch cannot make the snapshot forget a purge sooner than it.
+    let keep_ms = batch.keep_ms.max(app.purge_log.min_keep_ms);
+    match app
+        .backend
+        .add_marks(&batch.marks, keep_ms, &app.purge_log)
+        .await
+    {
+        Ok(a) => {
+            app.metrics.count(Outcome::MarksAdded);
+            let answer = MarksAdded {
+                generation: a.gen,
+                last: a.last,
+                n: a.n,
+            };
+            json(answer.encode())
+        }
+        Err(f) => failed(&app, Outcome::MarksError, &f),
+    }
+}
+
+/// `cursor`: an HSCAN cursor, `0` (the default) for the first page.
+fn snapshot_cursor(uri: &Uri) -> Result<u64, String> {
+    let q = Query::parse(uri)?;
+    let raw = q.0.get(param::CURSOR).map(String::as_str).unwrap_or("0");
+    match raw.parse::<u64>() {
+        Ok(c) if valid_scan_cursor(raw) => Ok(c),
+        _ => Err(format!(
+            "bad parameter `{}`: expected a cursor from an earlier page (decimal digits), got `{raw}`",
+            param::CURSOR
+        )),
+    }
+}
+
+/// One page of the snapshot. The page is HSCAN's, never cut here: its cursor is past every field
+/// it answered, so a cut would lose fields for good. A page over the contract's byte limit is a
+/// 424 rather than a page the reader would refuse; only a Redis keeping thousands of long fields
+/// in a listpack could give one (with the default `hash-max-listpack-value` our values make the
+/// hash a hashtable, and a scan of COUNT buckets answers about COUNT fields).
+async fn marks_page(State(app): State<Arc<App>>, uri: Uri) -> Response {
+    let cursor = match snapshot_cursor(&uri) {
+        Ok(c) => c,
+        Err(msg) => return bad(&app, Outcome::SnapshotBadRequest, msg),
+    };
+    let page = match app.backend.marks_page(cursor).await {
+        Ok(p) => p,
+        Err(f) => return failed(&app, Outcome::SnapshotError, &f),
+    };
+    let body = MarksPage {
+        generation: page.gen,
+        cursor: page.cursor,
+        tip: page.tip,
+        n: page.n,
+        entries: page
+            .marks
+            .iter()
+            .map(|(id, sealed)| PurgeEntry::new(id.as_str(), sealed))
+            .collect(),
+    }
+    .encode();
+    if body.len() > MAX_MARKS_PAGE_BYTES {
+        app.metrics.count(Outcome::SnapshotError);
+        return text(
+            StatusCode::FAILED_DEPENDENCY,
+            format!(
+                "snapshot page larger than {MAX_MARKS_PAGE_BYTES} bytes (hash-max-listpack-*?)"
+            ),
+        );
+    }
+    app.metrics.count(Outcome::SnapshotPage);
+    json(body)
 }
 
 /// 200 while any Redis node answers a PING (cached for a second), 503 only when none does: one

@@ -1,5 +1,6 @@
 //! Redis access: one connection object (a `ConnectionManager` for a single node, a
-//! `ClusterConnection` for a Cluster), the Lua scripts, and one function per verb. Every verb is ONE
+//! `ClusterConnection` for a Cluster), the Lua scripts, and one function per verb (the purge log's
+//! are in `purgelog`, on the same connection through [`Backend::round_trip`]). Every verb is ONE
 //! Redis round trip (an EVALSHA; the very first call after a Redis restart adds a SCRIPT LOAD), and
 //! every round trip is bounded by `--redis-timeout-ms`, so a Redis that is down or hung costs a 424,
 //! never a hang.
@@ -23,10 +24,6 @@ use crate::config::RedisTarget;
 
 /// Format version of stored values: the first byte of every `gc:{key}:v`.
 pub const VALUE_VERSION: u8 = 1;
-pub const PURGE_STREAM: &str = "gc:purges";
-/// The purge log's generation id: hash tag `{gc:purges}`, so the same Cluster slot as the stream.
-pub const PURGE_GEN: &str = "{gc:purges}:gen";
-pub const PURGE_MAXLEN: u64 = 10_000;
 
 /// The three Redis names of one cache key, all in the key's hash slot (`{hex}` is the hash tag).
 pub struct Keys {
@@ -109,92 +106,6 @@ return 0
     )
 });
 
-/// KEYS: stream, gen. ARGV: data, maxlen, a fresh generation id.
-/// {id, gen}. A missing generation key, or a missing stream (lost: both are created together and
-/// neither has a TTL), starts a new generation: readers holding the old one are told of the gap.
-static PURGE: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
-        r#"
-local gen = redis.call('GET', KEYS[2])
-if not gen or redis.call('EXISTS', KEYS[1]) == 0 then
-  gen = ARGV[3]
-  redis.call('SET', KEYS[2], gen)
-end
-local id = redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[2], '*', 'd', ARGV[1])
-return {id, gen}
-"#,
-    )
-});
-
-/// KEYS: stream, gen. ARGV: after ('$', '0', 'MS' or 'MS-SEQ'), count, the reader's gen ('' for
-/// none), a fresh generation id.
-/// {gen, last, gap, entries}. Without a gap, entries are XRANGE's (after, +] (at most count) and
-/// last is the last entry's id, else `after` (for '$': the newest id ever added, or '0'). With a
-/// gap, entries come from the start of the stream and last is the last of them, else '0'.
-/// gap (never for a reader with no gen at '0', nor for '$'): the reader's gen is not the current
-/// one (stream lost or recreated: a new Redis, a flush); `after` is beyond the newest id ever
-/// added (a new stream whose clock is behind the old one's); or the stream was trimmed past
-/// `after` (conservative: also when only `after` itself was trimmed).
-/// A missing stream or gen key is created here (an empty stream, via MKSTREAM) so that a reader's
-/// first gen stays valid until the stream is really lost.
-static PURGES: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
-        r#"
-local key, genkey, after, given = KEYS[1], KEYS[2], ARGV[1], ARGV[3]
-local gen = redis.call('GET', genkey)
-if not gen or redis.call('EXISTS', key) == 0 then
-  gen = ARGV[4]
-  redis.call('SET', genkey, gen)
-  if redis.call('EXISTS', key) == 0 then
-    redis.call('XGROUP', 'CREATE', key, 'gc-init', '$', 'MKSTREAM')
-    redis.call('XGROUP', 'DESTROY', key, 'gc-init')
-  end
-end
-local info = redis.call('XINFO', 'STREAM', key)
-local f = {}
-for i = 1, #info, 2 do f[info[i]] = info[i + 1] end
-local newest = f['last-generated-id']
-if after == '$' then
-  if newest == '0-0' then newest = '0' end
-  return {gen, newest, 0, {}}
-end
-local function parse(id)
-  local ms, seq = string.match(id, '^(%d+)-(%d+)$')
-  if ms == nil then return tonumber(id), 0 end
-  return tonumber(ms), tonumber(seq)
-end
-local function less(a, b)
-  local am, as = parse(a)
-  local bm, bs = parse(b)
-  return am < bm or (am == bm and as < bs)
-end
-local gap = 0
-if given ~= '' or after ~= '0' then
-  local added, length, first = f['entries-added'], f['length'], f['recorded-first-entry-id']
-  if given ~= '' and given ~= gen then
-    gap = 1
-  elseif less(newest, after) then
-    gap = 1
-  elseif added > length and length == 0 and less(after, newest) then
-    gap = 1
-  elseif added > length and length > 0 and less(after, first) then
-    gap = 1
-  end
-end
-local entries
-local last = after
-if gap == 1 then
-  entries = redis.call('XRANGE', key, '-', '+', 'COUNT', ARGV[2])
-  last = '0'
-else
-  entries = redis.call('XRANGE', key, '(' .. after, '+', 'COUNT', ARGV[2])
-end
-if #entries > 0 then last = entries[#entries][1] end
-return {gen, last, gap, entries}
-"#,
-    )
-});
-
 /// One connection object, cheap to clone (both kinds share their underlying connections).
 #[derive(Clone)]
 pub enum Conn {
@@ -256,18 +167,6 @@ pub enum Lookup {
     Hit { value: Vec<u8>, ttl_ms: i64 },
     Lead,
     Busy { lease_ms: i64 },
-}
-
-pub struct PurgeEntry {
-    pub id: String,
-    pub data: Vec<u8>,
-}
-
-pub struct Purges {
-    pub gen: String,
-    pub last: String,
-    pub gap: bool,
-    pub entries: Vec<PurgeEntry>,
 }
 
 pub struct Backend {
@@ -370,14 +269,14 @@ async fn open(target: &RedisTarget, timeout: Duration) -> RedisResult<Conn> {
     ))
 }
 
-fn int(v: Option<&Value>) -> Option<i64> {
+pub(crate) fn int(v: Option<&Value>) -> Option<i64> {
     match v? {
         Value::Int(n) => Some(*n),
         _ => None,
     }
 }
 
-fn bytes(v: Option<&Value>) -> Option<Vec<u8>> {
+pub(crate) fn bytes(v: Option<&Value>) -> Option<Vec<u8>> {
     match v? {
         Value::BulkString(b) => Some(b.clone()),
         Value::SimpleString(s) => Some(s.clone().into_bytes()),
@@ -385,11 +284,11 @@ fn bytes(v: Option<&Value>) -> Option<Vec<u8>> {
     }
 }
 
-fn text(v: Option<&Value>) -> Option<String> {
+pub(crate) fn text(v: Option<&Value>) -> Option<String> {
     bytes(v).and_then(|b| String::from_utf8(b).ok())
 }
 
-fn array(v: Option<&Value>) -> Option<&[Value]> {
+pub(crate) fn array(v: Option<&Value>) -> Option<&[Value]> {
     match v? {
         Value::Array(a) => Some(a),
         _ => None,
@@ -441,32 +340,6 @@ fn parse_mget(v: Value, n: usize) -> Option<Vec<Option<Vec<u8>>>> {
             _ => None,
         })
         .collect()
-}
-
-fn parse_purges(v: &Value) -> Option<Purges> {
-    let a = array(Some(v))?;
-    let gen = text(a.first())?;
-    let last = text(a.get(1))?;
-    let gap = int(a.get(2))? != 0;
-    let mut entries = Vec::new();
-    for e in array(a.get(3))? {
-        let e = array(Some(e))?;
-        let id = text(e.first())?;
-        let fields = array(e.get(1))?;
-        let mut data = Vec::new();
-        for pair in fields.chunks(2) {
-            if text(pair.first()).as_deref() == Some("d") {
-                data = bytes(pair.get(1))?;
-            }
-        }
-        entries.push(PurgeEntry { id, data });
-    }
-    Some(Purges {
-        gen,
-        last,
-        gap,
-        entries,
-    })
 }
 
 impl Backend {
@@ -591,6 +464,16 @@ impl Backend {
 
     pub fn is_connected(&self) -> bool {
         self.current().is_some()
+    }
+
+    /// One round trip on the shared connection, bounded by `--redis-timeout-ms`: the verbs of
+    /// other modules (the purge log's) go through it too, so they fail and heal like these.
+    pub(crate) async fn round_trip<T, F, Fut>(&self, f: F) -> Result<T, Fail>
+    where
+        F: FnOnce(Conn) -> Fut,
+        Fut: Future<Output = RedisResult<T>>,
+    {
+        self.exec(self.timeout, f).await
     }
 
     /// Runs one round trip on the shared connection, bounded by `limit`.
@@ -728,64 +611,6 @@ impl Backend {
         })
         .await
     }
-
-    /// XADD gc:purges MAXLEN ~ 10000 * d <data>; returns the entry id and the log's generation.
-    pub async fn purge(&self, data: &[u8]) -> Result<(String, String), Fail> {
-        let fresh = new_gen();
-        let v: Value = self
-            .exec(self.timeout, |mut c| async move {
-                let mut inv = PURGE.prepare_invoke();
-                inv.key(PURGE_STREAM)
-                    .key(PURGE_GEN)
-                    .arg(data)
-                    .arg(PURGE_MAXLEN)
-                    .arg(&fresh);
-                inv.invoke_async(&mut c).await
-            })
-            .await?;
-        let a = array(Some(&v));
-        match (
-            text(a.and_then(|a| a.first())),
-            text(a.and_then(|a| a.get(1))),
-        ) {
-            (Some(id), Some(gen)) => Ok((id, gen)),
-            _ => Err(Fail::Reply("purge script")),
-        }
-    }
-
-    /// `gen`: the reader's generation, `""` for none.
-    pub async fn purges(&self, after: &str, gen: &str, count: usize) -> Result<Purges, Fail> {
-        let fresh = new_gen();
-        let v: Value = self
-            .exec(self.timeout, |mut c| async move {
-                let mut inv = PURGES.prepare_invoke();
-                inv.key(PURGE_STREAM)
-                    .key(PURGE_GEN)
-                    .arg(after)
-                    .arg(count)
-                    .arg(gen)
-                    .arg(&fresh);
-                inv.invoke_async(&mut c).await
-            })
-            .await?;
-        parse_purges(&v).ok_or(Fail::Reply("purges script"))
-    }
-}
-
-/// 16 hex characters, different in every call and every process (generation ids need to be
-/// unique, not secret).
-pub fn new_gen() -> String {
-    use std::hash::{BuildHasher, Hasher};
-    use std::sync::atomic::{AtomicU64, Ordering};
-    static COUNTER: AtomicU64 = AtomicU64::new(0);
-    // RandomState's keys come from the OS's random source.
-    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_u64(COUNTER.fetch_add(1, Ordering::Relaxed));
-    h.write_u32(std::process::id());
-    if let Ok(t) = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH) {
-        h.write_u128(t.as_nanos());
-    }
-    format!("{:016x}", h.finish())
 }
 
 #[cfg(test)]
@@ -860,23 +685,5 @@ mod tests {
         );
         assert!(parse_mget(m, 3).is_none(), "not one value per key");
         assert!(parse_mget(Value::Array(vec![Value::Int(1)]), 1).is_none());
-        let p = Value::Array(vec![
-            Value::BulkString(b"00112233aabbccdd".to_vec()),
-            Value::BulkString(b"5-0".to_vec()),
-            Value::Int(0),
-            Value::Array(vec![Value::Array(vec![
-                Value::BulkString(b"5-0".to_vec()),
-                Value::Array(vec![
-                    Value::BulkString(b"d".to_vec()),
-                    Value::BulkString(b"\x00\xff".to_vec()),
-                ]),
-            ])]),
-        ]);
-        let p = parse_purges(&p).unwrap();
-        assert_eq!(p.gen, "00112233aabbccdd");
-        assert_eq!(p.last, "5-0");
-        assert!(!p.gap);
-        assert_eq!(p.entries.len(), 1);
-        assert_eq!(p.entries[0].data, b"\x00\xff");
     }
 }

@@ -7,6 +7,7 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use l2_proto::limits::{printable_secret, MAX_LEASE_MS, MIN_LEASE_MS, MIN_SECRET_BYTES};
+use l2_proto::marks::MAX_KEEP_MS;
 use redis::{ConnectionInfo, IntoConnectionInfo};
 
 use crate::auth::{Auth, Secret};
@@ -17,6 +18,7 @@ usage: graphql-cache-l2 (--redis URL | --redis-cluster URL,URL,...)
                         [--listen ADDR] [--max-value-bytes N] [--max-wait-ms N] [--redis-timeout-ms N]
                         [--max-lease-ms N] [--max-long-polls N] [--max-inflight-bytes N]
                         [--redis-username NAME] [--redis-password-file PATH] [--redis-ca-file PATH]
+                        [--purge-log-ms N] [--purge-log-max N] [--min-purge-keep-ms N]
 
   --listen ADDR             address to serve HTTP/1.1 and h2c on (default 127.0.0.1:8090; port 0 = any)
   --redis URL               one Redis node: redis://[USER:PASS@]HOST:PORT or rediss:// (TLS)
@@ -32,7 +34,11 @@ usage: graphql-cache-l2 (--redis URL | --redis-cluster URL,URL,...)
   --max-inflight-bytes N    store bodies being received at once, in bytes; past it 429 (default 67108864)
   --redis-username NAME     Redis ACL user (overrides one in the URLs)
   --redis-password-file PATH  Redis password: the file's first line (overrides one in the URLs)
-  --redis-ca-file PATH      PEM CA certificates to trust for rediss:// instead of the system roots";
+  --redis-ca-file PATH      PEM CA certificates to trust for rediss:// instead of the system roots
+  --purge-log-ms N          purge log entries older than this are trimmed (default 300000)
+  --purge-log-max N         the purge log keeps about this many entries at most (default 100000)
+  --min-purge-keep-ms N     shortest time the purge snapshot keeps a mark, whatever its batch
+                            asks (default 0: the batch's keep_ms)";
 
 pub const SECRET_ENV: &str = "GRAPHQL_CACHE_L2_SECRET";
 
@@ -44,8 +50,13 @@ const MAX_LONG_POLLS_LIMIT: u64 = 1_000_000;
 /// A store body is counted in u32 permits of one byte each, so one body stays under 4 GiB.
 const MAX_INFLIGHT_BYTES_LIMIT: u64 = 1 << 40;
 
+/// Past this the log would hold purges for longer than any entry can live.
+const MAX_PURGE_LOG_MS: u64 = MAX_KEEP_MS;
+/// A mark is some 100 bytes in the stream: about a GB at this many.
+const MAX_PURGE_LOG_ENTRIES: u64 = 10_000_000;
+
 /// (flag, takes a value)
-const FLAGS: [(&str, bool); 14] = [
+const FLAGS: [(&str, bool); 17] = [
     ("--listen", true),
     ("--redis", true),
     ("--redis-cluster", true),
@@ -60,6 +71,9 @@ const FLAGS: [(&str, bool); 14] = [
     ("--redis-username", true),
     ("--redis-password-file", true),
     ("--redis-ca-file", true),
+    ("--purge-log-ms", true),
+    ("--purge-log-max", true),
+    ("--min-purge-keep-ms", true),
 ];
 
 /// Where Redis is, with the credentials applied to every node.
@@ -95,6 +109,20 @@ pub struct Config {
     pub max_lease_ms: u64,
     pub max_long_polls: usize,
     pub max_inflight_bytes: usize,
+    pub purge_log: PurgeLog,
+}
+
+/// How long the purge log and its snapshot keep what they hold.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PurgeLog {
+    /// Entries older than this are trimmed from the log (`--purge-log-ms`): a reader further
+    /// behind reads the snapshot instead.
+    pub log_ms: u64,
+    /// About the most entries the log keeps (`--purge-log-max`; trimmed with `~`).
+    pub max_entries: u64,
+    /// A snapshot field lives at least this long (`--min-purge-keep-ms`), whatever its batch says:
+    /// the operator's floor when the filter's TTLs are not trusted to be the longest.
+    pub min_keep_ms: u64,
 }
 
 #[derive(Debug)]
@@ -211,6 +239,14 @@ fn num_or(raw: &Raw, flag: &str, range: (u64, u64), default: u64) -> Result<u64,
         Some(v) => number(flag, v, range.0, range.1),
         None => Ok(default),
     }
+}
+
+fn purge_log(raw: &Raw) -> Result<PurgeLog, String> {
+    Ok(PurgeLog {
+        log_ms: num_or(raw, "--purge-log-ms", (1_000, MAX_PURGE_LOG_MS), 300_000)?,
+        max_entries: num_or(raw, "--purge-log-max", (1, MAX_PURGE_LOG_ENTRIES), 100_000)?,
+        min_keep_ms: num_or(raw, "--min-purge-keep-ms", (0, MAX_KEEP_MS), 0)?,
+    })
 }
 
 fn redis_target(raw: &Raw) -> Result<RedisTarget, String> {
@@ -359,6 +395,7 @@ pub fn parse<I: IntoIterator<Item = String>>(
             1024,
         )?),
         max_inflight_bytes: usize_of(max_inflight),
+        purge_log: purge_log(&raw)?,
     }))
 }
 
@@ -390,6 +427,14 @@ mod tests {
         assert_eq!(c.max_lease_ms, 30_000);
         assert_eq!(c.max_long_polls, 1024);
         assert_eq!(c.max_inflight_bytes, 64 << 20);
+        assert_eq!(
+            c.purge_log,
+            PurgeLog {
+                log_ms: 300_000,
+                max_entries: 100_000,
+                min_keep_ms: 0,
+            }
+        );
         assert!(!c.redis.cluster);
         let c = run(&[
             "--redis-cluster=redis://127.0.0.1:7000,redis://127.0.0.1:7001",
@@ -403,11 +448,27 @@ mod tests {
         assert!(c.redis.cluster);
         assert_eq!(c.max_wait, Duration::from_millis(10));
         assert_eq!(c.max_lease_ms, 500);
+        let c = run(&[
+            "--redis=redis://a:1",
+            "--purge-log-ms=60000",
+            "--purge-log-max",
+            "7",
+            "--min-purge-keep-ms=86400000",
+        ])
+        .unwrap();
+        assert_eq!(
+            c.purge_log,
+            PurgeLog {
+                log_ms: 60_000,
+                max_entries: 7,
+                min_keep_ms: 86_400_000,
+            }
+        );
     }
 
     #[test]
     fn errors_name_the_flag() {
-        let cases: [(&[&str], &str); 9] = [
+        let cases: [(&[&str], &str); 13] = [
             (
                 &["--redis", "redis://a:1", "--max-wait-ms", "x"],
                 "--max-wait-ms",
@@ -428,6 +489,27 @@ mod tests {
             (
                 &["--redis", "redis://a:1", "--max-inflight-bytes", "10"],
                 "--max-inflight-bytes",
+            ),
+            (
+                &["--redis", "redis://a:1", "--purge-log-ms", "999"],
+                "--purge-log-ms",
+            ),
+            (
+                &["--redis", "redis://a:1", "--purge-log-max", "0"],
+                "--purge-log-max",
+            ),
+            (
+                &["--redis", "redis://a:1", "--min-purge-keep-ms", "-1"],
+                "--min-purge-keep-ms",
+            ),
+            (
+                &[
+                    "--redis",
+                    "redis://a:1",
+                    "--min-purge-keep-ms=1",
+                    "--min-purge-keep-ms=2",
+                ],
+                "--min-purge-keep-ms",
             ),
         ];
         for (args, flag) in cases {

@@ -16,9 +16,10 @@ use redis::streams::{StreamRangeReply, StreamReadReply};
 use redis::RedisResult;
 use tokio::sync::watch;
 
-use crate::backend::{client, cluster_client, Conn, PURGE_STREAM};
+use crate::backend::{client, cluster_client, Conn};
 use crate::config::RedisTarget;
 use crate::metrics::Metrics;
+use crate::purgelog::PURGE_STREAM;
 
 const BLOCK: Duration = Duration::from_secs(5);
 /// A reply to `XREAD BLOCK` later than this means the connection is dead.

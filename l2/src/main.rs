@@ -9,6 +9,7 @@ mod batch;
 mod config;
 mod follow;
 mod metrics;
+mod purgelog;
 mod wake;
 
 use std::io::Write as _;
@@ -133,6 +134,7 @@ async fn run(config: Config) -> Result<(), String> {
         max_value_bytes: config.max_value_bytes,
         max_wait: config.max_wait,
         max_lease_ms: config.max_lease_ms,
+        purge_log: config.purge_log,
         long_polls: Semaphore::new(config.max_long_polls),
         inflight_bytes: Semaphore::new(config.max_inflight_bytes.min(Semaphore::MAX_PERMITS)),
         health: tokio::sync::Mutex::new(None),

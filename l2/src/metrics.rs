@@ -37,9 +37,16 @@ pub enum Outcome {
     MstoreTooLarge,
     MstoreBadRequest,
     MstoreError,
+    MarksAdded,
+    MarksTooLarge,
+    MarksBadRequest,
+    MarksError,
+    SnapshotPage,
+    SnapshotBadRequest,
+    SnapshotError,
 }
 
-const OUTCOMES: [(Outcome, &str, &str); 30] = [
+const OUTCOMES: [(Outcome, &str, &str); 37] = [
     (Outcome::LookupHit, "lookup", "hit"),
     (Outcome::LookupLead, "lookup", "lead"),
     (Outcome::LookupBusy, "lookup", "busy"),
@@ -70,6 +77,13 @@ const OUTCOMES: [(Outcome, &str, &str); 30] = [
     (Outcome::MstoreTooLarge, "mstore", "too_large"),
     (Outcome::MstoreBadRequest, "mstore", "bad_request"),
     (Outcome::MstoreError, "mstore", "error"),
+    (Outcome::MarksAdded, "marks", "added"),
+    (Outcome::MarksTooLarge, "marks", "too_large"),
+    (Outcome::MarksBadRequest, "marks", "bad_request"),
+    (Outcome::MarksError, "marks", "error"),
+    (Outcome::SnapshotPage, "snapshot", "page"),
+    (Outcome::SnapshotBadRequest, "snapshot", "bad_request"),
+    (Outcome::SnapshotError, "snapshot", "error"),
 ];
 
 /// What became of one key of a batch verb (`l2_batch_keys_total{result}`).
@@ -135,6 +149,15 @@ pub enum Shed {
     StoreBytes = 2,
 }
 
+/// One counter per outcome: a type of its own because `Default` for arrays stops at 32.
+struct Requests([AtomicU64; OUTCOMES.len()]);
+
+impl Default for Requests {
+    fn default() -> Requests {
+        Requests(std::array::from_fn(|_| AtomicU64::new(0)))
+    }
+}
+
 #[derive(Default)]
 pub struct Metrics {
     auth_failures: [AtomicU64; 3],
@@ -142,7 +165,7 @@ pub struct Metrics {
     leases_clamped: AtomicU64,
     follower_connected: AtomicI64,
     follower_reads: AtomicU64,
-    requests: [AtomicU64; OUTCOMES.len()],
+    requests: Requests,
     redis_errors: AtomicU64,
     long_polls: [AtomicU64; 2],
     wakeups: [AtomicU64; 2],
@@ -168,7 +191,7 @@ fn index(o: Outcome) -> usize {
 
 impl Metrics {
     pub fn count(&self, o: Outcome) {
-        self.requests[index(o)].fetch_add(1, Ordering::Relaxed);
+        self.requests.0[index(o)].fetch_add(1, Ordering::Relaxed);
     }
 
     pub fn auth_failure(&self, why: AuthFailure) {
@@ -230,7 +253,7 @@ impl Metrics {
             let _ = writeln!(
                 out,
                 "l2_requests_total{{verb=\"{verb}\",outcome=\"{outcome}\"}} {}",
-                self.requests[i].load(r)
+                self.requests.0[i].load(r)
             );
         }
         let _ = write!(
@@ -346,6 +369,14 @@ mod tests {
         assert!(text.contains("l2_requests_total{verb=\"store\",outcome=\"stored\"} 1\n"));
         assert!(text.contains("l2_long_polls_in_flight 0\n"));
         assert!(text.contains("l2_long_polls_total{verb=\"lookup\"} 1\n"));
+        let mut seen = std::collections::HashSet::new();
+        for (_, verb, outcome) in OUTCOMES {
+            assert!(seen.insert((verb, outcome)), "{verb} {outcome} twice");
+        }
+        m.count(Outcome::SnapshotBadRequest);
+        assert!(m
+            .render()
+            .contains("l2_requests_total{verb=\"snapshot\",outcome=\"bad_request\"} 1\n"));
         m.batch_keys(BatchKey::Absent, 3);
         assert!(m
             .render()

@@ -50,6 +50,17 @@ fn cluster_lookup_store_wait_and_purges() {
     assert_eq!(r.status, 200, "{}", r.text());
     let v: serde_json::Value = serde_json::from_slice(&l2.get("/v1/purges?after=0").body).unwrap();
     assert_eq!(v["entries"][0]["data"], "ZW50aXR5OlVzZXI6MQ==");
+    // The log, its generation and its snapshot share one slot: the marks' scripts run there.
+    let r = l2.post("/v1/marks", &common::one_mark_batch());
+    assert_eq!(r.status, 200, "{}", r.text());
+    let added = l2_proto::marks::MarksAdded::decode(&r.body).unwrap();
+    assert_eq!(added.n, 2, "numbered after the old verb's record");
+    let r = l2.get("/v1/marks?cursor=0");
+    let page = l2_proto::marks::MarksPage::decode(&r.body).unwrap();
+    assert_eq!((page.entries.len(), page.n), (1, 2));
+    let r = l2.get(&format!("/v1/purges?after=0&gen={}&n=0", added.generation));
+    let read = l2_proto::purges::PurgesAnswer::decode(&r.body).unwrap();
+    assert_eq!((read.gap, read.entries.len(), read.n), (false, 2, Some(2)));
 
     // A master dies: no request hangs; keys on the surviving masters keep working, keys on the
     // dead one answer 424 (not 5xx: Envoy's outlier detection must not eject healthy replicas),

@@ -48,6 +48,7 @@ fn redis_down_is_424_fast_and_reconnects_when_it_is_back() {
         killed.elapsed()
     );
     assert!(lookup_took < Duration::from_millis(200), "{lookup_took:?}");
+    let marks = common::one_mark_batch();
     // Every verb, and a long-poll too, fails fast rather than hanging.
     for _ in 0..5 {
         let t = Instant::now();
@@ -55,6 +56,9 @@ fn redis_down_is_424_fast_and_reconnects_when_it_is_back() {
         assert_eq!(l2.store(&k, "a", 5000, b"v").status, 424);
         assert_eq!(l2.post("/v1/purge", b"p").status, 424);
         assert_eq!(l2.get("/v1/purges?after=0&wait_ms=1000").status, 424);
+        assert_eq!(l2.get("/v1/purges?after=0&n=0&wait_ms=1000").status, 424);
+        assert_eq!(l2.post("/v1/marks", &marks).status, 424);
+        assert_eq!(l2.get("/v1/marks?cursor=0").status, 424);
         assert_eq!(l2.get("/health").status, 503);
         assert!(
             t.elapsed() < Duration::from_millis(1000),
@@ -64,6 +68,14 @@ fn redis_down_is_424_fast_and_reconnects_when_it_is_back() {
     }
     assert!(l2.metric("l2_redis_errors_total") >= 20);
     assert!(l2.metric("l2_requests_total{verb=\"lookup\",outcome=\"error\"}") >= 6);
+    assert_eq!(
+        l2.metric("l2_requests_total{verb=\"marks\",outcome=\"error\"}"),
+        5
+    );
+    assert_eq!(
+        l2.metric("l2_requests_total{verb=\"snapshot\",outcome=\"error\"}"),
+        5
+    );
 
     redis.restart();
     let back = Instant::now();

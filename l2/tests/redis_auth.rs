@@ -57,6 +57,11 @@ fn an_acl_user_works_and_no_credentials_fail_clearly() {
     common::lookup_store_wait(&l2, 2);
     let r = l2.post("/v1/purge", b"p");
     assert_eq!(r.status, 200, "{}", r.text());
+    // The snapshot's commands too (HPEXPIRE, HSCAN, TIME in a script).
+    let r = l2.post("/v1/marks", &common::one_mark_batch());
+    assert_eq!(r.status, 200, "{}", r.text());
+    let r = l2.get("/v1/marks?cursor=0");
+    assert_eq!(r.status, 200, "{}", r.text());
     assert_eq!(l2.metric("l2_purge_follower_connected"), 1);
     drop(l2);
 

@@ -36,6 +36,8 @@ fn every_route_but_health_needs_an_accepted_secret() {
         (lookup.as_str(), "POST"),
         ("/v1/purge", "POST"),
         ("/v1/purges?after=0", "GET"),
+        ("/v1/marks", "POST"),
+        ("/v1/marks?cursor=0", "GET"),
         ("/metrics", "GET"),
     ] {
         let r = http_raw(l2.addr, method, path, b"", "");
@@ -66,8 +68,8 @@ fn every_route_but_health_needs_an_accepted_secret() {
     assert_eq!((r.status, r.l2()), (200, "lead"));
     // Nothing was done for the refused requests.
     assert_eq!(l2.lookup(&k, "b", 1000, 0).l2(), "busy");
-    assert_eq!(l2.metric("l2_auth_failures_total{reason=\"missing\"}"), 4);
-    assert_eq!(l2.metric("l2_auth_failures_total{reason=\"wrong\"}"), 4);
+    assert_eq!(l2.metric("l2_auth_failures_total{reason=\"missing\"}"), 6);
+    assert_eq!(l2.metric("l2_auth_failures_total{reason=\"wrong\"}"), 6);
     let _ = std::fs::remove_dir_all(&dir);
 }
 

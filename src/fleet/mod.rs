@@ -7,6 +7,7 @@
 //! `worker::l2::write` and `worker::l2::feed`.
 
 pub mod calls;
+pub mod commits;
 pub mod follower;
 pub mod outbox;
 pub mod purge_log;

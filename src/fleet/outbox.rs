@@ -19,12 +19,16 @@ pub const MAX_MERGED_TARGETS: usize = 16_384;
 /// Bytes of records pending at most (a record is at most 64 KiB).
 pub const MAX_PENDING_BYTES: usize = 512 * 1024;
 const MAGIC: &[u8; 4] = b"GQPO";
-const VERSION: u8 = 1;
+const VERSION: u8 = 2;
 
 /// One purge record waiting for the log, and its place in the outbox.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Pending {
     pub seq: u64,
+    /// The first place whose purge it holds: a merge's record holds all the ones it merged, so
+    /// whoever waits for place `n` to reach the log waits until no record holds one at or before
+    /// it.
+    pub first: u64,
     pub record: PurgeRecord,
 }
 
@@ -44,6 +48,7 @@ impl Outbox {
         for p in &self.pending {
             let record = p.record.encode().unwrap_or_default();
             out.extend_from_slice(&p.seq.to_le_bytes());
+            out.extend_from_slice(&p.first.to_le_bytes());
             out.extend_from_slice(&(record.len() as u32).to_le_bytes());
             out.extend_from_slice(&record);
         }
@@ -66,11 +71,12 @@ impl Outbox {
         let mut pending = Vec::new();
         while !rest.is_empty() {
             let seq = take_u64(&mut rest)?;
+            let first = take_u64(&mut rest)?;
             let len = take_u32(&mut rest)? as usize;
             let (record, tail) = (rest.get(..len).ok_or(())?, &rest[len..]);
             rest = tail;
             let record = PurgeRecord::decode(record).map_err(|_| ())?;
-            pending.push(Pending { seq, record });
+            pending.push(Pending { seq, first, record });
         }
         Ok(Outbox { next_seq, pending })
     }
@@ -78,22 +84,40 @@ impl Outbox {
     fn bytes(&self) -> usize {
         self.pending
             .iter()
-            .map(|p| 12 + 11 + 9 * p.record.targets.len())
+            .map(|p| 20 + 11 + 9 * p.record.targets.len())
             .sum()
     }
 
     fn push(&mut self, record: PurgeRecord) {
+        self.push_holding(record, self.next_seq);
+    }
+
+    /// Adds `record`, holding the purges of places from `first` on.
+    fn push_holding(&mut self, record: PurgeRecord, first: u64) {
         self.pending.push(Pending {
             seq: self.next_seq,
+            first: first.min(self.next_seq),
             record,
         });
         self.next_seq = self.next_seq.wrapping_add(1);
+    }
+
+    /// The first place still owed: every place before it is in the log.
+    pub fn owed_from(&self) -> u64 {
+        let owed = self.pending.iter().map(|p| p.first).min();
+        owed.unwrap_or(self.next_seq)
     }
 
     /// Everything pending as few records as its targets take, each target once, all dated at
     /// `latest_us` (at least every pending instant); past [`MAX_MERGED_TARGETS`], one purge of
     /// everything. `true` when it came to that.
     fn merge(&mut self, latest_us: u64) -> bool {
+        let first = self
+            .pending
+            .iter()
+            .map(|p| p.first)
+            .min()
+            .unwrap_or(self.next_seq);
         let mut targets: Vec<(Target, bool)> = self
             .pending
             .drain(..)
@@ -106,10 +130,11 @@ impl Outbox {
             targets = vec![(Target::All, false)];
         }
         for chunk in targets.chunks(MAX_TARGETS) {
-            self.push(PurgeRecord {
+            let record = PurgeRecord {
                 at_us: latest_us,
                 targets: chunk.to_vec(),
-            });
+            };
+            self.push_holding(record, first);
         }
         everything
     }
@@ -155,6 +180,8 @@ fn take_u32(rest: &mut &[u8]) -> Result<u32, ()> {
 /// What [`push`] did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Pushed {
+    /// The purge's place: it is in the log once [`owed_from`] is past it.
+    pub place: u64,
     /// Records pending now.
     pub pending: usize,
     /// The outbox was full and what it held was merged into fewer records.
@@ -170,6 +197,7 @@ pub fn push(
     targets: &[(Target, bool)],
 ) -> Result<Pushed, StoreError> {
     let mut result = Pushed {
+        place: 0,
         pending: 0,
         merged: false,
         folded: false,
@@ -197,9 +225,11 @@ pub fn push(
                 targets: chunk.to_vec(),
             });
         }
+        let place = outbox.next_seq.saturating_sub(1);
         let full = outbox.pending.len() > MAX_PENDING || outbox.bytes() > MAX_PENDING_BYTES;
         let everything = full && outbox.merge(latest);
         result = Pushed {
+            place,
             pending: outbox.pending.len(),
             merged: full,
             folded: everything || !readable,
@@ -213,6 +243,11 @@ pub fn push(
 /// everything).
 pub fn read(store: &impl SharedStore) -> Outbox {
     Outbox::decode(store.get(OUTBOX_KEY).as_deref()).unwrap_or_default()
+}
+
+/// The first place still owed to the log (see [`Pushed::place`]).
+pub fn owed_from(store: &impl SharedStore) -> u64 {
+    read(store).owed_from()
 }
 
 /// How many purges are owed to the log.
@@ -254,15 +289,18 @@ mod tests {
         assert_eq!(
             second,
             Pushed {
+                place: 1,
                 pending: 2,
                 merged: false,
                 folded: false
             }
         );
+        assert_eq!(owed_from(&store), 0, "place 0 is owed");
         let oldest = first(&store);
         assert_eq!((oldest.record.at_us, oldest.record.targets), (10, tag(1)));
         acknowledge(&store, oldest.seq).unwrap();
         acknowledge(&store, oldest.seq).unwrap();
+        assert_eq!(owed_from(&store), 1, "place 0 is in the log");
         assert_eq!(first(&store).record.at_us, 20);
         assert_eq!(pending(&store), 1);
     }
@@ -312,6 +350,10 @@ mod tests {
         assert!(merged.targets.contains(&(Target::Tag(42), false)));
         assert!(!merged.targets.contains(&(Target::All, false)));
         assert_eq!(merged.targets.len(), 9, "each target once: 0..8 and 42");
+        assert_eq!(outbox.pending[0].first, 0, "it holds every place merged");
+        assert_eq!(outbox.owed_from(), 0);
+        acknowledge(&store, outbox.pending[0].seq).unwrap();
+        assert_eq!(owed_from(&store), outbox.pending[0].seq + 1);
     }
 
     #[test]

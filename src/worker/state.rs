@@ -16,6 +16,7 @@ use crate::entities::prefetch::Prefetches;
 use crate::entities::request::Shapes;
 use crate::fast_hash::{FastMap, FastSet};
 use crate::fleet::calls::L2Calls;
+use crate::fleet::commits::HeldPurges;
 use crate::invalidate::marks::Target;
 use crate::invalidate::marks::{PurgeTable, PurgeView};
 use crate::invalidate::mutation::PurgeBudget;
@@ -145,6 +146,8 @@ pub struct Worker {
     /// its instant: the root applies them on its next tick. At most [`OWED_PURGES`]; past it they
     /// merge into one purge of everything at the latest instant.
     pub owed_purges: Vec<(u64, Vec<(Target, bool)>)>,
+    /// Purge API requests waiting (`?wait_ms=`) for the fleet's log to hold their purge.
+    pub held_commits: HeldPurges,
     /// Which operation names have their own counters, and the ids of those defined here.
     pub operations: OperationStats,
     /// Entity mode: the `_entities` fields of the query texts read lately.
@@ -216,6 +219,7 @@ impl Worker {
             l2: L2Calls::default(),
             mutation_budget: PurgeBudget::new(&config.mutation_purges),
             owed_purges: Vec::new(),
+            held_commits: HeldPurges::default(),
             operations: OperationStats::new(config.operation_stats),
             entity_shapes: Shapes::default(),
             entity_batches: WaitedBatches::default(),

@@ -32,6 +32,24 @@ impl StartL2 for L2 {
     }
 }
 
+/// A mark as the filter sends it: a seal (bytes `seal`: the service reads marks, it does not
+/// check seals) and a purge record of one target.
+pub fn mark(at_us: u64, target: l2_proto::purge::Target, soft: bool, seal: u8) -> Vec<u8> {
+    let record = l2_proto::purge::PurgeRecord {
+        at_us,
+        targets: vec![(target, soft)],
+    };
+    let mut sealed = vec![seal; l2_proto::marks::SEAL_HEADER_BYTES];
+    sealed.extend_from_slice(&record.encode().unwrap());
+    sealed
+}
+
+/// A `POST /v1/marks` body of one mark (of everything, at 1 µs).
+pub fn one_mark_batch() -> Vec<u8> {
+    let m = mark(1, l2_proto::purge::Target::All, false, 0);
+    l2_proto::marks::MarksBatch::encode(60_000, &[m]).unwrap()
+}
+
 /// A fresh random-looking 64-hex key.
 pub fn key(tag: &str) -> String {
     use std::hash::{BuildHasher, Hasher};

@@ -659,6 +659,7 @@ impl Exchange {
         let context = self.context;
         cx.try_worker(|w| {
             w.held_purges.remove(&context);
+            w.held_commits.forget(context);
             if waiting {
                 w.waiters.remove_waiter(context);
                 w.prefetch.take_waiting(context);
@@ -895,7 +896,7 @@ impl Exchange {
         cx.worker(|w| w.held_purges.remove(&context));
         let body = cx.host().request_body(size).unwrap_or_default();
         match call {
-            Admin::Purge => purge::with_body(cx, &body),
+            Admin::Purge => purge::with_body(cx, context, &body),
             Admin::Explain => explain(cx, &body),
         }
         Flow::Pause

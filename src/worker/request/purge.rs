@@ -5,6 +5,7 @@
 use crate::config::{Config, MutationInvalidation, PurgeApi};
 use crate::effects::counters::Counter;
 use crate::effects::host::{Host, RequestHost};
+use crate::fleet::commits::HeldPurge;
 use crate::invalidate::marks::{tag_hash, Target};
 use crate::invalidate::mutation::{extension_tags, Coarse, PurgePlan};
 use crate::invalidate::purge_request::{authorized, parse_selectors, Refusal};
@@ -100,10 +101,40 @@ pub fn at_headers(
     }
 }
 
-/// The whole body of an authorized purge request: applies it all or nothing, and answers.
-pub fn with_body(cx: &mut Ctx<'_, impl RequestHost>, body: &[u8]) {
-    let selectors = match parse_selectors(body) {
-        Ok(s) => s,
+/// The longest `?wait_ms=` a purge may wait for the fleet's log to hold it.
+pub const MAX_PURGE_WAIT_MS: u64 = 10_000;
+
+/// `?wait_ms=` of the purge API's path: how long its answer may wait for the fleet's log.
+fn wait_ms(raw_path: &[u8]) -> Result<u64, Refusal> {
+    let path = std::str::from_utf8(raw_path).unwrap_or_default();
+    let query = split_path(path).1.unwrap_or_default();
+    let mut wait = 0;
+    for pair in query.split('&').filter(|p| !p.is_empty()) {
+        let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
+        if name != "wait_ms" {
+            continue;
+        }
+        wait = value
+            .parse::<u64>()
+            .ok()
+            .filter(|&ms| ms <= MAX_PURGE_WAIT_MS)
+            .ok_or_else(|| Refusal {
+                status: 400,
+                message: format!(
+                    "wait_ms must be a number of milliseconds up to {MAX_PURGE_WAIT_MS}"
+                ),
+            })?;
+    }
+    Ok(wait)
+}
+
+/// The whole body of an authorized purge request: applies it all or nothing, and answers (or,
+/// with `?wait_ms=`, holds the request until the fleet's log has the purge or the wait is over:
+/// see [`answer_held`]).
+pub fn with_body(cx: &mut Ctx<'_, impl RequestHost>, context: u32, body: &[u8]) {
+    let path = cx.host().request_header(":path").unwrap_or_default();
+    let (selectors, wait_ms) = match parse_selectors(body).and_then(|s| Ok((s, wait_ms(&path)?))) {
+        Ok(parsed) => parsed,
         Err(r) => return refuse(cx.host(), &r),
     };
     let targets: Vec<(Target, bool)> = selectors
@@ -138,21 +169,62 @@ pub fn with_body(cx: &mut Ctx<'_, impl RequestHost>, body: &[u8]) {
             )
         }
     };
-    let host = cx.host();
-    host.count(Counter::Purges);
-    let (status, body) = match fleet {
+    cx.host().count(Counter::Purges);
+    let purged = selectors.len();
+    match fleet {
+        Fleet::Pending { place, .. } if wait_ms > 0 => {
+            let deadline_ms = cx.host().now_ms().saturating_add(wait_ms);
+            let held = HeldPurge {
+                context,
+                place,
+                purged,
+                deadline_ms,
+            };
+            if !cx.worker(|w| w.held_commits.hold(held)) {
+                answer_owed(cx.host(), purged, owed(cx.host()));
+            }
+        }
         // Applied here; the other Envoys have it once the fleet's purge log does (tens of ms
         // after that): until then it is owed, and `202` says so.
-        Fleet::Pending(n) => (
-            202,
+        Fleet::Pending { owed, .. } => answer_owed(cx.host(), purged, owed),
+        _ => {
+            let body = format!(r#"{{"purged":{purged}}}"#);
+            cx.host().respond(200, json_headers(), body.as_bytes());
+        }
+    }
+}
+
+fn owed(host: &impl Host) -> usize {
+    crate::fleet::outbox::pending(host)
+}
+
+fn answer_owed(host: &impl RequestHost, purged: usize, owed: usize) {
+    let body = format!(r#"{{"purged":{purged},"fleet":"owed","owed":{owed}}}"#);
+    host.respond(202, json_headers(), body.as_bytes());
+}
+
+/// Root: answers the held purge requests whose purge the fleet's log now holds (`200`,
+/// `"fleet":"committed"`) or whose wait is over (`202`, still owed).
+pub fn answer_held(cx: &mut Ctx<'_, impl Host>, now_ms: u64) {
+    if cx.worker(|w| w.held_commits.is_empty()) {
+        return;
+    }
+    let owed_from = crate::fleet::outbox::owed_from(cx.host());
+    let due = cx.worker(|w| w.held_commits.take_due(owed_from, now_ms));
+    let host = cx.host();
+    for (held, committed) in due {
+        let body = if committed {
+            format!(r#"{{"purged":{},"fleet":"committed"}}"#, held.purged)
+        } else {
             format!(
-                r#"{{"purged":{},"fleet":"owed","owed":{n}}}"#,
-                selectors.len()
-            ),
-        ),
-        _ => (200, format!(r#"{{"purged":{}}}"#, selectors.len())),
-    };
-    host.respond(status, json_headers(), body.as_bytes());
+                r#"{{"purged":{},"fleet":"owed","owed":{}}}"#,
+                held.purged,
+                owed(host)
+            )
+        };
+        let status = if committed { 200 } else { 202 };
+        host.answer(held.context, status, json_headers(), body.as_bytes());
+    }
 }
 
 /// What a purge left for the rest of the fleet.
@@ -160,8 +232,8 @@ pub fn with_body(cx: &mut Ctx<'_, impl RequestHost>, body: &[u8]) {
 pub enum Fleet {
     /// No fleet (no L2).
     Alone,
-    /// Owed to the fleet's purge log, with this many purges in all.
-    Pending(usize),
+    /// Owed to the fleet's purge log (`owed` records in all), at this place in the outbox.
+    Pending { owed: usize, place: u64 },
     /// Applied here, but could not be queued for the fleet.
     Unqueued,
 }
@@ -213,7 +285,10 @@ fn apply_at(
         None => Fleet::Alone,
         Some(Ok(pushed)) => {
             request_dispatch(cx);
-            Fleet::Pending(pushed.pending)
+            Fleet::Pending {
+                owed: pushed.pending,
+                place: pushed.place,
+            }
         }
         Some(Err(_)) => Fleet::Unqueued,
     })

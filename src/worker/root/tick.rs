@@ -29,6 +29,7 @@ pub fn on_tick(cx: &mut Ctx<'_, impl Host>) {
     // Answers already relayed, before the L2 writes their entities queue go out.
     entity_fetch::split_held(cx);
     purge::apply_owed(cx);
+    purge::answer_held(cx, now_ms);
     if back_to_normal(cx) {
         let last = cx.worker(|w| w.last_housekeeping_ms);
         if now_ms.saturating_sub(last) < HOUSEKEEPING_DUE_MS {

@@ -495,6 +495,50 @@ fn a_purge_stays_owed_until_the_log_has_it() {
 }
 
 #[test]
+fn a_purge_that_waits_is_answered_once_the_log_holds_it_or_its_wait_is_over() {
+    let x = node(1);
+    let token = "0123456789abcdef";
+    let purge = r#"[{"kind":"type","type":"User"}]"#;
+    x.purge_at("/purge?wait_ms=2000", 1, token, purge);
+    assert!(x.host.reply_to(1).is_none(), "held until the log has it");
+    x.deliver_queue();
+    let (sent, call) = x.last_call();
+    assert_eq!(path(&call), "/v1/marks");
+    x.l2_answers(sent, 200, &[], br#"{"gen":"g0","last":"1-0","n":1}"#);
+    x.tick();
+    let committed = x.reply(1);
+    assert_eq!(
+        (committed.status, committed.body),
+        (200, br#"{"purged":1,"fleet":"committed"}"#.to_vec())
+    );
+    // The log cannot take it: answered `202` when the wait is over, still owed.
+    x.purge_at("/purge?wait_ms=300", 2, token, purge);
+    x.deliver_queue();
+    let (sent, _) = x.last_call();
+    x.l2_answers(sent, 424, &[], b"redis not connected");
+    x.host.advance(200);
+    x.tick();
+    assert!(x.host.reply_to(2).is_none());
+    x.host.advance(100);
+    x.tick();
+    let owed = x.reply(2);
+    assert_eq!(
+        (owed.status, owed.body),
+        (202, br#"{"purged":1,"fleet":"owed","owed":1}"#.to_vec())
+    );
+    for bad in ["/purge?wait_ms=x", "/purge?wait_ms=10001"] {
+        x.purge_at(bad, 3, token, purge);
+        assert_eq!(x.reply(3).status, 400, "{bad}");
+    }
+    assert_eq!(
+        crate::fleet::outbox::pending(&x.host),
+        1,
+        "a refused purge purges nothing"
+    );
+    x.assert_host_rules_kept();
+}
+
+#[test]
 fn only_the_envoy_s_follower_reads_the_log_and_sends_purges() {
     let host = FakeHost::new();
     let x = Node::new(1, FLEET, host);

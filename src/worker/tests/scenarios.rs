@@ -722,11 +722,17 @@ pub(super) const USER_ANSWER: &str =
 impl Node {
     /// A purge request with `token` and `body`, answered by the filter.
     pub(super) fn purge(&self, context: u32, token: &str, body: &str) -> Reply {
+        self.purge_at("/purge", context, token, body);
+        self.reply(context)
+    }
+
+    /// A purge sent to `path` (the purge API's, with a query string); answered or not.
+    pub(super) fn purge_at(&self, path: &str, context: u32, token: &str, body: &str) {
         self.host.context.set(context);
         let auth = format!("Bearer {token}");
         *self.host.request_headers.borrow_mut() = [
             (":method", "POST"),
-            (":path", "/purge"),
+            (":path", path),
             ("authorization", auth.as_str()),
             ("content-type", "application/json"),
         ]
@@ -743,7 +749,6 @@ impl Node {
                 Flow::Pause
             );
         }
-        self.reply(context)
     }
 
     /// Stores `answer` for `body` through a led fetch; returns the MISS reply.
