@@ -106,11 +106,12 @@ echo "origin count: $(origin_count)   <- unchanged: B answered from the fleet's 
 [ "$(cache_of "$(ask "$B")")" = HIT ] || fail "B did not keep the answer"
 
 say "3. Purge type User on Envoy A's internal listener: B stops serving it within a second"
-echo "\$ curl -s -X POST http://127.0.0.1:8082/graphql-cache/purge -H 'authorization: Bearer $PURGE_TOKEN' -d '$PURGE'"
-p=$(curl -s -X POST http://127.0.0.1:8082/graphql-cache/purge -H "authorization: Bearer $PURGE_TOKEN" \
+echo "\$ curl -s -X POST 'http://127.0.0.1:8082/graphql-cache/purge?wait_ms=2000' -H 'authorization: Bearer $PURGE_TOKEN' -d '$PURGE'"
+p=$(curl -s -X POST 'http://127.0.0.1:8082/graphql-cache/purge?wait_ms=2000' -H "authorization: Bearer $PURGE_TOKEN" \
   -H 'content-type: application/json' -d "$PURGE"); echo "$p"
-# Applied on A at once; "pending" until the fleet's purge log holds it (a few ms later).
-[ "$p" = '{"purged":1,"fleet":"pending","pending":1}' ] || fail "the purge API answered $p"
+# Applied on A at once; with ?wait_ms= the answer waits until the fleet's purge log holds it
+# (a few ms later): 200 "committed" (202 "owed" if the wait ran out first).
+[ "$p" = '{"purged":1,"fleet":"committed"}' ] || fail "the purge API answered $p"
 purged_at=$(date +%s%N)
 after=""
 while [ $(( ($(date +%s%N) - purged_at) / 1000000 )) -lt 1000 ]; do

@@ -165,12 +165,14 @@ fn store_through(fleet: &Fleet, envoy: &Envoy, queries: &[&str]) -> Vec<Vec<u8>>
     bodies
 }
 
-/// Sends a purge through `envoy`'s internal listener; returns when it was answered.
+/// Sends a purge through `envoy`'s internal listener, waiting until the fleet's purge log holds
+/// it; returns when it was answered.
 fn purge_users(envoy: &Envoy) -> Instant {
-    let r = envoy.purge(PURGE_USERS);
+    let r = envoy.purge_committed(PURGE_USERS);
     let answered = Instant::now();
     assert_eq!(r.status, 200, "{}", r.text());
     assert_eq!(r.json()["purged"], 1);
+    assert_eq!(r.json()["fleet"], "committed");
     answered
 }
 

@@ -148,6 +148,15 @@ pub fn fleet_config(origin_port: u16, l2_port: u16, extra_config: &str) -> Strin
     })
 }
 
+fn purge_at(envoy: &Envoy, path: &str, selectors: &str) -> Resp {
+    http(
+        envoy.listener_port("graphql_internal"),
+        Req::post_json(selectors)
+            .path(path)
+            .header("authorization", &format!("Bearer {PURGE_TOKEN}")),
+    )
+}
+
 /// What a test sees of one Envoy of the fleet beyond [`Envoy`]'s own helpers.
 pub trait FleetEnvoy {
     /// Health flags of every L2 host, from `/clusters`.
@@ -160,6 +169,9 @@ pub trait FleetEnvoy {
 
     /// A purge through this Envoy's internal listener, as an operator sends it.
     fn purge(&self, selectors: &str) -> Resp;
+
+    /// [`FleetEnvoy::purge`], answered once the fleet's purge log holds it (`?wait_ms=`).
+    fn purge_committed(&self, selectors: &str) -> Resp;
 
     /// Connections each worker accepted on the public listener (the internal one not counted).
     fn public_worker_connections(&self) -> Vec<u64>;
@@ -195,12 +207,11 @@ impl FleetEnvoy for Envoy {
     }
 
     fn purge(&self, selectors: &str) -> Resp {
-        http(
-            self.listener_port("graphql_internal"),
-            Req::post_json(selectors)
-                .path(PURGE_PATH)
-                .header("authorization", &format!("Bearer {PURGE_TOKEN}")),
-        )
+        purge_at(self, PURGE_PATH, selectors)
+    }
+
+    fn purge_committed(&self, selectors: &str) -> Resp {
+        purge_at(self, &format!("{PURGE_PATH}?wait_ms=5000"), selectors)
     }
 
     fn public_worker_connections(&self) -> Vec<u64> {
