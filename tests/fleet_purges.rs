@@ -441,26 +441,35 @@ fn a_purge_storm_on_one_envoy_leaves_unrelated_entries_served_on_the_others() {
     );
 }
 
-/// A caches user 2 (the L2 holds it), purges it, then 3 other users; the log then loses its
-/// oldest records, user 2's purge among them (as the L2 trims past its 10,000). An Envoy started
-/// afterwards never serves user 2's answer from before the purge.
+/// A caches users 1 and 2 (the L2 holds them), purges user 2, then 3 other users; the log then
+/// loses its oldest records, user 2's purge among them (as the L2 trims its log). An Envoy
+/// started afterwards serves the L2's entries within a second of starting, and never user 2's
+/// answer from before the purge.
 #[test]
 fn a_new_envoy_does_not_serve_an_entry_whose_purge_was_trimmed_from_the_log() {
     const LATER: u32 = 3;
     let mut fleet = fleet(1);
     let a = &fleet.envoys[0];
-    let y = user_query(2);
-    let old = cache_on(&fleet, a, std::slice::from_ref(&y)).remove(0);
+    let (kept, y) = (user_query(1), user_query(2));
+    let old = cache_on(&fleet, a, &[kept.clone(), y.clone()]);
     purge_logged(&fleet, a, &purge_user(2));
     for i in 1..=LATER {
         purge_logged(&fleet, a, &purge_user(NOBODY + i));
     }
     trim_log(&fleet, u64::from(LATER));
-    let c = fleet.add_envoy();
+    let (c, took) = fleet.add_envoy_timed();
+    println!("the new Envoy used its L2 {took:?} after it was ready");
+    assert!(took < Duration::from_secs(1), "the new Envoy took {took:?} to trust its L2");
+    let r = c.send(Req::query(&kept));
+    assert_eq!(
+        (r.cache(), r.reason(), &r.body),
+        ("HIT", Some("l2"), &old[0]),
+        "an entry no purge was about, from the L2"
+    );
     never_serves(
         c,
         &y,
-        &old,
+        &old[1],
         3,
         "an Envoy started after user 2's purge was trimmed from the log",
     );

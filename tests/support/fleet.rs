@@ -83,10 +83,18 @@ impl Fleet {
 
     /// Starts one more Envoy of the fleet (a node joining late) and returns it.
     pub fn add_envoy(&mut self) -> &Envoy {
+        self.add_envoy_timed().0
+    }
+
+    /// [`Fleet::add_envoy`], and how long it took from Envoy being ready (its listeners up) to
+    /// using its L2 (the purge state learnt, the log followed to its end).
+    pub fn add_envoy_timed(&mut self) -> (&Envoy, Duration) {
         let envoy = Envoy::start_bootstrap(&self.bootstrap, 2);
+        let ready = Instant::now();
         envoy.wait_l2_ready();
+        let took = ready.elapsed();
         self.envoys.push(envoy);
-        self.envoys.last().unwrap()
+        (self.envoys.last().unwrap(), took)
     }
 
     /// Waits until the L2 service has answered `n` stores in all (the filter writes to the L2
