@@ -64,17 +64,29 @@ pub struct EntitiesRequest {
     /// Canonical JSON, as `request::http` reads it.
     pub extensions: Option<String>,
     pub fields: Vec<EntitiesField>,
-    /// The variables other than the representations, canonical: part of each entity's key
-    /// (a selection may read them, `@requires` arguments or field arguments).
+    /// The variables other than the representations as the subgraph will see them (the sent
+    /// values, and the operation's defaults for those not sent), canonical: part of each entity's
+    /// key (a selection may read them, `@requires` arguments or field arguments). A gateway
+    /// copies a client's `$first: Int = 3` into the subgraph query and sends no value: two
+    /// client operations that differ only in that default must not share entries.
     pub other_variables: String,
 }
 
 /// One `_entities` field as its query says: response key, variable, printed selection.
 pub type FieldShape = (String, String, String);
 
-/// What a query text (with its operation name) says of its `_entities` fields: the same for
-/// every batch a gateway's query plan sends, so a worker reads it once (`Shapes`).
-pub type Shape = Rc<Vec<FieldShape>>;
+/// What a query text (with its operation name) says of its `_entities` fields and its
+/// variables' defaults: the same for every batch a gateway's query plan sends, so a worker reads
+/// it once (`Shapes`).
+pub type Shape = Rc<OperationShape>;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OperationShape {
+    pub fields: Vec<FieldShape>,
+    /// Each variable with a default: name and the default as canonical JSON (what the same value
+    /// sent in `variables` prints as).
+    pub defaults: Vec<(String, String)>,
+}
 
 /// The `_entities` fields of `query`'s operation `operation_name`, or why it is not split.
 pub fn shape_of(
@@ -87,7 +99,71 @@ pub fn shape_of(
         return Err(NotEntities::OtherShape);
     }
     let doc = parse_query::<&str>(query).map_err(|_| NotEntities::Unreadable)?;
-    Ok(Rc::new(entities_fields(&doc, operation_name)?))
+    Ok(Rc::new(OperationShape {
+        fields: entities_fields(&doc, operation_name)?,
+        defaults: defaults(&doc, operation_name)?,
+    }))
+}
+
+/// The selected operation's variables that have a default, with it as canonical JSON.
+fn defaults<'a>(
+    doc: &Document<'a, &'a str>,
+    operation_name: Option<&str>,
+) -> Result<Vec<(String, String)>, NotEntities> {
+    let definitions = doc.definitions.iter().find_map(|d| match d {
+        Definition::Operation(OperationDefinition::Query(q))
+            if operation_name.is_none() || q.name == operation_name =>
+        {
+            Some(&q.variable_definitions)
+        }
+        _ => None,
+    });
+    let mut out = Vec::new();
+    for v in definitions.into_iter().flatten() {
+        if let Some(value) = &v.default_value {
+            let mut json = String::new();
+            value_json(value, &mut json).ok_or(NotEntities::OtherShape)?;
+            out.push((v.name.to_string(), json));
+        }
+    }
+    Ok(out)
+}
+
+/// A GraphQL input value as canonical JSON (members sorted, strings as `json` prints them, enum
+/// values as strings); `None` for a variable inside, which a default cannot hold.
+fn value_json<'a>(value: &Value<'a, &'a str>, out: &mut String) -> Option<()> {
+    match value {
+        Value::Null => out.push_str("null"),
+        Value::Boolean(b) => out.push_str(if *b { "true" } else { "false" }),
+        Value::Int(n) => out.push_str(&n.as_i64()?.to_string()),
+        Value::Float(f) => out.push_str(&serde_json::Number::from_f64(*f)?.to_string()),
+        Value::String(s) => write_string(out, s),
+        Value::Enum(e) => write_string(out, e),
+        Value::List(items) => {
+            out.push('[');
+            for (i, item) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                value_json(item, out)?;
+            }
+            out.push(']');
+        }
+        Value::Object(members) => {
+            out.push('{');
+            for (i, (name, item)) in members.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                write_string(out, name);
+                out.push(':');
+                value_json(item, out)?;
+            }
+            out.push('}');
+        }
+        Value::Variable(_) => return None,
+    }
+    Some(())
 }
 
 /// The shapes a worker has read, by query text and operation name (at most [`MAX_SHAPES`]; past
@@ -147,6 +223,7 @@ impl EntitiesRequest {
             _ => &[],
         };
         let fields = shape
+            .fields
             .iter()
             .map(|(key, variable, selection)| {
                 split(variables, key.clone(), variable.clone(), selection.clone())
@@ -158,7 +235,7 @@ impl EntitiesRequest {
             .map(|(name, value)| (name.to_string(), value.to_canonical()))
             .collect();
         Ok(EntitiesRequest {
-            other_variables: object(others.iter().map(|(n, v)| (n.as_str(), v.as_str()))),
+            other_variables: effective(&others, &shape.defaults),
             others,
             query: req.query,
             operation_name: req.operation_name,
@@ -209,6 +286,16 @@ impl EntitiesRequest {
         body.push('}');
         body.into_bytes()
     }
+}
+
+/// The variables as the subgraph sees them, canonical: those sent, and the defaults of the others.
+fn effective(sent: &[(String, String)], defaults: &[(String, String)]) -> String {
+    let mut all: std::collections::BTreeMap<&str, &str> = defaults
+        .iter()
+        .map(|(n, v)| (n.as_str(), v.as_str()))
+        .collect();
+    all.extend(sent.iter().map(|(n, v)| (n.as_str(), v.as_str())));
+    object(all.into_iter())
 }
 
 /// A JSON object of members whose values are JSON texts already.
@@ -420,6 +507,38 @@ mod tests {
         assert_eq!(sent["variables"]["_v1_representations"][0]["id"], "1");
         assert_eq!(sent["variables"]["x"], 3);
         assert_eq!(sent["query"], r.query.as_str());
+    }
+
+    #[test]
+    fn a_variable_s_default_is_part_of_the_key_as_if_it_had_been_sent() {
+        let with = |default: &str, sent: serde_json::Value| {
+            let query = format!(
+                "query($r:[_Any!]!,$first:Int={default}){{_entities(representations:$r){{...on Product{{reviews(first:$first){{body}}}}}}}}"
+            );
+            let mut vars = serde_json::json!({"r": [{"__typename": "Product", "id": "1"}]});
+            if let serde_json::Value::Object(extra) = sent {
+                vars.as_object_mut().unwrap().extend(extra);
+            }
+            let r = read(&serde_json::json!({"query": query, "variables": vars})).unwrap();
+            assert_eq!(
+                r.others.len(),
+                vars.as_object().unwrap().len() - 1,
+                "sent as sent"
+            );
+            r.other_variables
+        };
+        let none = serde_json::json!({});
+        assert_eq!(with("1", none.clone()), r#"{"first":1}"#);
+        assert_ne!(with("1", none.clone()), with("3", none.clone()));
+        assert_eq!(
+            with("3", none.clone()),
+            with("1", serde_json::json!({"first": 3})),
+            "the value the subgraph sees decides"
+        );
+        assert_eq!(
+            with(r#"{b: [RED, "x"], a: null}"#, none),
+            r#"{"first":{"a":null,"b":["RED","x"]}}"#
+        );
     }
 
     #[test]
