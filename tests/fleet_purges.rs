@@ -459,7 +459,10 @@ fn a_new_envoy_does_not_serve_an_entry_whose_purge_was_trimmed_from_the_log() {
     trim_log(&fleet, u64::from(LATER));
     let (c, took) = fleet.add_envoy_timed();
     println!("the new Envoy used its L2 {took:?} after it was ready");
-    assert!(took < Duration::from_secs(1), "the new Envoy took {took:?} to trust its L2");
+    assert!(
+        took < Duration::from_secs(1),
+        "the new Envoy took {took:?} to trust its L2"
+    );
     let r = c.send(Req::query(&kept));
     assert_eq!(
         (r.cache(), r.reason(), &r.body),

@@ -6,8 +6,8 @@
 //! `entity_join`, the root fetches it once for all). Stale entities: `entity_stale`.
 
 use crate::cache::entry::Entry;
-use crate::coalesce::upstream::callout_for;
-use crate::config::{carriable, Config, Lifetimes, Scope};
+use crate::coalesce::upstream::upstream_request;
+use crate::config::{Config, Lifetimes, Scope};
 use crate::effects::counters::Counter;
 use crate::effects::host::{status, RequestHost};
 use crate::entities::answer::{assemble, Fetched};
@@ -314,9 +314,15 @@ fn dispatch_partial(
 ) -> Option<u32> {
     let config = cx.config();
     let cluster = fetch_cluster(config, cx.host(), head)?;
-    // This request's own fetch: every header the gateway sent but the body's length.
-    let keep = |name: &str| carriable(name) && name != "content-length";
-    let callout = callout_for(cluster, head, Some(x.req.rewritten(missing)), keep)?;
+    // What it fetches is stored for everyone who may share it: only the headers the shared fetch
+    // carries (the key's, the operator's `forward_headers`; the caller's credentials and
+    // identity only where a private type is asked for, whose entries are keyed by that identity).
+    let scope = if x.private(config) {
+        Scope::Private
+    } else {
+        Scope::Public
+    };
+    let callout = upstream_request(cluster, head, Some(x.req.rewritten(missing)), config, scope)?;
     cx.host().dispatch(&callout, config.fetch_timeout_ms).ok()
 }
 

@@ -64,9 +64,16 @@ fn a_batch_is_answered_from_entries_and_only_what_is_missing_is_fetched() {
     forwarded(&a, 1, &[1, 2, 1]);
 
     // 1 and 2 stored; 3 is fetched alone, and the answer merged in the gateway's order.
-    let (mut x, flow) = a.post(2, &batch(&[3, 1, 2, 3]), &[]);
+    let client = [("x-request-id", "r1"), ("x-debug-user", "one-user")];
+    let (mut x, flow) = a.post(2, &batch(&[3, 1, 2, 3]), &client);
     assert_eq!(flow, Flow::Pause);
     let (token, callout) = a.host.dispatched.borrow().last().cloned().unwrap();
+    let sent_header = |name: &str| callout.headers.iter().any(|(n, _)| n == name);
+    assert!(
+        !sent_header("x-debug-user"),
+        "what it fetches is stored for everyone: only the shared fetch's headers go"
+    );
+    assert!(sent_header("x-request-id"), "forward_headers do");
     let sent: serde_json::Value = serde_json::from_slice(callout.body.as_ref().unwrap()).unwrap();
     assert_eq!(
         sent["variables"]["representations"],
