@@ -81,6 +81,42 @@ impl Entities {
         (life, t.and_then(|t| t.scope).unwrap_or(self.default_scope))
     }
 
+    /// The scope of entities of `typename` asked with `selection` (a printed selection set): a
+    /// public type whose selection reaches a private one (`... on Account`, a fragment on it) is
+    /// private too, keyed by the caller's identity.
+    pub fn scope_in(&self, typename: &str, selection: &str) -> Scope {
+        let (_, scope) = self.rules(typename);
+        if scope == Scope::Private || self.private_named(selection, " on ") {
+            return Scope::Private;
+        }
+        Scope::Public
+    }
+
+    /// Whether an entity's answer (its JSON) holds an object of a private type (a `__typename`
+    /// its selection asked for, as gateways do for interfaces and unions): such an answer is
+    /// not stored for everyone.
+    pub fn holds_private(&self, raw: &str) -> bool {
+        self.private_named(raw, "\"__typename\"")
+    }
+
+    /// Whether a private type's name follows `marker` (then blanks, and for `__typename` a
+    /// colon and a quote) anywhere in `text`. With `default_scope` private, every unlisted type
+    /// is private: then any name counts.
+    fn private_named(&self, text: &str, marker: &str) -> bool {
+        let private = |name: &str| self.rules(name).1 == Scope::Private;
+        text.match_indices(marker).any(|(at, m)| {
+            let rest = text[at + m.len()..].trim_start();
+            let rest = match rest.strip_prefix(':') {
+                Some(r) => r.trim_start().strip_prefix('"').unwrap_or(r),
+                None => rest,
+            };
+            let end = rest
+                .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                .unwrap_or(rest.len());
+            end > 0 && private(&rest[..end])
+        })
+    }
+
     /// Whether entities of `typename` are prefetched: asked for so, and public (a private
     /// entity is fetched with its caller's credentials, never on a guess).
     pub fn prefetch(&self, typename: &str) -> bool {

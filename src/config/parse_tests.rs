@@ -514,6 +514,46 @@ fn the_explain_path_sits_beside_the_purge_path_unless_given() {
 }
 
 #[test]
+fn a_public_entity_that_reaches_a_private_type_is_private_or_not_stored() {
+    let c =
+        Config::parse(br#"{"entities":{"types":{"Product":{},"Account":{"scope":"private"}}}}"#)
+            .unwrap()
+            .entities
+            .unwrap();
+    assert_eq!(c.scope_in("Product", "{ name }"), Scope::Public);
+    assert_eq!(c.scope_in("Account", "{ name }"), Scope::Private);
+    for selection in [
+        "{ owner { ... on Account { email } } }",
+        "{ ...F }fragment F on Account { email }",
+    ] {
+        assert_eq!(
+            c.scope_in("Product", selection),
+            Scope::Private,
+            "{selection}"
+        );
+    }
+    assert_eq!(
+        c.scope_in("Product", "{ accountant { x } }"),
+        Scope::Public,
+        "a name, whole"
+    );
+    assert!(c.holds_private(r#"{"owner":{"__typename":"Account","email":"a@b"}}"#));
+    assert!(c.holds_private(r#"{"owner":{"__typename" : "Account"}}"#));
+    assert!(!c.holds_private(r#"{"owner":{"__typename":"Accounts"},"a":"__typename"}"#));
+    assert!(!c.holds_private(r#"{"name":"P1","__typename":"Product"}"#));
+    let all_private = Config::parse(
+        br#"{"identity":{"source":"header","header":"x-user"},"default_scope":"private","entities":{"types":{"Product":{"scope":"public"}}}}"#,
+    )
+    .unwrap()
+    .entities
+    .unwrap();
+    assert!(
+        all_private.holds_private(r#"{"r":{"__typename":"Review"}}"#),
+        "unlisted: private"
+    );
+}
+
+#[test]
 fn entities_types_and_bounds() {
     assert_eq!(Config::parse(b"{}").unwrap().entities, None);
     let c = Config::parse(

@@ -3,6 +3,7 @@
 //! (a coalesced batch, a background refresh).
 
 use crate::cache::entry::Entry;
+use crate::config::Scope;
 use crate::config::{Config, Lifetimes};
 use crate::effects::host::{status, Host};
 use crate::entities::answer::Fetched;
@@ -64,12 +65,11 @@ pub fn store(
             let Some(d) = split.sent.get(f).and_then(|s| s.get(i)).copied() else {
                 continue;
             };
-            let rep = split
-                .req
-                .fields
-                .get(f)
-                .and_then(|field| field.distinct.get(d));
-            let (Some(got), Some((key, ttl_seconds)), Some(rep)) = (got, policy(f, d), rep) else {
+            let field = split.req.fields.get(f);
+            let rep = field.and_then(|field| field.distinct.get(d));
+            let (Some(got), Some((key, ttl_seconds)), Some(rep), Some(field)) =
+                (got, policy(f, d), rep, field)
+            else {
                 continue;
             };
             if done.contains(&(f, d)) {
@@ -82,7 +82,12 @@ pub fn store(
                 ttl_seconds
             };
             let allowed = allowed(config, rep, got.raw, ttl);
-            let storable = (got.storable() || (got.raw == "null" && !got.errored)) && !unplaced;
+            let entities = listener_settings(config);
+            // A public entity whose answer holds a private object: not for everyone's entry.
+            let leaks = entities.scope_in(&rep.typename, &field.selection) == Scope::Public
+                && entities.holds_private(got.raw);
+            let storable =
+                (got.storable() || (got.raw == "null" && !got.errored)) && !unplaced && !leaks;
             let entry = match (key, storable && ttl > 0) {
                 (Some(key), true) => entity_entry(&key, rep, got.raw, &source, config, &allowed)
                     .ok()

@@ -181,7 +181,8 @@ fn look_up(
         let mut row = Vec::with_capacity(field.distinct.len());
         let keys = EntityKeys::new(&ctx, &req.ask(field));
         for rep in &field.distinct {
-            let (life, scope) = entities.rules(&rep.typename);
+            let life = entities.lifetimes(&rep.typename);
+            let scope = entities.scope_in(&rep.typename, &field.selection);
             let key = keys.key(&rep.canonical);
             let key = match scope {
                 Scope::Public => Some(key),
@@ -282,11 +283,11 @@ fn respond(
 ) {
     let entities = listener_settings(cx.config());
     let private = x.slots.iter().flatten().any(|s| s.key.is_some())
-        && x.req
-            .fields
-            .iter()
-            .flat_map(|f| &f.distinct)
-            .any(|r| entities.policy(&r.typename).1 == Scope::Private);
+        && x.req.fields.iter().any(|f| {
+            f.distinct
+                .iter()
+                .any(|r| entities.scope_in(&r.typename, &f.selection) == Scope::Private)
+        });
     let cache_control = match private {
         true => format!("private, max-age={max_age}"),
         false => format!("max-age={max_age}"),
@@ -507,11 +508,11 @@ impl EntityExchange {
     pub fn private(&self, config: &Config) -> bool {
         // The listener's scopes, also where a route turned entity mode on.
         let entities = listener_settings(config);
-        self.req
-            .fields
-            .iter()
-            .flat_map(|f| &f.distinct)
-            .any(|r| entities.policy(&r.typename).1 == Scope::Private)
+        self.req.fields.iter().any(|f| {
+            f.distinct
+                .iter()
+                .any(|r| entities.scope_in(&r.typename, &f.selection) == Scope::Private)
+        })
     }
 
     /// The flight key of this batch as the gateway sent it (see `CacheKey::entity_batch`);

@@ -37,9 +37,11 @@ pub fn may_refresh(cx: &mut Ctx<'_, impl RequestHost>) -> bool {
 }
 
 fn private(config: &Config, req: &EntitiesRequest, f: usize, d: usize) -> bool {
-    let rep = req.fields.get(f).and_then(|field| field.distinct.get(d));
-    match rep {
-        Some(rep) => listener_settings(config).policy(&rep.typename).1 == Scope::Private,
+    let field = req.fields.get(f);
+    match field.and_then(|field| Some((field, field.distinct.get(d)?))) {
+        Some((field, rep)) => {
+            listener_settings(config).scope_in(&rep.typename, &field.selection) == Scope::Private
+        }
         // Unknown: as private (the fetch then carries the caller's credentials).
         None => true,
     }
