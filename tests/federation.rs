@@ -169,6 +169,53 @@ fn federation_through(script: &str, prefetch: bool) {
     drop(subgraphs.process);
 }
 
+/// A client's variable default reaches the subgraph as a default in the query the planner writes,
+/// with no value sent: pages of `reviews(first: $first)` asked with `= 1`, then `= 3`, then again,
+/// each answered through the filter as straight from the subgraphs (with `= 1` first, a key
+/// without the default served one review where three exist).
+#[test]
+fn a_client_s_variable_default_keys_the_entities_it_selects() {
+    let subgraphs = Subgraphs::start();
+    let envoy = envoy_for(&subgraphs);
+    let e = envoy.port;
+    let direct = gateway(
+        "apollo-gateway.mjs",
+        subgraphs
+            .ports
+            .map(|p| format!("http://127.0.0.1:{p}/graphql")),
+    );
+    let cached = gateway(
+        "apollo-gateway.mjs",
+        [
+            format!("http://127.0.0.1:{e}/graphql"),
+            format!("http://127.0.0.1:{e}/reviews/graphql"),
+            format!("http://127.0.0.1:{e}/users/graphql"),
+        ],
+    );
+    let page = |first: u32, offset: u32| {
+        format!(
+            "query Reviews($first: Int = {first}) {{ products(first: 5, offset: {offset}) {{ id reviews(first: $first) {{ id }} }} }}"
+        )
+    };
+    let mut several = 0;
+    for first in [1, 3, 1, 3] {
+        for offset in [0, 5] {
+            let q = page(first, offset);
+            let want = ask(&direct.url(), &q, None);
+            assert_eq!(ask(&cached.url(), &q, None), want, "{q}");
+            several += want["data"]["products"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter(|p| p["reviews"].as_array().unwrap().len() > 1)
+                .count();
+        }
+    }
+    assert!(several > 0, "no page had a product with more than one review");
+    assert!(envoy.counter("hits") > 0, "nothing came from entries");
+    drop(subgraphs.process);
+}
+
 #[test]
 fn apollo_gateway_answers_the_same_through_entity_caching() {
     federation_through_envoy("apollo-gateway.mjs");

@@ -37,7 +37,8 @@ type Review @key(fields: "id") {
 }
 type Product @key(fields: "id") {
   id: ID!
-  reviews: [Review!]!
+  "At most \`first\` of them (all without it): tests/federation.rs pages them by a client's default."
+  reviews(first: Int): [Review!]!
 }
 type User @key(fields: "id", resolvable: false) {
   id: ID!

@@ -139,7 +139,10 @@ function resolversFor(name, resolved) {
             resolved("Product");
             return { id: ref.id };
           },
-          reviews: (p) => (reviewsByProduct.get(p.id) ?? []).map(reviewOut),
+          reviews: (p, { first }) =>
+            (reviewsByProduct.get(p.id) ?? [])
+              .slice(0, first ?? undefined)
+              .map(reviewOut),
         },
       };
     case "users":
