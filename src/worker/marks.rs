@@ -42,6 +42,13 @@ pub fn verdict(worker: &Worker, bytes: &[u8]) -> Verdict {
     }
 }
 
+/// Whether a purge made since `bytes` (an entry) was asked for covers it: an entry a fetch made
+/// and hands over directly (a prefetch's, a wake-up's), not through a lookup, is checked here.
+pub fn overtaken(cx: &mut Ctx<'_, impl Host>, bytes: &[u8]) -> bool {
+    refresh_marks(cx);
+    cx.worker(|w| verdict(w, bytes)) == Verdict::Purged
+}
+
 /// The one way a purge reaches this Envoy, whoever made it (the API, a mutation, another Envoy
 /// through the purge log): each target marked at its instant, then every worker told (the purge
 /// signal) and this worker's marks read back, so its copies go at once.

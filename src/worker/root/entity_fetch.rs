@@ -21,6 +21,7 @@ use crate::entities::mode::listener_settings;
 use crate::request::key::CacheKey;
 use crate::worker::ctx::Ctx;
 use crate::worker::entity_store::{self, Split};
+use crate::worker::marks::overtaken;
 use crate::worker::root::answer::{answer, release, Label, Reply};
 use crate::worker::root::entity_flights::wait_on;
 use crate::worker::root::stale::{self, error_entry, fresh_entry};
@@ -181,9 +182,14 @@ pub fn answer_prefetched(
         return;
     };
     let mut pending = None;
-    let made = from_entries(cx, &batch, Use::Fresh, |cx, k| match woken {
-        Some(entry) if k == key => Some(entry.to_vec()),
-        _ => prefetched(cx, k).map_err(|p| pending = p).ok(),
+    // An entry the fetch made is handed over, not looked up: one a purge made since it was asked
+    // for covers is no entry (the batch then goes upstream itself).
+    let made = from_entries(cx, &batch, Use::Fresh, |cx, k| {
+        let entry = match woken {
+            Some(entry) if k == key => Some(entry.to_vec()),
+            _ => prefetched(cx, k).map_err(|p| pending = p).ok(),
+        }?;
+        (!overtaken(cx, &entry)).then_some(entry)
     });
     match (made, pending) {
         (Some(response), _) => {

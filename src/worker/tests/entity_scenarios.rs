@@ -911,6 +911,29 @@ fn a_batch_on_another_worker_waits_for_the_prefetch_and_its_wake_up_brings_the_e
 }
 
 #[test]
+fn a_batch_waiting_on_a_prefetch_a_purge_overtook_goes_upstream_itself() {
+    let purging = PREFETCHING.replacen(
+        "{",
+        r#"{"purge_path":"/purge","purge_token":"0123456789abcdef","#,
+        1,
+    );
+    let (a, b) = envoy(&purging);
+    fetched_by_root(&a, 1, &[1]);
+    let ahead = search(&a, 2, &[1, 2, 3], &[]);
+    waits(&b, 3, &[3, 1, 2]);
+    // Product 3 is purged while its prefetch is on its way: what it brings may predate that.
+    a.host.advance(5);
+    let purge = r#"[{"kind":"entity","type":"Product","id":"3"}]"#;
+    assert_eq!(a.purge(7, "0123456789abcdef", purge).status, 200);
+    a.host.advance(5);
+    a.callout_answers(ahead[0], root_answer(&subgraph_answer(&[2, 3]), &[]));
+    b.deliver_queue();
+    assert_eq!(*b.host.resumed.borrow(), vec![3], "let go upstream as sent");
+    assert!(b.host.reply_to(3).is_none());
+    b.assert_host_rules_kept();
+}
+
+#[test]
 fn a_batch_on_another_worker_is_let_go_when_the_prefetch_misses_one_of_its_entities() {
     let (a, b) = envoy(PREFETCHING);
     fetched_by_root(&a, 1, &[1]);
