@@ -560,3 +560,166 @@ fn a_record_deleted_from_the_middle_of_the_log_is_noticed() {
         "an Envoy started after P2 was deleted from the log",
     );
 }
+
+// --- review findings ----------------------------------------------------------------------------
+
+/// fleet.yaml's filter configuration line that names the fleet key: where a test changes the key
+/// or adds `l2` settings.
+const FLEET_KEY_LINE: &str = r#""fleet_key_env": "GRAPHQL_CACHE_FLEET_KEY""#;
+
+/// An Envoy of `fleet` whose `l2` configuration has `l2_extra` in place of the fleet key's line.
+fn envoy_with_l2(fleet: &Fleet, l2_port: u16, l2_extra: &str) -> Envoy {
+    let config = fleet_config(fleet.origin.port, l2_port, LONG_TTL);
+    assert!(config.contains(FLEET_KEY_LINE), "fleet.yaml changed");
+    let envoy = Envoy::start_bootstrap(&config.replace(FLEET_KEY_LINE, l2_extra), 2);
+    envoy.wait_l2_ready();
+    envoy
+}
+
+/// The leader's fetch of user 1 is at the origin (slowed down) when user 1 is purged; a request
+/// that arrives after the purge must not be answered with what that fetch brings (its data may
+/// predate the purge), but by a fetch that began after it.
+#[test]
+fn a_request_after_a_purge_does_not_join_a_fetch_that_began_before_it() {
+    let fleet = Fleet::start(&FleetOptions {
+        extra_config: LONG_TTL.into(),
+        origin_args: vec!["--delay-ms".into(), "800".into()],
+        ..FleetOptions::new(Backend::Single, 1)
+    });
+    let a = &fleet.envoys[0];
+    let q = user_query(1);
+    let at_origin = fleet.origin.count();
+    std::thread::scope(|s| {
+        let leader = s.spawn(|| a.send(Req::query(&q)));
+        let started = poll(Duration::from_secs(5), || {
+            (fleet.origin.count() > at_origin).then_some(())
+        });
+        assert!(
+            started.is_some(),
+            "the leader's fetch never reached the origin"
+        );
+        purge(a, &purge_user(1));
+        let after = a.send(Req::query(&q));
+        let before = leader.join().unwrap();
+        assert_eq!((before.status, after.status), (200, 200));
+        assert_ne!(
+            after.body,
+            before.body,
+            "a request made after the purge got the fetch from before it ({} {:?})",
+            after.cache(),
+            after.reason()
+        );
+    });
+}
+
+/// Envoy A's L2 is gone for longer than `feed_failsafe_ms` (1 s here): an answer A fetched during
+/// the outage, after the fail-safe first fired, is not served longer than the bound after it was
+/// fetched (a purge made elsewhere meanwhile would be unseen).
+#[test]
+fn in_a_long_l2_outage_nothing_is_served_longer_than_the_failsafe_bound() {
+    let fleet = fleet(0);
+    let mut own = OwnL2::start(&fleet);
+    let a = envoy_with_l2(
+        &fleet,
+        own.addr.port(),
+        &format!(r#"{FLEET_KEY_LINE}, "feed_failsafe_ms": 1000"#),
+    );
+    own.stop();
+    let fired = poll(Duration::from_secs(10), || {
+        (a.counter("l2_feed_failsafe") > 0).then_some(())
+    });
+    assert!(fired.is_some(), "the fail-safe never fired");
+    let q = user_query(2);
+    let first = a.send(Req::query(&q));
+    let fetched = Instant::now();
+    assert_eq!(
+        (first.status, first.cache()),
+        (200, "MISS"),
+        "{}",
+        first.text()
+    );
+    let again = a.send(Req::query(&q));
+    assert_eq!(again.cache(), "HIT", "kept while younger than the bound");
+    stops_serving(
+        &a,
+        &q,
+        &first.body,
+        Duration::from_secs(5),
+        "A, user 2 fetched during the outage",
+    );
+    assert!(
+        fetched.elapsed() >= Duration::from_millis(900),
+        "purged before the bound: {:?}",
+        fetched.elapsed()
+    );
+}
+
+/// An Envoy whose clock runs a minute behind purges user 1 (its mark, signed with the fleet key,
+/// is written to the L2 as that Envoy writes it, dated by its clock): B, which fetched user 1
+/// just before, must stop serving it. The log's own time for the mark (less `purge_skew_ms`, 0
+/// here: B's clock and Redis's are this machine's) is what dates it.
+#[test]
+fn a_purge_from_an_envoy_whose_clock_runs_behind_still_purges_the_fleet() {
+    use graphql_cache::config::FleetKey;
+    use graphql_cache::invalidate::marks::{tag_hash, Target};
+    let fleet = fleet(0);
+    let b = &envoy_with_l2(
+        &fleet,
+        fleet.l2.addr.port(),
+        &format!(r#"{FLEET_KEY_LINE}, "purge_skew_ms": 0"#),
+    );
+    let q = user_query(1);
+    let old = cache_on(&fleet, b, std::slice::from_ref(&q)).remove(0);
+    let fleet_key = testkit::FLEET_SECRETS
+        .iter()
+        .find(|(name, _)| *name == "GRAPHQL_CACHE_FLEET_KEY")
+        .unwrap()
+        .1;
+    let key = FleetKey::new(fleet_key.as_bytes()).unwrap();
+    let now_us = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_micros() as u64;
+    let behind_us = now_us - 60_000_000;
+    let mark = key.seal_mark(behind_us, Target::Tag(tag_hash("entity:User:1")), false);
+    let body = l2_proto::marks::MarksBatch::encode(600_000, &[mark]).unwrap();
+    let r = fleet.l2.post(l2_proto::route::MARKS, &body);
+    assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+    stops_serving(
+        b,
+        &q,
+        &old,
+        SPREAD,
+        "B, user 1 purged by an Envoy a minute behind",
+    );
+}
+
+/// The fleet key is rotated: A signs with the new key and accepts the old, B signs with the old
+/// and accepts the new (step 2 of docs/fleet.md's rotation). Purges on either reach the other, and
+/// neither purges everything (its unrelated answers stay served, no gap counted).
+#[test]
+fn while_the_fleet_key_rotates_purges_travel_both_ways_and_nothing_else_is_purged() {
+    const OLD: &str = "dev-fleet-key-change-me-0123456789abcdef";
+    const NEW: &str = "rotated-fleet-key-0123456789abcdef-0001";
+    let fleet = fleet(0);
+    let keys = |first: &str, second: &str| format!(r#""fleet_keys": ["{first}", "{second}"]"#);
+    let port = fleet.l2.addr.port();
+    let a = envoy_with_l2(&fleet, port, &keys(NEW, OLD));
+    let b = envoy_with_l2(&fleet, port, &keys(OLD, NEW));
+    let unrelated: Vec<String> = (1..=5).map(echo_query).collect();
+    let kept = [
+        cache_on(&fleet, &a, &unrelated),
+        cache_on(&fleet, &b, &unrelated),
+    ];
+    for (from, to, user, what) in [(&a, &b, 1, "A's purge on B"), (&b, &a, 2, "B's purge on A")] {
+        let q = user_query(user);
+        let old = cache_on(&fleet, to, std::slice::from_ref(&q)).remove(0);
+        purge(from, &purge_user(user));
+        stops_serving(to, &q, &old, SPREAD, what);
+    }
+    for (envoy, bodies, name) in [(&a, &kept[0], "A"), (&b, &kept[1], "B")] {
+        let missed = not_hits(envoy, &unrelated, bodies);
+        assert!(missed.is_empty(), "{name} lost {}", summary(&missed));
+        assert_eq!(envoy.counter("l2_purge_gaps"), 0, "{name} saw a gap");
+    }
+}
