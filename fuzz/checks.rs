@@ -24,7 +24,7 @@ use graphql_cache::entities::request::EntitiesRequest;
 use graphql_cache::fleet::follower::{self, FeedState, FEED_KEY};
 use graphql_cache::fleet::outbox::{self, Outbox, MAX_PENDING, MAX_PENDING_BYTES, OUTBOX_KEY};
 use graphql_cache::fleet::purge_log::{
-    read_page, valid_cursor, valid_generation, PurgeRecord, Reader,
+    marks, read_page, read_snapshot, valid_cursor, valid_generation, PurgeRecord, Reader,
 };
 use graphql_cache::fleet::seal::FleetKey;
 use graphql_cache::fleet::wire::{read_lookup, Looked};
@@ -340,6 +340,22 @@ pub fn l2_envelopes(data: &[u8]) {
             .records
             .iter()
             .all(|r| r.at_us <= reader.now_us + reader.skew_us));
+    }
+    // A batch of marks (what the service takes) and a page of the snapshot (what it answers).
+    if let Ok(batch) = marks::MarksBatch::decode(data) {
+        assert!(!batch.marks.is_empty() && batch.marks.len() <= marks::MAX_MARKS_PER_BATCH);
+        assert!((marks::MIN_KEEP_MS..=marks::MAX_KEEP_MS).contains(&batch.keep_ms));
+        assert!(batch
+            .marks
+            .iter()
+            .all(|m| m.sealed.len() == marks::MARK_BYTES));
+    }
+    if let Some(page) = read_snapshot(data, &reader) {
+        assert!(marks::valid_scan_cursor(&page.cursor) && valid_cursor(&page.tip));
+        assert!(page
+            .records
+            .iter()
+            .all(|r| r.at_us <= reader.now_us + reader.skew_us && r.targets.len() == 1));
     }
     // An entry another Envoy stored: whatever comes back is an entry this Envoy could store.
     let lifetimes = Lifetimes {

@@ -11,6 +11,7 @@ use l2_proto::purges::{PurgeEntry, PurgesAnswer};
 // The record's format and the checks of what goes back into a path are the wire contract's;
 // named here too, where the rest of the filter (and fuzz/) looks for them.
 pub use l2_proto::limits::{valid_cursor, valid_generation};
+pub use l2_proto::marks;
 pub use l2_proto::purge::{records, PurgeRecord, MAX_TARGETS};
 
 /// One read of the purge log.
