@@ -211,7 +211,10 @@ fn a_client_s_variable_default_keys_the_entities_it_selects() {
                 .count();
         }
     }
-    assert!(several > 0, "no page had a product with more than one review");
+    assert!(
+        several > 0,
+        "no page had a product with more than one review"
+    );
     assert!(envoy.counter("hits") > 0, "nothing came from entries");
     drop(subgraphs.process);
 }
