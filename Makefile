@@ -35,6 +35,7 @@ help:
 	@echo "make bench-entities-hops - bench-entities' subgraph hop request by request: time in Envoy by subgraph and x-cache"
 	@echo "make bench-entities-paired - client latency below saturation, (c) against (a), in alternating slices with both stacks up"
 	@echo "make bench-entities-hop-floor - the same for (e), the Envoy hop with no filter, against (a): what the hop alone costs"
+	@echo "make bench-purges - a purge storm on one Envoy of 3: purges/s, folds, others' hit ratio, Redis commands per purge, delay to honoured (bench/results/purges.*)"
 	@echo "make soak   - a million distinct keys through Envoy, RSS sampled (bounded memory)"
 	@echo "make oci    - the filter as a reproducible OCI image (Istio, Envoy Gateway) under target/oci/"
 	@echo "make fuzz   - coverage-guided fuzzing of every parser and decoder (FUZZ_SECONDS each)"
@@ -363,11 +364,25 @@ soak: tools build
 # What an idle fleet costs Redis: Redis, one L2, the origin and FLEET_ENVOYS Envoys x 2 workers on
 # envoy/fleet.yaml, no traffic; INFO commandstats over FLEET_SECONDS. FLEET_IDLE_ARGS=--insecure-no-auth
 # for a filter that does not send the L2 secret yet.
-.PHONY: fleet-idle
+.PHONY: fleet-idle bench-purges
 FLEET_ENVOYS ?= 8
 FLEET_SECONDS ?= 10
 fleet-idle: tools build $(REDIS)
 	python3 bench/fleet_idle.py --envoys $(FLEET_ENVOYS) --seconds $(FLEET_SECONDS) $(FLEET_IDLE_ARGS)
+
+# A purge storm (bench/purges.py): Redis, one L2, the origin and 3 Envoys (A, B, C) x 2 workers on
+# envoy/fleet.yaml; wrk (bench/purge_storm.lua; Debian's wrk installed if missing, as bench/run.sh
+# does) POSTs purges of 64 users nobody cached to A's purge API on 8 connections for STORM_SECONDS
+# while B and C serve 20 unrelated answers each; then PURGE_ROUNDS timed purges of an answer B and
+# C hold, answered owed and then committed. Purges/s, A's folds and merges, B's and C's hit ratio
+# during and after, Redis commands per purge, the delay to honoured on every Envoy:
+# bench/results/purges.{json,md}. About 2-3 minutes; PURGES_ARGS for more flags (--help).
+STORM_SECONDS ?= 60
+PURGE_ROUNDS ?= 200
+bench-purges: tools build $(REDIS)
+	@command -v wrk >/dev/null || { [ "$$(id -u)" = 0 ] && apt-get update -qq && apt-get install -y -qq wrk; } || \
+	  { echo "wrk is missing: sudo apt-get install wrk"; exit 1; }
+	python3 bench/purges.py --storm-seconds $(STORM_SECONDS) --rounds $(PURGE_ROUNDS) $(PURGES_ARGS)
 
 # Native criterion benchmarks of the key path and entry encoding (about a minute).
 bench-micro:

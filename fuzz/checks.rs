@@ -528,7 +528,7 @@ pub fn outbox_record(data: &[u8]) {
         after.pending.first().map(|p| &p.record)
     );
     if let Some(last) = last {
-        outbox::acknowledge(&store, last)
+        outbox::acknowledge(&store, 0, last)
             .unwrap_or_else(|e| panic!("an uncontended acknowledge fails: {e:?}"));
         let left: Vec<_> = after.pending.iter().filter(|p| p.seq > last).collect();
         let now = Outbox::decode(store.get(OUTBOX_KEY).as_deref())

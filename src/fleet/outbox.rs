@@ -19,7 +19,7 @@ pub const MAX_MERGED_TARGETS: usize = 16_384;
 /// Bytes of records pending at most (a record is at most 64 KiB).
 pub const MAX_PENDING_BYTES: usize = 512 * 1024;
 const MAGIC: &[u8; 4] = b"GQPO";
-const VERSION: u8 = 2;
+const VERSION: u8 = 3;
 
 /// One purge record waiting for the log, and its place in the outbox.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -36,7 +36,25 @@ pub struct Pending {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Outbox {
     pub next_seq: u64,
+    /// The call on its way to the log, if any: whichever worker took the purge sends at once
+    /// (no waiting for one follower's timer), and only one call is out at a time.
+    pub sending: Sending,
     pub pending: Vec<Pending>,
+}
+
+/// Who sends the records up to `through` to the log, until `until_ms` (then anyone may again:
+/// a worker whose call was lost). `owner` 0: nobody.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Sending {
+    pub owner: u64,
+    pub through: u64,
+    pub until_ms: u64,
+}
+
+impl Sending {
+    fn active(&self, now_ms: u64) -> bool {
+        self.owner != 0 && self.until_ms > now_ms
+    }
 }
 
 impl Outbox {
@@ -45,6 +63,13 @@ impl Outbox {
         out.extend_from_slice(MAGIC);
         out.push(VERSION);
         out.extend_from_slice(&self.next_seq.to_le_bytes());
+        for n in [
+            self.sending.owner,
+            self.sending.through,
+            self.sending.until_ms,
+        ] {
+            out.extend_from_slice(&n.to_le_bytes());
+        }
         for p in &self.pending {
             let record = p.record.encode().unwrap_or_default();
             out.extend_from_slice(&p.seq.to_le_bytes());
@@ -68,6 +93,11 @@ impl Outbox {
             return Err(());
         }
         let next_seq = take_u64(&mut rest)?;
+        let sending = Sending {
+            owner: take_u64(&mut rest)?,
+            through: take_u64(&mut rest)?,
+            until_ms: take_u64(&mut rest)?,
+        };
         let mut pending = Vec::new();
         while !rest.is_empty() {
             let seq = take_u64(&mut rest)?;
@@ -78,7 +108,11 @@ impl Outbox {
             let record = PurgeRecord::decode(record).map_err(|_| ())?;
             pending.push(Pending { seq, first, record });
         }
-        Ok(Outbox { next_seq, pending })
+        Ok(Outbox {
+            next_seq,
+            sending,
+            pending,
+        })
     }
 
     fn bytes(&self) -> usize {
@@ -108,21 +142,28 @@ impl Outbox {
         owed.unwrap_or(self.next_seq)
     }
 
-    /// Everything pending as few records as its targets take, each target once, all dated at
-    /// `latest_us` (at least every pending instant); past [`MAX_MERGED_TARGETS`], one purge of
-    /// everything. `true` when it came to that.
+    /// Everything pending but the records on their way to the log, as few records as its
+    /// targets take, each target once, all dated at `latest_us` (at least every pending instant);
+    /// past [`MAX_MERGED_TARGETS`], one purge of everything. `true` when it came to that.
     fn merge(&mut self, latest_us: u64) -> bool {
-        let first = self
+        let through = if self.sending.owner != 0 {
+            self.sending.through
+        } else {
+            0
+        };
+        let at = self
             .pending
+            .iter()
+            .position(|p| self.sending.owner == 0 || p.seq > through)
+            .unwrap_or(self.pending.len());
+        let merged: Vec<Pending> = self.pending.drain(at..).collect();
+        let first = merged
             .iter()
             .map(|p| p.first)
             .min()
             .unwrap_or(self.next_seq);
-        let mut targets: Vec<(Target, bool)> = self
-            .pending
-            .drain(..)
-            .flat_map(|p| p.record.targets)
-            .collect();
+        let mut targets: Vec<(Target, bool)> =
+            merged.into_iter().flat_map(|p| p.record.targets).collect();
         targets.sort_unstable_by_key(|&(t, soft)| (target_order(t), soft));
         targets.dedup();
         let everything = targets.len() > MAX_MERGED_TARGETS;
@@ -239,6 +280,47 @@ pub fn push(
     Ok(result)
 }
 
+/// Takes the sending of the oldest records (as many as `max_targets` targets) for worker `me`,
+/// unless another worker's call is on its way: those records and the last one's place.
+pub fn claim(
+    store: &impl SharedStore,
+    me: u64,
+    now_ms: u64,
+    lease_ms: u64,
+    max_targets: usize,
+) -> Result<Option<(Vec<PurgeRecord>, u64)>, StoreError> {
+    let mut claimed = None;
+    update(store, OUTBOX_KEY, |old| {
+        claimed = None;
+        let mut outbox = Outbox::decode(old).ok()?;
+        if outbox.sending.active(now_ms) && outbox.sending.owner != me {
+            return None;
+        }
+        let (records, last) = outbox.oldest(max_targets);
+        let last = last?;
+        claimed = Some((records.into_iter().cloned().collect(), last));
+        outbox.sending = Sending {
+            owner: me,
+            through: last,
+            until_ms: now_ms.saturating_add(lease_ms),
+        };
+        Some(outbox.encode())
+    })?;
+    Ok(claimed)
+}
+
+/// Worker `me`'s call failed: anyone may send again.
+pub fn release(store: &impl SharedStore, me: u64) -> Result<(), StoreError> {
+    update(store, OUTBOX_KEY, |old| {
+        let mut outbox = Outbox::decode(old).ok()?;
+        (outbox.sending.owner == me).then(|| {
+            outbox.sending = Sending::default();
+            outbox.encode()
+        })
+    })
+    .map(|_| ())
+}
+
 /// The outbox as it is now (an unreadable one is empty: `push` turns it into a purge of
 /// everything).
 pub fn read(store: &impl SharedStore) -> Outbox {
@@ -255,14 +337,17 @@ pub fn pending(store: &impl SharedStore) -> usize {
     Outbox::decode(store.get(OUTBOX_KEY).as_deref()).map_or(0, |o| o.pending.len())
 }
 
-/// The log holds every record up to `seq`: they are no longer owed. (Records merged since they
-/// were sent have new places after `seq`, and are sent again: more, never less.)
-pub fn acknowledge(store: &impl SharedStore, seq: u64) -> Result<(), StoreError> {
+/// The log holds every record up to `seq`, which worker `me` sent: they are no longer owed, and
+/// anyone may send the next.
+pub fn acknowledge(store: &impl SharedStore, me: u64, seq: u64) -> Result<(), StoreError> {
     update(store, OUTBOX_KEY, |old| {
         let mut outbox = Outbox::decode(old).ok()?;
-        let before = outbox.pending.len();
+        let before = (outbox.pending.len(), outbox.sending);
         outbox.pending.retain(|p| p.seq > seq);
-        (outbox.pending.len() != before).then(|| outbox.encode())
+        if outbox.sending.owner == me {
+            outbox.sending = Sending::default();
+        }
+        ((outbox.pending.len(), outbox.sending) != before).then(|| outbox.encode())
     })
     .map(|_| ())
 }
@@ -298,8 +383,8 @@ mod tests {
         assert_eq!(owed_from(&store), 0, "place 0 is owed");
         let oldest = first(&store);
         assert_eq!((oldest.record.at_us, oldest.record.targets), (10, tag(1)));
-        acknowledge(&store, oldest.seq).unwrap();
-        acknowledge(&store, oldest.seq).unwrap();
+        acknowledge(&store, 1, oldest.seq).unwrap();
+        acknowledge(&store, 1, oldest.seq).unwrap();
         assert_eq!(owed_from(&store), 1, "place 0 is in the log");
         assert_eq!(first(&store).record.at_us, 20);
         assert_eq!(pending(&store), 1);
@@ -326,8 +411,45 @@ mod tests {
             1,
             "a record larger than the batch still goes, alone"
         );
-        acknowledge(&store, outbox.pending[1].seq).unwrap();
+        acknowledge(&store, 1, outbox.pending[1].seq).unwrap();
         assert_eq!(pending(&store), 3, "acknowledged through its place");
+    }
+
+    #[test]
+    fn one_worker_sends_at_a_time_and_a_merge_leaves_what_it_sends_alone() {
+        let store = MapStore::default();
+        push(&store, 10, &tag(1)).unwrap();
+        push(&store, 20, &tag(2)).unwrap();
+        let (sent, last) = claim(&store, 7, 1_000, 500, 1).unwrap().unwrap();
+        assert_eq!(
+            (sent[0].targets.clone(), last),
+            (tag(1), 0),
+            "the oldest, one target"
+        );
+        assert_eq!(
+            claim(&store, 8, 1_100, 500, 10).unwrap(),
+            None,
+            "7's call is out"
+        );
+        // Past what the outbox holds: the rest merges, the record on its way stays as sent.
+        for n in 0..MAX_PENDING as u64 - 1 {
+            push(&store, 30 + n, &tag(100 + n)).unwrap();
+        }
+        let outbox = read(&store);
+        assert_eq!(outbox.pending[0].seq, 0, "still there, still place 0");
+        assert_eq!(outbox.pending[0].record.targets, tag(1));
+        assert_eq!(outbox.pending.len(), 2, "and everything else in one record");
+        // Lost: another worker may send once 7's lease has run out.
+        assert!(claim(&store, 8, 1_600, 500, 10).unwrap().is_some());
+        release(&store, 7).unwrap();
+        assert_eq!(read(&store).sending.owner, 8, "not 7's to release");
+        acknowledge(&store, 8, outbox.pending[1].seq).unwrap();
+        assert!(read(&store).pending.is_empty());
+        assert_eq!(
+            read(&store).sending,
+            Sending::default(),
+            "anyone may send next"
+        );
     }
 
     #[test]
@@ -352,7 +474,7 @@ mod tests {
         assert_eq!(merged.targets.len(), 9, "each target once: 0..8 and 42");
         assert_eq!(outbox.pending[0].first, 0, "it holds every place merged");
         assert_eq!(outbox.owed_from(), 0);
-        acknowledge(&store, outbox.pending[0].seq).unwrap();
+        acknowledge(&store, 1, outbox.pending[0].seq).unwrap();
         assert_eq!(owed_from(&store), outbox.pending[0].seq + 1);
     }
 

@@ -10,8 +10,8 @@ use crate::effects::counters::Counter;
 use crate::effects::host::{Callout, Host};
 use crate::effects::store::StoreError;
 use crate::fleet::calls::Call;
-use crate::fleet::follower;
 use crate::fleet::outbox::{self, Pushed};
+use crate::fleet::purge_log::PurgeRecord;
 use crate::fleet::wire::{self, owner, L2Failure};
 use crate::invalidate::marks::Target;
 use crate::request::key::CacheKey;
@@ -115,8 +115,7 @@ pub fn queue_purge(
     Some(pushed)
 }
 
-/// Root: sends every queued store and release and, from the Envoy's feed follower, the oldest
-/// purge owed to the log.
+/// Root: sends every queued store and release, and the oldest purges owed to the log.
 pub fn flush(cx: &mut Ctx<'_, impl Host>) {
     let queued = cx.worker(|w| std::mem::take(&mut w.l2.outbox));
     for callout in queued {
@@ -125,23 +124,27 @@ pub fn flush(cx: &mut Ctx<'_, impl Host>) {
     send_purge(cx);
 }
 
-/// One call at a time, oldest first, as many owed records as one call carries, and only from
-/// the worker that follows the log: the others would send the same records again.
+/// One call at a time for the whole Envoy, oldest first, as many owed records as one call
+/// carries, from whichever worker gets to it first (the one that took the purge, at once): the
+/// outbox says who sends, so no record goes twice.
 fn send_purge(cx: &mut Ctx<'_, impl Host>) {
     let config = cx.config();
     let Some(l2) = &config.l2 else { return };
     let (me, busy) = cx.worker(|w| (w.id, w.l2.sending_purge));
     let host = cx.host();
-    if busy || follower::read(host).owner != me {
+    if busy {
         return;
     }
-    let owed = outbox::read(host);
-    let (records, last) = owed.oldest(MAX_MARKS_PER_BATCH);
-    let Some(last) = last else { return };
+    let lease_ms = l2.timeout_ms.saturating_add(SEND_SLACK_MS);
+    let claimed = outbox::claim(host, me, host.now_ms(), lease_ms, MAX_MARKS_PER_BATCH);
+    let Ok(Some((records, last))) = claimed else {
+        return;
+    };
+    let records: Vec<&PurgeRecord> = records.iter().collect();
     let keep_ms = keep_ms(config.longest_life_ms(), l2.purge_skew_ms);
     let Some(callout) = wire::publish_marks(l2, keep_ms, &records) else {
         // A record the service could never take (none is made that way): not owed any more.
-        let _ = outbox::acknowledge(host, last);
+        let _ = outbox::acknowledge(host, me, last);
         return;
     };
     for _ in &records {
@@ -150,6 +153,10 @@ fn send_purge(cx: &mut Ctx<'_, impl Host>) {
     cx.worker(|w| w.l2.sending_purge = true);
     send(cx, Call::Purge(last), &callout);
 }
+
+/// A call to the log that has not come back this long after its timeout is lost: another worker
+/// may send.
+const SEND_SLACK_MS: u64 = 1000;
 
 /// How long the fleet's snapshot keeps a purge: as long as an entry it purges may be served
 /// anywhere, and the clocks' skew on both sides.
@@ -177,18 +184,25 @@ pub fn on_written(cx: &mut Ctx<'_, impl Host>, call: Call, headers: Option<&[(St
         return failed(cx, &call);
     }
     if let Call::Purge(seq) = call {
-        cx.worker(|w| w.l2.sending_purge = false);
-        if outbox::acknowledge(cx.host(), seq).is_ok() {
+        let me = cx.worker(|w| {
+            w.l2.sending_purge = false;
+            w.id
+        });
+        if outbox::acknowledge(cx.host(), me, seq).is_ok() {
             send_purge(cx);
         }
     }
 }
 
-/// A purge that failed stays owed: the next tick sends it again.
+/// A purge that failed stays owed: the next tick sends it again (this worker's, or another's).
 fn failed(cx: &mut Ctx<'_, impl Host>, call: &Call) {
     cx.host().count(Counter::L2Failures);
     if let Call::Purge(_) = call {
-        cx.worker(|w| w.l2.sending_purge = false);
+        let me = cx.worker(|w| {
+            w.l2.sending_purge = false;
+            w.id
+        });
+        let _ = outbox::release(cx.host(), me);
     }
 }
 

@@ -15,6 +15,7 @@ use crate::worker::ctx::Ctx;
 use crate::worker::l2::write::queue_purge;
 use crate::worker::marks::mark;
 use crate::worker::root::shared_fetch::request_dispatch;
+use crate::worker::root::timer::tick_soon;
 use crate::worker::state::OWED_PURGES;
 
 /// What the purge API does with a request's headers.
@@ -224,6 +225,10 @@ pub fn answer_held(cx: &mut Ctx<'_, impl Host>, now_ms: u64) {
         };
         let status = if committed { 200 } else { 202 };
         host.answer(held.context, status, json_headers(), body.as_bytes());
+    }
+    // Those still waiting are looked at again in a millisecond, not at the next tick.
+    if !cx.worker(|w| w.held_commits.is_empty()) {
+        tick_soon(cx);
     }
 }
 

@@ -1,5 +1,6 @@
 //! The root's timer: every [`TICK`] for its periodic work, and once soon after a batch was
-//! answered, to split the answer into entities (see `entities::deferred`).
+//! answered, to split the answer into entities (see `entities::deferred`), or while a purge API
+//! request waits for the fleet's log (see `request::purge::answer_held`).
 
 use crate::effects::host::Host;
 use crate::worker::ctx::Ctx;
