@@ -191,8 +191,11 @@ return {gen, last, 0, entries, now}
 
 /// ARGV: a fresh generation id, keep_ms, log_ms, max entries, then per mark its field, its
 /// instant (8 bytes, big-endian) and its sealed bytes. {gen, last id, last n}.
-/// Each mark is its own log entry, numbered; the snapshot's field takes it unless it already holds
-/// a mark at least as new (marks of one target may arrive out of order from different Envoys). The
+/// Each mark is its own log entry, numbered (the numbers taken at once); the snapshot's field takes
+/// the newest mark of the batch for it unless it already holds one at least as new (marks of one
+/// target may arrive out of order from different Envoys). A storm of purges names the same few
+/// fields again and again (an entity purge also marks its type's list and `overflow`): the
+/// snapshot is read and written once per field per batch, in one command each, not per mark. The
 /// instants are compared byte by byte: Lua's `<` on strings is strcoll's, and Redis sets the
 /// collation from the locale.
 const MARKS_ADD: &str = r#"
@@ -205,16 +208,35 @@ local function newer(at, old)
   end
   return false
 end
-local id, n
+local count = (#ARGV - 4) / 3
+local n = redis.call('HINCRBY', marks, 'seq', count) - count
+local id
+local newest, order = {}, {}
 for i = 5, #ARGV - 2, 3 do
   local field, at, sealed = ARGV[i], ARGV[i + 1], ARGV[i + 2]
-  n = redis.call('HINCRBY', marks, 'seq', 1)
+  n = n + 1
   id = redis.call('XADD', stream, '*', 'd', sealed, 'n', string.format('%d', n))
-  local old = redis.call('HGET', marks, field)
-  if not old or newer(at, old) then
-    redis.call('HSET', marks, field, at .. id .. ' ' .. sealed)
-    redis.call('HPEXPIRE', marks, ARGV[2], 'FIELDS', 1, field)
+  local best = newest[field]
+  if not best then
+    order[#order + 1] = field
   end
+  if not best or newer(at, best) then
+    newest[field] = at .. id .. ' ' .. sealed
+  end
+end
+local olds = redis.call('HMGET', marks, unpack(order))
+local set, fields = {}, {}
+for i, field in ipairs(order) do
+  local old = olds[i]
+  if not old or newer(newest[field], old) then
+    set[#set + 1] = field
+    set[#set + 1] = newest[field]
+    fields[#fields + 1] = field
+  end
+end
+if #fields > 0 then
+  redis.call('HSET', marks, unpack(set))
+  redis.call('HPEXPIRE', marks, ARGV[2], 'FIELDS', #fields, unpack(fields))
 end
 trim(ARGV[3], ARGV[4])
 return {gen, id, n}
