@@ -323,42 +323,31 @@ impl Config {
     /// The longest any entry this configuration stores may be served, fresh or stale, in ms:
     /// how long a purge must be remembered for it to reach every entry it could apply to.
     pub fn longest_life_ms(&self) -> u64 {
-        let life = |ttl: u64, swr: u64, sie: u64| ttl.saturating_add(swr).saturating_add(sie);
         let d = self.lifetimes();
-        let whole = self.rules.iter().fold(
-            life(
-                d.ttl_seconds,
-                d.stale_while_revalidate_seconds,
-                d.stale_if_error_seconds,
-            ),
-            |most, r| {
-                most.max(life(
-                    r.ttl_seconds.unwrap_or(d.ttl_seconds),
-                    r.stale_while_revalidate_seconds
-                        .unwrap_or(d.stale_while_revalidate_seconds),
-                    r.stale_if_error_seconds.unwrap_or(d.stale_if_error_seconds),
-                ))
-            },
-        );
-        let Some(e) = &self.entities else {
-            return whole.saturating_mul(1000);
-        };
-        let entities = e.types.values().fold(
-            life(
-                e.ttl_seconds.max(e.null_ttl_seconds),
-                e.stale_while_revalidate_seconds,
-                e.stale_if_error_seconds,
-            ),
-            |most, t| {
-                most.max(life(
-                    t.ttl_seconds.unwrap_or(e.ttl_seconds),
-                    t.stale_while_revalidate_seconds
-                        .unwrap_or(e.stale_while_revalidate_seconds),
-                    t.stale_if_error_seconds.unwrap_or(e.stale_if_error_seconds),
-                ))
-            },
-        );
-        whole.max(entities).saturating_mul(1000)
+        let rules = self.rules.iter().map(|r| {
+            (
+                r.ttl_seconds,
+                r.stale_while_revalidate_seconds,
+                r.stale_if_error_seconds,
+            )
+        });
+        let mut longest = longest(&d, rules);
+        if let Some(e) = &self.entities {
+            let base = Lifetimes {
+                ttl_seconds: e.ttl_seconds.max(e.null_ttl_seconds),
+                stale_while_revalidate_seconds: e.stale_while_revalidate_seconds,
+                stale_if_error_seconds: e.stale_if_error_seconds,
+            };
+            let types = e.types.values().map(|t| {
+                (
+                    t.ttl_seconds,
+                    t.stale_while_revalidate_seconds,
+                    t.stale_if_error_seconds,
+                )
+            });
+            longest = longest.max(self::longest(&base, types));
+        }
+        longest.saturating_mul(1000)
     }
 
     /// Whether entries show their tags (debug headers, CDN tags).
@@ -396,4 +385,18 @@ impl Config {
     pub fn cache_bound_bytes(&self) -> u64 {
         u64::from(self.cache_slots) * self.max_entry_bytes as u64
     }
+}
+
+/// The longest a lifetime may be, fresh and both stale windows, seconds: `base`, and each of
+/// `overrides` (what it leaves unset is `base`'s).
+fn longest(
+    base: &Lifetimes,
+    overrides: impl Iterator<Item = (Option<u64>, Option<u64>, Option<u64>)>,
+) -> u64 {
+    let life = |(ttl, swr, sie): (Option<u64>, Option<u64>, Option<u64>)| {
+        ttl.unwrap_or(base.ttl_seconds)
+            .saturating_add(swr.unwrap_or(base.stale_while_revalidate_seconds))
+            .saturating_add(sie.unwrap_or(base.stale_if_error_seconds))
+    };
+    overrides.map(life).fold(life((None, None, None)), u64::max)
 }

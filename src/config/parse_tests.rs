@@ -639,3 +639,17 @@ fn entities_types_and_bounds() {
         ),
     ]);
 }
+
+#[test]
+fn a_purge_is_kept_as_long_as_the_longest_lived_entry() {
+    let d = Config::default();
+    assert_eq!(d.longest_life_ms(), 60_000, "ttl_seconds alone");
+    let c = Config::parse(
+        br#"{"ttl_seconds":30,"stale_if_error_seconds":5,
+             "rules":[{"operation":"Slow","ttl_seconds":600},{"field":"me","stale_while_revalidate_seconds":100}],
+             "entities":{"ttl_seconds":10,"types":{"Product":{"ttl_seconds":900,"stale_if_error_seconds":60}}}}"#,
+    )
+    .unwrap();
+    // The rule's 600 + the default 5; an entity type's 900 + 60: the longest.
+    assert_eq!(c.longest_life_ms(), 960_000);
+}

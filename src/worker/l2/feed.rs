@@ -95,33 +95,51 @@ fn body_of(host: &impl Host, returned: &Returned, limit: usize) -> Option<Vec<u8
     }
 }
 
-/// Root: a read of the log came back.
-pub fn on_page(cx: &mut Ctx<'_, impl Host>, returned: &Returned) {
+/// A read (of the log or the snapshot) came back: what `parse` makes of its body, with the
+/// reader's clock; a read that failed is counted and retried later (`None`).
+fn read_back<T>(
+    cx: &mut Ctx<'_, impl Host>,
+    returned: &Returned,
+    limit: usize,
+    parse: impl FnOnce(&[u8], &Reader<'_>) -> Option<T>,
+) -> Option<(T, u64, u64)> {
     cx.worker(|w| w.l2.feed.reading = false);
     let host = cx.host();
     let now_ms = host.now_ms();
-    let Some(l2) = &cx.config().l2 else { return };
+    let l2 = cx.config().l2.as_ref()?;
     let reader = reader(l2, host.now_us());
-    let page =
-        body_of(host, returned, MAX_PURGES_ANSWER_BYTES).and_then(|body| read_page(&body, &reader));
-    let Some(page) = page else {
-        return failed(cx, now_ms);
+    let read = body_of(host, returned, limit).and_then(|body| parse(&body, &reader));
+    if read.is_none() {
+        failed(cx, now_ms);
+    }
+    Some((read?, now_ms, reader.now_us))
+}
+
+/// A read came back whole: reads are not failing, and this worker still follows.
+fn read_ok(state: &mut FeedState, now_ms: u64, timeout_ms: u64) {
+    state.failing_since_ms = 0;
+    state.failsafe_done = false;
+    state.lease_until_ms = now_ms.saturating_add(lease_ms(timeout_ms));
+}
+
+/// Root: a read of the log came back.
+pub fn on_page(cx: &mut Ctx<'_, impl Host>, returned: &Returned) {
+    let read = read_back(cx, returned, MAX_PURGES_ANSWER_BYTES, read_page);
+    let (Some((page, now_ms, now_us)), Some(l2)) = (read, &cx.config().l2) else {
+        return;
     };
-    let known = follower::read(host).generation;
+    let known = follower::read(cx.host()).generation;
     // An answer without one is an older service's: it says nothing of generations.
     let new_generation = page.generation.is_some() && known.is_some() && page.generation != known;
-    if apply(cx, &page.records, new_generation, reader.now_us).is_err() {
+    if apply(cx, &page.records, new_generation, now_us).is_err() {
         return failed(cx, now_ms);
     }
     if page.gap && !new_generation {
         cx.host().count(Counter::L2PurgeGaps);
     }
     let me = cx.worker(|w| w.id);
-    let lease = lease_ms(l2.timeout_ms);
     let still_mine = follower::record(cx.host(), me, |s| {
-        s.failing_since_ms = 0;
-        s.failsafe_done = false;
-        s.lease_until_ms = now_ms.saturating_add(lease);
+        read_ok(s, now_ms, l2.timeout_ms);
         if page.gap || new_generation {
             // Whatever was missed is in the snapshot: learn it again, then follow on.
             s.snapshot = Some(SNAPSHOT_START.to_string());
@@ -144,17 +162,11 @@ pub fn on_page(cx: &mut Ctx<'_, impl Host>, returned: &Returned) {
 /// Root: a page of the snapshot came back. Its marks are applied as the log's records are; on
 /// the last page, the follower goes on with the log from where the snapshot was taken.
 pub fn on_snapshot(cx: &mut Ctx<'_, impl Host>, returned: &Returned) {
-    cx.worker(|w| w.l2.feed.reading = false);
-    let host = cx.host();
-    let now_ms = host.now_ms();
-    let Some(l2) = &cx.config().l2 else { return };
-    let reader = reader(l2, host.now_us());
-    let page = body_of(host, returned, MAX_MARKS_PAGE_BYTES)
-        .and_then(|body| read_snapshot(&body, &reader));
-    let Some(page) = page else {
-        return failed(cx, now_ms);
+    let read = read_back(cx, returned, MAX_MARKS_PAGE_BYTES, read_snapshot);
+    let (Some((page, now_ms, now_us)), Some(l2)) = (read, &cx.config().l2) else {
+        return;
     };
-    let state = follower::read(host);
+    let state = follower::read(cx.host());
     let first = state.snapshot.as_deref() == Some(SNAPSHOT_START);
     let new_generation = state
         .generation
@@ -165,15 +177,12 @@ pub fn on_snapshot(cx: &mut Ctx<'_, impl Host>, returned: &Returned) {
     }
     // A mark that cannot be read purged something unknown: everything, as a new generation.
     let everything = new_generation || page.unreadable;
-    if apply(cx, &page.records, everything, reader.now_us).is_err() {
+    if apply(cx, &page.records, everything, now_us).is_err() {
         return failed(cx, now_ms);
     }
     let me = cx.worker(|w| w.id);
-    let lease = lease_ms(l2.timeout_ms);
     let still_mine = follower::record(cx.host(), me, |s| {
-        s.failing_since_ms = 0;
-        s.failsafe_done = false;
-        s.lease_until_ms = now_ms.saturating_add(lease);
+        read_ok(s, now_ms, l2.timeout_ms);
         s.generation = Some(page.generation.clone());
         if new_generation && !first {
             // Begun anew while it was read: the pages before belong to the old one.

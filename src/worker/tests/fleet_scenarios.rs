@@ -72,6 +72,17 @@ impl Node {
         self.reply(context)
     }
 
+    /// The tokens of the calls made to `to` (a path), oldest first.
+    fn tokens_of(&self, to: &str) -> Vec<u32> {
+        self.host
+            .dispatched
+            .borrow()
+            .iter()
+            .filter(|(_, c)| path(c) == to)
+            .map(|(t, _)| *t)
+            .collect()
+    }
+
     fn l2_calls(&self) -> Vec<Callout> {
         self.host
             .dispatched
@@ -460,15 +471,7 @@ fn a_purge_stays_owed_until_the_log_has_it() {
         "the API says the fleet does not have it yet"
     );
     x.deliver_queue();
-    let publishes = |n: &Node| {
-        n.host
-            .dispatched
-            .borrow()
-            .iter()
-            .filter(|(_, c)| path(c) == "/v1/marks")
-            .map(|(t, _)| *t)
-            .collect::<Vec<u32>>()
-    };
+    let publishes = |n: &Node| n.tokens_of("/v1/marks");
     for sent in 1..=5 {
         let tokens = publishes(&x);
         assert_eq!(
@@ -554,15 +557,7 @@ fn one_worker_follows_the_log_and_the_one_that_took_a_purge_sends_it() {
             .count()
     };
     assert_eq!(feeds(&sibling), 0, "x follows the log for both");
-    let sends = |n: &Node| {
-        n.host
-            .dispatched
-            .borrow()
-            .iter()
-            .filter(|(_, c)| path(c) == "/v1/marks")
-            .map(|(t, _)| *t)
-            .collect::<Vec<u32>>()
-    };
+    let sends = |n: &Node| n.tokens_of("/v1/marks");
     // A purge through the sibling is sent by the sibling, at once; x sends nothing while that
     // call is out, nor after it came back.
     sibling.purge(1, "0123456789abcdef", r#"[{"kind":"all"}]"#);
