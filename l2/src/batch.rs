@@ -13,23 +13,23 @@ use l2_proto::batch::{
 };
 use l2_proto::content_type;
 
-use crate::api::{bad, body_budget, failed, read_body, text, App, BodyError};
-use crate::metrics::{BatchKey, Outcome, Shed};
+use crate::app::{bad, body_within, failed, inflight_permit, App};
+use crate::metrics::{BatchKey, Outcome};
 
 /// The values of the keys of the body, in its order (absent where there is none).
 pub async fn mget(State(app): State<Arc<App>>, req: Request) -> Response {
-    let body = match read_body(req, MAX_MGET_REQUEST_BYTES).await {
+    let body = match body_within(
+        &app,
+        req,
+        MAX_MGET_REQUEST_BYTES,
+        "mget body",
+        Outcome::MgetTooLarge,
+        Outcome::MgetBadRequest,
+    )
+    .await
+    {
         Ok(b) => b,
-        Err(BodyError::TooLarge) => {
-            app.metrics.count(Outcome::MgetTooLarge);
-            return text(
-                StatusCode::PAYLOAD_TOO_LARGE,
-                format!("mget body larger than {MAX_MGET_REQUEST_BYTES} bytes"),
-            );
-        }
-        Err(BodyError::Read(e)) => {
-            return bad(&app, Outcome::MgetBadRequest, format!("reading body: {e}"))
-        }
+        Err(r) => return r,
     };
     let keys = match decode_mget(&body) {
         Ok(k) => k,
@@ -63,33 +63,22 @@ pub async fn mget(State(app): State<Arc<App>>, req: Request) -> Response {
 /// others stored. `204`.
 pub async fn mstore(State(app): State<Arc<App>>, req: Request) -> Response {
     // Bodies are held whole until Redis has them: bound the memory all of them take at once.
-    let budget = body_budget(&req, MAX_MSTORE_BYTES);
-    let Ok(_bytes) = app
-        .inflight_bytes
-        .try_acquire_many(u32::try_from(budget).unwrap_or(u32::MAX))
-    else {
-        app.metrics.shed(Shed::StoreBytes);
-        return text(
-            StatusCode::TOO_MANY_REQUESTS,
-            "too many store bytes in flight (--max-inflight-bytes)",
-        );
+    let _bytes = match inflight_permit(&app, &req, MAX_MSTORE_BYTES) {
+        Ok(p) => p,
+        Err(r) => return *r,
     };
-    let body = match read_body(req, MAX_MSTORE_BYTES).await {
+    let body = match body_within(
+        &app,
+        req,
+        MAX_MSTORE_BYTES,
+        "mstore body",
+        Outcome::MstoreTooLarge,
+        Outcome::MstoreBadRequest,
+    )
+    .await
+    {
         Ok(b) => b,
-        Err(BodyError::TooLarge) => {
-            app.metrics.count(Outcome::MstoreTooLarge);
-            return text(
-                StatusCode::PAYLOAD_TOO_LARGE,
-                format!("mstore body larger than {MAX_MSTORE_BYTES} bytes"),
-            );
-        }
-        Err(BodyError::Read(e)) => {
-            return bad(
-                &app,
-                Outcome::MstoreBadRequest,
-                format!("reading body: {e}"),
-            )
-        }
+        Err(r) => return r,
     };
     let items = match decode_mstore(&body) {
         Ok(i) => i,

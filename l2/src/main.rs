@@ -3,12 +3,14 @@
 //! API.
 
 mod api;
+mod app;
 mod auth;
 mod backend;
 mod batch;
 mod config;
 mod follow;
 mod metrics;
+mod purge_api;
 mod purgelog;
 mod wake;
 
@@ -122,7 +124,7 @@ async fn run(config: Config) -> Result<(), String> {
     let local = listener
         .local_addr()
         .map_err(|e| format!("--listen {}: {e}", config.listen))?;
-    let app = Arc::new(api::App {
+    let app = Arc::new(app::App {
         backend,
         wake,
         feed,

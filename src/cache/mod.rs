@@ -2,8 +2,8 @@
 //! (`freshness`), the stored record (`entry`), the table in shared data (`table`: set-associative,
 //! bounded in bytes, admitting by frequency; its sets' records in `set_index`, the frequencies in
 //! `sketch`), each worker's copies of hot entries (`hot`), what an entry from another Envoy must
-//! be to be used (`peer`), and whether a client's validators say its copy is current
-//! (`conditional`).
+//! be to be used (`peer`), whether a client's validators say its copy is current
+//! (`conditional`), and what a request was answered with (`status`: the `x-cache` vocabulary).
 
 pub mod conditional;
 pub mod entry;
@@ -15,5 +15,6 @@ pub mod peer;
 pub mod refusals;
 pub mod set_index;
 pub mod sketch;
+pub mod status;
 pub mod storable;
 pub mod table;

@@ -17,6 +17,16 @@ pub enum NotStored {
     NotJson,
     TooLarge,
     NonUtf8Header,
+    /// Storable, but the store's admission kept what it holds instead.
+    NotAdmitted,
+    /// Shared data refused the write.
+    StoreFailed,
+    /// The shared fetch failed (reset, refused): nothing to store.
+    FetchFailed,
+    /// The answer had trailers, which an entry cannot replay.
+    Trailers,
+    /// An entity batch's answer none of whose entities could be stored.
+    EntityNotStored,
 }
 
 impl NotStored {
@@ -36,6 +46,11 @@ impl NotStored {
             NotStored::NotJson => "not-json",
             NotStored::TooLarge => "too-large",
             NotStored::NonUtf8Header => "non-utf8-header",
+            NotStored::NotAdmitted => "not-admitted",
+            NotStored::StoreFailed => "store-failed",
+            NotStored::FetchFailed => "fetch-failed",
+            NotStored::Trailers => "trailers",
+            NotStored::EntityNotStored => "entity-not-stored",
         }
     }
 }

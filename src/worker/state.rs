@@ -3,6 +3,7 @@
 //! requests run, in one place (shared by the root and HTTP contexts through a `RefCell`).
 
 use crate::cache::hot::HotCache;
+use crate::cache::status::CacheStatus;
 use crate::cache::table::{Layout, Seen, SetTable};
 use crate::coalesce::flights::FlightTable;
 use crate::coalesce::release::Release;
@@ -92,7 +93,7 @@ pub enum Outcome {
     /// Answered with a local reply (`MISS` for the leader, `COALESCED` for followers), labelled
     /// so (`x-cache` and its reason).
     Answered {
-        cache: &'static str,
+        cache: CacheStatus,
         reason: Option<&'static str>,
     },
     /// Resumed to go upstream on its own; the reason shows in the debug header.

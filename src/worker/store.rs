@@ -2,6 +2,7 @@
 //! miss captured as it streamed to its client.
 
 use crate::cache::entry::Entry;
+use crate::cache::not_stored::NotStored;
 use crate::cache::refusals;
 use crate::cache::storable::{storable_entry, Answer, Asked, Stamp};
 use crate::cache::table;
@@ -20,7 +21,7 @@ use crate::worker::operation_counts::{count_operation, operation_of, Tally};
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Stored {
     /// Why the answer was not stored (`None`: stored).
-    pub not_stored: Option<&'static str>,
+    pub not_stored: Option<NotStored>,
     /// The stored entry's tags, comma-separated (with `debug_headers` only).
     pub tags: String,
     /// The entry (empty when it may not be stored at all), for the fleet's L2: also when this
@@ -32,7 +33,8 @@ pub struct Stored {
 }
 
 impl Stored {
-    fn not(why: &'static str) -> Stored {
+    /// Nothing stored, for this reason.
+    pub fn not(why: NotStored) -> Stored {
         Stored {
             not_stored: Some(why),
             ..Stored::default()
@@ -60,21 +62,21 @@ pub fn store_answer(
         Ok(bytes) => bytes,
         Err(why) => {
             host.count(Counter::StoreSkipped);
-            account_store(cx, key, Some(&asked.operation), Some(why.as_str()));
-            return Stored::not(why.as_str());
+            account_store(cx, key, Some(&asked.operation), Some(why));
+            return Stored::not(why);
         }
     };
     refresh_marks(cx);
     let overtaken = cx.worker(|w| verdict(w, &bytes)) == Verdict::Purged;
     let outcome = insert(cx, key, &bytes, now_ms);
     let not_stored = match outcome {
-        Ok(stored) if stored.rejected => Some("not-admitted"),
+        Ok(stored) if stored.rejected => Some(NotStored::NotAdmitted),
         Ok(_) => None,
-        Err(_) => Some("store-failed"),
+        Err(_) => Some(NotStored::StoreFailed),
     };
     account_store(cx, key, Some(&asked.operation), not_stored);
     if outcome.is_err() {
-        return Stored::not("store-failed");
+        return Stored::not(NotStored::StoreFailed);
     }
     let tags = Entry::decode(&bytes)
         .map(|e| e.tags.to_string())
@@ -93,16 +95,16 @@ pub fn account_store(
     cx: &mut Ctx<'_, impl Host>,
     key: &CacheKey,
     operation: Option<&OperationTags>,
-    not_stored: Option<&'static str>,
+    not_stored: Option<NotStored>,
 ) {
     let tally = match not_stored {
         None => Tally::one(OpCounter::Stores),
-        Some(why) => Tally::because(OpCounter::NotStored, why),
+        Some(why) => Tally::because(OpCounter::NotStored, why.as_str()),
     };
     count_operation(cx, operation_of(operation), &[tally]);
     if let (Some(why), Some(_)) = (not_stored, &cx.config().purge) {
         let host = cx.host();
-        refusals::remember(host, key, why, host.now_ms());
+        refusals::remember(host, key, why.as_str(), host.now_ms());
     }
 }
 
@@ -197,7 +199,7 @@ mod tests {
         };
         assert_eq!(
             store_answer(cx, &key, errors, &asked()).not_stored,
-            Some("graphql-errors")
+            Some(NotStored::GraphqlErrors)
         );
         assert_eq!(host.counted(Counter::StoreSkipped), 1);
     }
@@ -216,7 +218,7 @@ mod tests {
         let worker = RefCell::new(Worker::new(1, &plugin.config));
         let cx = &mut Ctx::new(&plugin, &worker, &host);
         let why = store_answer(cx, &CacheKey { digest: [2; 32] }, answer, &asked());
-        assert_eq!(why.not_stored, Some("store-failed"));
+        assert_eq!(why.not_stored, Some(NotStored::StoreFailed));
         assert_eq!(host.counted(Counter::StoreFailures), 1);
     }
 }

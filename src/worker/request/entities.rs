@@ -6,6 +6,7 @@
 //! `entity_join`, the root fetches it once for all). Stale entities: `entity_stale`.
 
 use crate::cache::entry::Entry;
+use crate::cache::status::CacheStatus;
 use crate::coalesce::upstream::upstream_request;
 use crate::config::{Config, Lifetimes, Scope};
 use crate::effects::counters::Counter;
@@ -65,7 +66,7 @@ pub struct EntityExchange {
 #[derive(Debug)]
 pub enum Next {
     /// Answered from entries: `HIT`, or `STALE`.
-    Answered(&'static str),
+    Answered(CacheStatus),
     /// Paused for its partial fetch.
     Fetching(Box<EntityExchange>),
     /// Sent upstream untouched; its answer is split into entries.
@@ -257,7 +258,7 @@ fn answer_from_entries(
     cx: &mut Ctx<'_, impl RequestHost>,
     x: &EntityExchange,
     now_ms: u64,
-) -> &'static str {
+) -> CacheStatus {
     let decoded = decode_found(x);
     let body = assemble(&x.req, &entries(&decoded), None);
     let max_age = remaining_s(&decoded, now_ms).unwrap_or(0);
@@ -266,9 +267,9 @@ fn answer_from_entries(
     let label = match x.slots.iter().flatten().any(|s| s.stale) {
         true => {
             cx.host().count(Counter::StaleServed);
-            "STALE"
+            CacheStatus::Stale
         }
-        false => "HIT",
+        false => CacheStatus::Hit,
     };
     respond(cx, x, &body, (max_age, label), (hits, 0));
     label
@@ -278,7 +279,7 @@ fn respond(
     cx: &mut Ctx<'_, impl RequestHost>,
     x: &EntityExchange,
     body: &[u8],
-    (max_age, label): (u64, &str),
+    (max_age, label): (u64, CacheStatus),
     (hits, fetched): (usize, usize),
 ) {
     let entities = listener_settings(cx.config());
@@ -297,7 +298,7 @@ fn respond(
         ("content-type", "application/json"),
         ("cache-control", cache_control.as_str()),
         ("age", "0"),
-        (CACHE_HEADER, label),
+        (CACHE_HEADER, label.as_str()),
     ];
     if cx.config().debug_headers {
         headers.push((ENTITIES_HEADER, counts.as_str()));
@@ -391,7 +392,13 @@ fn merge(
     host.count_n(Counter::EntitiesServed, hits as u64);
     host.count_n(Counter::EntitiesFetched, fetched_count as u64);
     host.count(Counter::EntityPartials);
-    respond(cx, x, &merged, (max_age, "PARTIAL"), (hits, fetched_count));
+    respond(
+        cx,
+        x,
+        &merged,
+        (max_age, CacheStatus::Partial),
+        (hits, fetched_count),
+    );
     Some(merged)
 }
 

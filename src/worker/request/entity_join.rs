@@ -6,6 +6,7 @@
 //! followers get the relayed answer. A batch that found some of its entities is never held for
 //! another batch's fetch: its latency would be tied to that batch's (see docs/entities.md).
 
+use crate::cache::status::CacheStatus;
 use crate::cache::storable::Asked;
 use crate::coalesce::sharing::key_names_caller;
 use crate::config::{Lifetimes, Scope};
@@ -84,7 +85,7 @@ fn batch_key(x: &EntityExchange, identity: Option<&[u8]>) -> Option<CacheKey> {
 /// The waiting request `context` hears back (its response callbacks run): how the root answered
 /// it (`MISS`, `COALESCED`, `STALE`); `None`: it was let go (or Envoy answered it) and goes
 /// upstream as forwarded.
-pub fn answered(cx: &mut Ctx<'_, impl RequestHost>, context: u32) -> Option<&'static str> {
+pub fn answered(cx: &mut Ctx<'_, impl RequestHost>, context: u32) -> Option<CacheStatus> {
     match cx.try_worker(|w| w.outcomes.remove(&context)).flatten() {
         Some(Outcome::Answered { cache, .. }) => Some(cache),
         Some(Outcome::Released(_)) => None,

@@ -4,6 +4,7 @@
 
 use crate::cache::entry::Entry;
 use crate::cache::not_stored::NotStored;
+use crate::cache::status::CacheStatus;
 use crate::cache::storable::Asked;
 use crate::coalesce::release::Release;
 use crate::coalesce::sharing::key_names_caller;
@@ -308,7 +309,7 @@ impl Exchange {
             let State::EntityWaiting(x) = std::mem::replace(&mut self.state, State::Served) else {
                 return Flow::Continue;
             };
-            self.report(cx, answered.unwrap_or("MISS"), None, None);
+            self.report(cx, answered.unwrap_or(CacheStatus::Miss), None, None);
             if answered.is_some() {
                 return Flow::Continue;
             }
@@ -344,7 +345,8 @@ impl Exchange {
                 // Shadow mode never changes an answer (but for debugging); mutations still purge.
                 let config = cx.config();
                 if !config.shadow || config.debug_headers {
-                    cx.host().set_response_header(CACHE_HEADER, "BYPASS");
+                    cx.host()
+                        .set_response_header(CACHE_HEADER, CacheStatus::Bypass.as_str());
                     if config.debug_headers {
                         cx.host()
                             .set_response_header(REASON_HEADER, reason.as_str());
@@ -360,7 +362,8 @@ impl Exchange {
                 if let State::EntityForwarded(x) = &mut self.state {
                     x.on_response_headers(headers);
                 }
-                cx.host().set_response_header(CACHE_HEADER, "MISS");
+                cx.host()
+                    .set_response_header(CACHE_HEADER, CacheStatus::Miss.as_str());
             }
             _ => {}
         }
@@ -380,10 +383,12 @@ impl Exchange {
                 Some(s) => (s.cache, None, Some(s.key)),
                 None => return,
             },
-            State::Bypassed(reason) => ("BYPASS", Some(reason.as_str()), None),
-            State::Mutation { .. } => ("BYPASS", Some(Bypass::Mutation.as_str()), None),
-            State::Missed { reason, key, .. } => ("MISS", reason.map(Release::as_str), Some(*key)),
-            State::Shadow { key, .. } => ("SHADOW", None, Some(*key)),
+            State::Bypassed(reason) => (CacheStatus::Bypass, Some(reason.as_str()), None),
+            State::Mutation { .. } => (CacheStatus::Bypass, Some(Bypass::Mutation.as_str()), None),
+            State::Missed { reason, key, .. } => {
+                (CacheStatus::Miss, reason.map(Release::as_str), Some(*key))
+            }
+            State::Shadow { key, .. } => (CacheStatus::Shadow, None, Some(*key)),
             _ => return,
         };
         self.report(cx, status, reason, key);
@@ -392,7 +397,7 @@ impl Exchange {
     fn report<H: RequestHost>(
         &self,
         cx: &mut Ctx<'_, H>,
-        status: &'static str,
+        status: CacheStatus,
         reason: Option<&'static str>,
         key: Option<CacheKey>,
     ) {
@@ -404,7 +409,7 @@ impl Exchange {
     fn tally<H: RequestHost>(
         &self,
         cx: &mut Ctx<'_, H>,
-        status: &'static str,
+        status: CacheStatus,
         reason: Option<&'static str>,
     ) {
         if !cx.config().operation_stats.on() {
@@ -412,12 +417,12 @@ impl Exchange {
         }
         let missed = self.missed.unwrap_or(MissReason::Collision).as_str();
         let counted = match status {
-            "HIT" => Tally::one(OpCounter::Hits),
-            "STALE" => Tally::one(OpCounter::Stale),
-            "COALESCED" => Tally::one(OpCounter::Coalesced),
-            "MISS" | "PARTIAL" => Tally::because(OpCounter::Misses, missed),
-            "BYPASS" => Tally::because(OpCounter::Bypasses, reason.unwrap_or("-")),
-            _ => return,
+            CacheStatus::Hit => Tally::one(OpCounter::Hits),
+            CacheStatus::Stale => Tally::one(OpCounter::Stale),
+            CacheStatus::Coalesced => Tally::one(OpCounter::Coalesced),
+            CacheStatus::Miss | CacheStatus::Partial => Tally::because(OpCounter::Misses, missed),
+            CacheStatus::Bypass => Tally::because(OpCounter::Bypasses, reason.unwrap_or("-")),
+            CacheStatus::Shadow => return,
         };
         // Only an answer served from an entry saved the origin anything (0 is not counted).
         let saved = Tally {
@@ -431,7 +436,7 @@ impl Exchange {
     fn log<H: RequestHost>(
         &self,
         cx: &mut Ctx<'_, H>,
-        status: &'static str,
+        status: CacheStatus,
         reason: Option<&'static str>,
         key: Option<CacheKey>,
     ) {
@@ -485,7 +490,7 @@ impl Exchange {
         if c.chunk(cx.plugin(), cx.host(), body_size) == Chunk::TooLarge {
             *capture = None;
             let key = *key;
-            self.not_stored(cx, &key, NotStored::TooLarge.as_str());
+            self.not_stored(cx, &key, NotStored::TooLarge);
             return Flow::Continue;
         }
         if end_of_stream {
@@ -507,14 +512,14 @@ impl Exchange {
             if capture.take().is_some() {
                 cx.host().count(Counter::StoreSkipped);
                 let key = *key;
-                self.not_stored(cx, &key, "trailers");
+                self.not_stored(cx, &key, NotStored::Trailers);
             }
         }
         Flow::Continue
     }
 
     /// Accounts for the origin's answer to this request, keyed `key`, as not stored.
-    fn not_stored<H: RequestHost>(&self, cx: &mut Ctx<'_, H>, key: &CacheKey, why: &'static str) {
+    fn not_stored<H: RequestHost>(&self, cx: &mut Ctx<'_, H>, key: &CacheKey, why: NotStored) {
         account_store(cx, key, self.operation.as_deref(), Some(why));
     }
 
@@ -571,7 +576,7 @@ impl Exchange {
                 cx.host().count(Counter::Misses);
                 self.state = State::EntityFetching(x);
                 self.missed = Some(MissReason::Partial);
-                self.report(cx, "PARTIAL", None, None);
+                self.report(cx, CacheStatus::Partial, None, None);
                 Flow::Pause
             }
             Next::Forwarded(x) => {
@@ -581,7 +586,7 @@ impl Exchange {
                     self.state = State::EntityWaiting(x);
                     return Flow::Pause;
                 }
-                self.report(cx, "MISS", None, None);
+                self.report(cx, CacheStatus::Miss, None, None);
                 // Recorded before the host call: Envoy may run this request's callbacks inside it.
                 self.state = State::EntityForwarded(x);
                 if resume {
@@ -759,13 +764,20 @@ impl Exchange {
             now_ms,
         };
         let served = match find(cx, &key, now_ms) {
-            Found::Fresh(entry) => self.answer_from(cx, &asking, &entry, ("HIT", Counter::Hits)),
+            Found::Fresh(entry) => {
+                self.answer_from(cx, &asking, &entry, (CacheStatus::Hit, Counter::Hits))
+            }
             // Stale only while a refresh runs (or has just been started): otherwise a miss.
             Found::Stale(entry)
                 if may_fetch_for_others
                     && refresh(cx, miss(body.clone())) != Refresh::Impossible =>
             {
-                self.answer_from(cx, &asking, &entry, ("STALE", Counter::StaleServed))
+                self.answer_from(
+                    cx,
+                    &asking,
+                    &entry,
+                    (CacheStatus::Stale, Counter::StaleServed),
+                )
             }
             Found::Stale(_) => self.not_served(MissReason::Expired),
             Found::Nothing(why) => self.not_served(why),
@@ -807,7 +819,7 @@ impl Exchange {
         cx: &mut Ctx<'_, H>,
         asking: &Asking<'_>,
         entry: &[u8],
-        as_: (&'static str, Counter),
+        as_: (CacheStatus, Counter),
     ) -> bool {
         let (cache, counter) = as_;
         let Some(served) = serve(cx.plugin(), cx.host(), asking, entry, cache) else {
@@ -825,7 +837,8 @@ impl Exchange {
             return;
         };
         let (key, reason) = (*key, *reason);
-        cx.host().set_response_header(CACHE_HEADER, "MISS");
+        cx.host()
+            .set_response_header(CACHE_HEADER, CacheStatus::Miss.as_str());
         if debug {
             cx.host().set_response_header(KEY_HEADER, &key.hex());
         }
@@ -841,7 +854,7 @@ impl Exchange {
             }
             Err(why) => {
                 cx.host().count(Counter::StoreSkipped);
-                self.not_stored(cx, &key, why.as_str());
+                self.not_stored(cx, &key, why);
                 Some(reason.map_or(why.as_str(), Release::as_str))
             }
         };

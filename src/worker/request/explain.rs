@@ -4,6 +4,7 @@
 
 use crate::cache::entry::Entry;
 use crate::cache::refusals;
+use crate::cache::status::CacheStatus;
 use crate::cache::table::MissKind;
 use crate::config::Matcher;
 use crate::config::{Config, IdentitySource, Rule, Scope};
@@ -65,7 +66,7 @@ fn describe(cx: &mut Ctx<'_, impl RequestHost>, d: &Described) -> Result<Value, 
     match decided {
         Err(b) => {
             out.insert("decision".into(), "bypass".into());
-            out.insert("x_cache".into(), "BYPASS".into());
+            out.insert("x_cache".into(), CacheStatus::Bypass.as_str().into());
             out.insert("reason".into(), b.reason.as_str().into());
             let name = b.operation.as_ref().and_then(|o| o.name.clone());
             out.insert("operation".into(), json!({ "name": name }));
@@ -170,7 +171,7 @@ fn looked_up(
     }
     let now_ms = cx.host().now_ms();
     let found = entry_state(cx, &decided.key, now_ms);
-    out.insert("x_cache".into(), found.x_cache.into());
+    out.insert("x_cache".into(), found.x_cache.as_str().into());
     out.insert("miss_reason".into(), found.miss_reason.into());
     out.insert("entry".into(), found.entry);
     let refused = cx.worker_and_shared(|_, shared| refusals::recall(shared, &decided.key));
@@ -205,7 +206,7 @@ fn rule_json(index: usize, r: &Rule) -> Value {
 /// What the cache holds for a key, and what a request for it would get now.
 struct Found {
     entry: Value,
-    x_cache: &'static str,
+    x_cache: CacheStatus,
     miss_reason: Option<&'static str>,
     stored_at_ms: Option<u64>,
 }
@@ -216,7 +217,7 @@ fn entry_state(cx: &mut Ctx<'_, impl RequestHost>, key: &CacheKey, now_ms: u64) 
     let peeked = cx.worker_and_shared(|_, shared| table.peek(shared, key, hash));
     let miss = |why| Found {
         entry: Value::Null,
-        x_cache: "MISS",
+        x_cache: CacheStatus::Miss,
         miss_reason: Some(why),
         stored_at_ms: None,
     };
@@ -263,13 +264,13 @@ fn freshness(
     marks: Verdict,
     now_ms: u64,
     coalesce: bool,
-) -> (&'static str, &'static str, Option<&'static str>) {
+) -> (&'static str, CacheStatus, Option<&'static str>) {
     let in_stale_window = e.within_stale_window(now_ms);
     let stale = |state| match (in_stale_window, coalesce) {
-        (true, true) => (state, "STALE", None),
+        (true, true) => (state, CacheStatus::Stale, None),
         _ => (
             state,
-            "MISS",
+            CacheStatus::Miss,
             Some(if state == "expired" {
                 "expired"
             } else {
@@ -278,9 +279,9 @@ fn freshness(
         ),
     };
     match marks {
-        Verdict::Purged => ("purged", "MISS", Some("purged")),
+        Verdict::Purged => ("purged", CacheStatus::Miss, Some("purged")),
         Verdict::Stale => stale("soft-purged"),
-        Verdict::Fresh if now_ms < e.expires_at_ms => ("fresh", "HIT", None),
+        Verdict::Fresh if now_ms < e.expires_at_ms => ("fresh", CacheStatus::Hit, None),
         Verdict::Fresh => stale("expired"),
     }
 }

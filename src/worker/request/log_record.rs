@@ -3,15 +3,16 @@
 //! `%FILTER_STATE(wasm.graphql_cache:PLAIN)%`. Values never hold a space, so the line splits
 //! on spaces; an absent value is `-`.
 
+use crate::cache::status::CacheStatus;
 use crate::request::key::CacheKey;
 
 /// The longest operation name written; longer ones are cut (a client picks the name).
 const MAX_OPERATION: usize = 64;
 
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LogRecord<'a> {
-    /// `HIT`, `STALE`, `MISS`, `COALESCED`, `BYPASS`, `SHADOW`: what `x-cache` says.
-    pub status: &'static str,
+    /// What `x-cache` says.
+    pub status: CacheStatus,
     pub reason: Option<&'static str>,
     pub operation: Option<&'a str>,
     pub key: Option<&'a CacheKey>,
@@ -22,10 +23,22 @@ pub struct LogRecord<'a> {
 }
 
 impl LogRecord<'_> {
+    /// A record that says `status` and nothing else yet.
+    pub fn new(status: CacheStatus) -> Self {
+        LogRecord {
+            status,
+            reason: None,
+            operation: None,
+            key: None,
+            age_s: None,
+            bytes: None,
+        }
+    }
+
     pub fn render(&self) -> String {
         let mut out = String::with_capacity(96);
         out.push_str("status=");
-        out.push_str(self.status);
+        out.push_str(self.status.as_str());
         out.push_str(" reason=");
         out.push_str(self.reason.unwrap_or("-"));
         out.push_str(" operation=");
@@ -70,7 +83,7 @@ mod tests {
     fn a_hit_with_every_field() {
         let key = CacheKey { digest: [0xab; 32] };
         let r = LogRecord {
-            status: "HIT",
+            status: CacheStatus::Hit,
             reason: None,
             operation: Some("GetUser"),
             key: Some(&key),
@@ -86,25 +99,22 @@ mod tests {
     #[test]
     fn absent_fields_are_dashes_and_names_cannot_break_the_line() {
         let r = LogRecord {
-            status: "BYPASS",
             reason: Some("mutation"),
-            ..LogRecord::default()
+            ..LogRecord::new(CacheStatus::Bypass)
         };
         assert_eq!(
             r.render(),
             "status=BYPASS reason=mutation operation=- key=- age=- bytes=-"
         );
         let odd = LogRecord {
-            status: "MISS",
             operation: Some("a b\"c\nd"),
-            ..LogRecord::default()
+            ..LogRecord::new(CacheStatus::Miss)
         };
         assert!(odd.render().contains(" operation=abcd "));
         let long = "x".repeat(500);
         let r = LogRecord {
-            status: "MISS",
             operation: Some(&long),
-            ..LogRecord::default()
+            ..LogRecord::new(CacheStatus::Miss)
         };
         assert!(r
             .render()

@@ -6,6 +6,7 @@
 
 use crate::cache::conditional::not_modified;
 use crate::cache::entry::Entry;
+use crate::cache::status::CacheStatus;
 use crate::cache::table::{Lookup, MissKind};
 use crate::effects::counters::Counter;
 use crate::effects::host::RequestHost;
@@ -199,7 +200,7 @@ pub struct Asking<'a> {
 /// What an answer served from an entry was, for the access log.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Served {
-    pub cache: &'static str,
+    pub cache: CacheStatus,
     pub key: CacheKey,
     pub age_s: u64,
     pub bytes: usize,
@@ -214,7 +215,7 @@ pub fn serve(
     host: &impl RequestHost,
     asking: &Asking<'_>,
     bytes: &[u8],
-    cache: &'static str,
+    cache: CacheStatus,
 ) -> Option<Served> {
     let Asking { key, head, now_ms } = *asking;
     let entry = Entry::decode(bytes).ok()?;
@@ -235,14 +236,14 @@ pub fn serve(
             .filter(|(n, _)| NOT_MODIFIED_HEADERS.contains(n))
             .collect();
         headers.push(("age", age));
-        headers.push((CACHE_HEADER, cache));
+        headers.push((CACHE_HEADER, cache.as_str()));
         host.respond(304, headers, b"");
         return Some(served);
     }
     let mut headers: Vec<(&str, &str)> = Vec::with_capacity(entry.headers.len() + 5);
     headers.extend(entry.headers.iter().copied());
     headers.push(("age", age));
-    headers.push((CACHE_HEADER, cache));
+    headers.push((CACHE_HEADER, cache.as_str()));
     let hex;
     if plugin.config.debug_headers {
         hex = key.hex();

@@ -2,6 +2,8 @@
 //! go upstream on its own. The outcome is recorded first, because Envoy runs the request's own
 //! response callbacks inside the host call, and they read it.
 
+use crate::cache::not_stored::NotStored;
+use crate::cache::status::CacheStatus;
 use crate::coalesce::relay::Response;
 use crate::coalesce::release::Release;
 use crate::config::Config;
@@ -21,49 +23,49 @@ pub const TAGS_HEADER: &str = "x-cache-tags";
 /// How an answer is labelled: the `x-cache` value, and for debugging the reason and the tags.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Label<'a> {
-    pub cache: &'static str,
+    pub cache: CacheStatus,
     pub reason: Option<&'static str>,
     pub tags: &'a str,
 }
 
 impl Label<'_> {
     pub const COALESCED: Label<'static> = Label {
-        cache: "COALESCED",
+        cache: CacheStatus::Coalesced,
         reason: None,
         tags: "",
     };
 
     pub const STALE: Label<'static> = Label {
-        cache: "STALE",
+        cache: CacheStatus::Stale,
         reason: None,
         tags: "",
     };
 
     /// An entity batch answered from the entries of the prefetch it waited for.
     pub const PREFETCHED: Label<'static> = Label {
-        cache: "COALESCED",
+        cache: CacheStatus::Coalesced,
         reason: Some("prefetch"),
         tags: "",
     };
 
     /// Another Envoy's answer, found in the fleet's L2.
     pub const L2_HIT: Label<'static> = Label {
-        cache: "HIT",
+        cache: CacheStatus::Hit,
         reason: Some("l2"),
         tags: "",
     };
 
     /// Another Envoy's fetch, waited for through the fleet's L2.
     pub const L2_COALESCED: Label<'static> = Label {
-        cache: "COALESCED",
+        cache: CacheStatus::Coalesced,
         reason: Some("l2"),
         tags: "",
     };
 
     pub fn miss(stored: &Stored) -> Label<'_> {
         Label {
-            cache: "MISS",
-            reason: stored.not_stored,
+            cache: CacheStatus::Miss,
+            reason: stored.not_stored.map(NotStored::as_str),
             tags: &stored.tags,
         }
     }
@@ -128,7 +130,7 @@ pub fn answer(cx: &mut Ctx<'_, impl Host>, context: u32, key: &CacheKey, reply: 
             .iter()
             .map(|(n, v)| (n.as_str(), v.as_str())),
     );
-    headers.push((CACHE_HEADER, label.cache));
+    headers.push((CACHE_HEADER, label.cache.as_str()));
     if cx.config().debug_headers {
         hex = key.hex();
         headers.push((KEY_HEADER, &hex));

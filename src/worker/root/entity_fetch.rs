@@ -30,13 +30,6 @@ use crate::worker::root::wake::wake;
 use crate::worker::store::Stored;
 use std::rc::Rc;
 
-fn not_stored(why: &'static str) -> Stored {
-    Stored {
-        not_stored: Some(why),
-        ..Stored::default()
-    }
-}
-
 /// Stores the entities of `answer`, fetched for `batch`, now, or holds the answer to split it
 /// after its waiters are answered (then `true`: call [`split_later`] once they are). What storing
 /// did, for the leader's debug headers (nothing for the fleet's L2: there is no whole entry).
@@ -104,10 +97,10 @@ fn refused(
     // The listener's limit, also where a route turned entity mode on.
     let limit = listener_settings(cx.config()).max_answer_bytes;
     if answer.status != 200 {
-        return Some(not_stored(NotStored::Status.as_str()));
+        return Some(Stored::not(NotStored::Status));
     }
     if answer.body.len() > limit {
-        return Some(not_stored(NotStored::TooLarge.as_str()));
+        return Some(Stored::not(NotStored::TooLarge));
     }
     None
 }
@@ -115,7 +108,7 @@ fn refused(
 /// Stores the entities of `answer`, fetched for `batch` (whose status and size passed).
 fn split(cx: &mut Ctx<'_, impl Host>, batch: &EntityBatch, answer: &Answer<'_>) -> Stored {
     let Ok(fetched) = Fetched::read(answer.body, &batch.req, &batch.sent) else {
-        return not_stored(NotStored::NotJson.as_str());
+        return Stored::not(NotStored::NotJson);
     };
     let split = Split {
         req: &batch.req,
@@ -131,7 +124,7 @@ fn split(cx: &mut Ctx<'_, impl Host>, batch: &EntityBatch, answer: &Answer<'_>) 
     }
     match stored.shortest {
         Some(s) if s > 0 => Stored::default(),
-        _ => not_stored("entity-not-stored"),
+        _ => Stored::not(NotStored::EntityNotStored),
     }
 }
 

@@ -62,10 +62,7 @@ const TIMER_SLACK_MS: u64 = 50;
 const REFUSED_MESSAGE: &str = "upstream connect error: the shared fetch could not be sent";
 
 fn fetch_failed() -> Stored {
-    Stored {
-        not_stored: Some("fetch-failed"),
-        ..Stored::default()
-    }
+    Stored::not(NotStored::FetchFailed)
 }
 
 /// Root: sends `fetch` to the origin; gives it back if Envoy refused it.
@@ -117,7 +114,7 @@ pub fn on_fetch_response(cx: &mut Ctx<'_, impl Host>, token: u32, result: FetchR
         }
         FetchResult::TooLarge { status } => {
             cx.host().count(Counter::StoreSkipped);
-            let too_large = Some(NotStored::TooLarge.as_str());
+            let too_large = Some(NotStored::TooLarge);
             account_store(cx, &fetch.key, Some(&fetch.asked.operation), too_large);
             // Remembered for answers the key gives normally; one large error page proves nothing.
             if status == Some(200) {
