@@ -20,8 +20,8 @@ use crate::worker::callout::Returned;
 use crate::worker::ctx::Ctx;
 use crate::worker::request::read::fetch_cluster;
 use crate::worker::root::entity_flights::{can_fetch_entities, claim, give_up, holding, Won};
-use crate::worker::root::shared_fetch::request_dispatch;
 use crate::worker::root::stale::error_entry;
+use crate::worker::root::wake::queue_for_root;
 use std::rc::Rc;
 
 /// Entities of a request: field, distinct index, key (`None`: not cacheable).
@@ -68,13 +68,10 @@ pub fn refresh(
         return;
     }
     if let Some(fetch) = refresh_fetch(cx, head, req, &won, batch) {
-        let key = fetch.key;
-        cx.worker(|w| w.pending.push(fetch));
-        if request_dispatch(cx) {
+        if queue_for_root(cx, fetch) {
             cx.host().count(Counter::Refreshes);
             return;
         }
-        cx.worker(|w| w.pending.retain(|f| f.key != key));
     }
     // No refresh can run: its flights are given up (the next request tries again).
     give_up(cx, &won);

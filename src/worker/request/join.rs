@@ -16,7 +16,8 @@ use crate::request::key::CacheKey;
 use crate::worker::ctx::Ctx;
 use crate::worker::request::prefetch;
 use crate::worker::request::read::fetch_cluster;
-use crate::worker::root::shared_fetch::{abandon, request_dispatch};
+use crate::worker::root::shared_fetch::abandon;
+use crate::worker::root::wake::queue_for_root;
 use crate::worker::state::Plugin;
 use std::rc::Rc;
 
@@ -169,14 +170,10 @@ fn claim(
 /// flight up (its watchers go upstream).
 fn lead(cx: &mut Ctx<'_, impl RequestHost>, fetch: SharedFetch) -> bool {
     let key = fetch.key;
-    cx.worker(|w| w.pending.push(fetch));
-    if request_dispatch(cx) {
+    if queue_for_root(cx, fetch) {
         return true;
     }
-    cx.worker(|w| {
-        w.waiters.take(&key);
-        w.pending.retain(|f| f.key != key);
-    });
+    cx.worker(|w| w.waiters.take(&key));
     abandon(cx, &key);
     false
 }

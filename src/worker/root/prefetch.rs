@@ -18,7 +18,7 @@ use crate::request::key::{CacheKey, EntityKeys};
 use crate::worker::ctx::Ctx;
 use crate::worker::root::entity_flights::{can_fetch_entities, claim, give_up, holding, Won};
 use crate::worker::root::stale::fresh_entry;
-use crate::worker::root::wake::request_dispatch;
+use crate::worker::root::wake::queue_for_root;
 
 /// `body`, a `200` answer to `trigger`'s request passing this hop, may name entities the gateway
 /// will ask for next: starts the fetch of those not cached.
@@ -99,13 +99,10 @@ fn start(
         give_up(cx, &won);
         return;
     };
-    let key = fetch.key;
-    cx.worker(|w| w.pending.push(fetch));
-    if request_dispatch(cx) {
+    if queue_for_root(cx, fetch) {
         cx.host().count(Counter::EntityPrefetches);
         return;
     }
-    cx.worker(|w| w.pending.retain(|f| f.key != key));
     give_up(cx, &won);
 }
 
