@@ -112,7 +112,7 @@ impl<'a> Entry<'a> {
         if bytes.len() < 5 || &bytes[..4] != MAGIC || bytes[4] != FORMAT_VERSION {
             return Err(DecodeError::ForeignFormat);
         }
-        let mut r = Reader { bytes, pos: 5 };
+        let mut r = ByteReader { bytes, pos: 5 };
         let mut digest = [0u8; 32];
         digest.copy_from_slice(r.take(32)?);
         let stored_at_ms = r.u64()?;
@@ -202,7 +202,7 @@ impl<'a> Entry<'a> {
         if bytes.len() < FIXED_HEADER || &bytes[..4] != MAGIC || bytes[4] != FORMAT_VERSION {
             return Err(DecodeError::ForeignFormat);
         }
-        let mut r = Reader { bytes, pos: 5 };
+        let mut r = ByteReader { bytes, pos: 5 };
         let mut digest = [0u8; 32];
         digest.copy_from_slice(r.take(32)?);
         let _stored = r.u64()?;
@@ -216,12 +216,12 @@ impl<'a> Entry<'a> {
     }
 }
 
-struct Reader<'a> {
+struct ByteReader<'a> {
     bytes: &'a [u8],
     pos: usize,
 }
 
-impl<'a> Reader<'a> {
+impl<'a> ByteReader<'a> {
     fn take(&mut self, n: usize) -> Result<&'a [u8], DecodeError> {
         let end = self.pos.checked_add(n).ok_or(DecodeError::Corrupt)?;
         let slice = self.bytes.get(self.pos..end).ok_or(DecodeError::Corrupt)?;

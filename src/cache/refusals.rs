@@ -11,7 +11,7 @@ const MAX_REASON: usize = 64;
 
 /// A refusal as remembered: why, and when (ms since the epoch).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Refusal {
+pub struct Remembered {
     pub reason: String,
     pub at_ms: u64,
 }
@@ -31,7 +31,7 @@ pub fn remember(store: &impl SharedStore, key: &CacheKey, why: &str, now_ms: u64
 }
 
 /// The last refusal remembered for `key`, if its slot still holds it.
-pub fn recall(store: &impl SharedStore, key: &CacheKey) -> Option<Refusal> {
+pub fn recall(store: &impl SharedStore, key: &CacheKey) -> Option<Remembered> {
     let value = store.get(&slot(key))?;
     let (digest, rest) = value.split_at_checked(32)?;
     if digest != key.digest {
@@ -43,7 +43,7 @@ pub fn recall(store: &impl SharedStore, key: &CacheKey) -> Option<Refusal> {
     if reason.len() > MAX_REASON {
         return None;
     }
-    Some(Refusal {
+    Some(Remembered {
         reason: reason.to_string(),
         at_ms,
     })
@@ -65,7 +65,7 @@ mod tests {
         remember(&store, &a, "too-large", 7);
         assert_eq!(
             recall(&store, &a),
-            Some(Refusal {
+            Some(Remembered {
                 reason: "too-large".into(),
                 at_ms: 7
             })

@@ -92,7 +92,7 @@ impl Layout {
 
 /// What storing did besides storing.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Stored {
+pub struct Inserted {
     /// Not stored: everything it would have displaced is asked for at least as often.
     pub rejected: bool,
     /// Live entries displaced to make room (in the set, or for the byte budget).
@@ -331,20 +331,20 @@ impl SetTable {
         key: &CacheKey,
         encoded: &[u8],
         now_ms: u64,
-    ) -> Result<Stored, StoreError> {
+    ) -> Result<Inserted, StoreError> {
         let hash = self.hash(key);
         let Ok(peeked) = Entry::peek(encoded) else {
             return Err(StoreError::Failed);
         };
         let size = u32::try_from(encoded.len()).map_err(|_| StoreError::Failed)?;
         if u64::from(size) > self.layout.budget_bytes {
-            return Ok(Stored {
+            return Ok(Inserted {
                 rejected: true,
-                ..Stored::default()
+                ..Inserted::default()
             });
         }
         let frequency = seen.frequency(hash);
-        let mut stored = Stored::default();
+        let mut stored = Inserted::default();
         let newcomer = Newcomer {
             hash,
             size: u64::from(size),
@@ -446,7 +446,7 @@ impl SetTable {
         seen: &Seen,
         newcomer: &Newcomer,
         now_ms: u64,
-        stored: &mut Stored,
+        stored: &mut Inserted,
     ) -> Result<bool, StoreError> {
         let Newcomer {
             hash,
@@ -720,7 +720,7 @@ mod tests {
         let stored = table
             .insert(&store, &mut seen, &k, &entry(&k, b"{}", 100), 0)
             .unwrap();
-        assert_eq!(stored, Stored::default());
+        assert_eq!(stored, Inserted::default());
         assert!(matches!(
             table.lookup(&store, &mut seen, &k, h, 99),
             Lookup::Hit(_)

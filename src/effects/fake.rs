@@ -4,7 +4,7 @@
 
 use crate::effects::counters::Counter;
 use crate::effects::header_block::HeaderBlock;
-use crate::effects::host::{Callout, Host, LogLevel, Refused, RequestHost, Unserializable};
+use crate::effects::host::{Callout, Declined, Host, LogLevel, RequestHost, Unserializable};
 use crate::effects::store::{SharedStore, StoreError};
 use std::cell::{Cell, RefCell};
 use std::collections::{HashMap, HashSet};
@@ -351,12 +351,12 @@ impl Host for FakeHost {
         true
     }
 
-    fn dispatch(&self, request: &Callout, _timeout_ms: u64) -> Result<u32, Refused> {
+    fn dispatch(&self, request: &Callout, _timeout_ms: u64) -> Result<u32, Declined> {
         if self.in_callback.get() > 0 {
             self.answered_before_dispatch.set(true);
         }
         if self.refuse_dispatch.get() || self.refuse_clusters.borrow().contains(&request.cluster) {
-            return Err(Refused);
+            return Err(Declined);
         }
         let token = self.next_token.get();
         self.next_token.set(token + 1);

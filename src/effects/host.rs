@@ -39,7 +39,7 @@ pub struct Unserializable;
 
 /// Envoy refused a callout at once: unknown cluster, circuit breaker open, no healthy host.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Refused;
+pub struct Declined;
 
 pub trait Host: SharedStore {
     /// Wall-clock microseconds since the Unix epoch (0 if the host cannot tell).
@@ -81,7 +81,7 @@ pub trait Host: SharedStore {
 
     /// Sends `request` upstream from this worker's root context; the answer arrives as a callout
     /// response with the returned token.
-    fn dispatch(&self, request: &Callout, timeout_ms: u64) -> Result<u32, Refused>;
+    fn dispatch(&self, request: &Callout, timeout_ms: u64) -> Result<u32, Declined>;
 
     /// The headers of the callout response being delivered (root context, after an answer with
     /// headers only).

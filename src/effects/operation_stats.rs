@@ -120,7 +120,7 @@ fn decode(registry: &[u8]) -> impl Iterator<Item = &str> {
 
 /// A stat id as far as this worker knows: not defined yet, refused by the host, or defined.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Known {
+pub enum StatId {
     Undefined,
     Refused,
     Id(u32),
@@ -128,7 +128,7 @@ pub enum Known {
 
 /// One worker's view: the buckets and the stat ids it defined.
 #[derive(Debug)]
-pub struct OperationStats {
+pub struct OperationCounters {
     settings: Settings,
     /// `other`, `anonymous`, `unknown`, then the admitted names as this worker learnt them.
     buckets: Vec<Box<str>>,
@@ -138,8 +138,8 @@ pub struct OperationStats {
     /// Requests seen per name not admitted yet.
     candidates: FastMap<Box<str>, u32>,
     /// Ids of the counters without reasons, per bucket (see [`OpCounter::plain`]).
-    plain: Vec<[Known; 5]>,
-    by_reason: FastMap<(u16, OpCounter, &'static str), Known>,
+    plain: Vec<[StatId; 5]>,
+    by_reason: FastMap<(u16, OpCounter, &'static str), StatId>,
     /// Counts not yet added to Envoy's stats: the root's timer adds them, one host call per
     /// series and tick instead of one or two per request.
     pending: Vec<[u64; 5]>,
@@ -147,17 +147,17 @@ pub struct OperationStats {
 }
 
 /// A count to add to Envoy's stats: bucket, counter, reason, amount.
-pub type Pending = (u16, OpCounter, Option<&'static str>, u64);
+pub type PendingTally = (u16, OpCounter, Option<&'static str>, u64);
 
-impl OperationStats {
+impl OperationCounters {
     pub fn new(settings: Settings) -> Self {
-        OperationStats {
+        OperationCounters {
             settings,
             buckets: SPECIAL.iter().map(|s| Box::from(*s)).collect(),
             by_name: FastMap::default(),
             full: false,
             candidates: FastMap::default(),
-            plain: vec![[Known::Undefined; 5]; SPECIAL.len()],
+            plain: vec![[StatId::Undefined; 5]; SPECIAL.len()],
             by_reason: FastMap::default(),
             pending: vec![[0; 5]; SPECIAL.len()],
             pending_by_reason: FastMap::default(),
@@ -239,7 +239,7 @@ impl OperationStats {
                 break;
             };
             self.buckets.push(Box::from(name));
-            self.plain.push([Known::Undefined; 5]);
+            self.plain.push([StatId::Undefined; 5]);
             self.pending.push([0; 5]);
             self.by_name.insert(Box::from(name), b);
         }
@@ -271,7 +271,7 @@ impl OperationStats {
     }
 
     /// Every count added since the last call (the pending ones are zeroed).
-    pub fn take_pending(&mut self) -> Vec<Pending> {
+    pub fn take_pending(&mut self) -> Vec<PendingTally> {
         let mut out = Vec::new();
         for (b, counts) in self.pending.iter_mut().enumerate() {
             let Ok(b) = u16::try_from(b) else { break };
@@ -288,17 +288,17 @@ impl OperationStats {
     }
 
     /// The id of `counter` (by `reason`) for `bucket`, as far as this worker knows.
-    pub fn known(&self, bucket: u16, counter: OpCounter, reason: Option<&'static str>) -> Known {
+    pub fn known(&self, bucket: u16, counter: OpCounter, reason: Option<&'static str>) -> StatId {
         match (counter.plain(), reason) {
             (Some(at), None) => self
                 .plain
                 .get(usize::from(bucket))
-                .map_or(Known::Refused, |ids| ids[at]),
+                .map_or(StatId::Refused, |ids| ids[at]),
             (_, reason) => self
                 .by_reason
                 .get(&(bucket, counter, reason.unwrap_or("-")))
                 .copied()
-                .unwrap_or(Known::Undefined),
+                .unwrap_or(StatId::Undefined),
         }
     }
 
@@ -316,7 +316,7 @@ impl OperationStats {
         reason: Option<&'static str>,
         id: Option<u32>,
     ) {
-        let known = id.map_or(Known::Refused, Known::Id);
+        let known = id.map_or(StatId::Refused, StatId::Id);
         match (counter.plain(), reason) {
             (Some(at), None) => {
                 if let Some(ids) = self.plain.get_mut(usize::from(bucket)) {
@@ -343,7 +343,7 @@ mod tests {
         }
     }
 
-    fn name(s: &OperationStats, b: u16) -> &str {
+    fn name(s: &OperationCounters, b: u16) -> &str {
         &s.buckets[usize::from(b)]
     }
 
@@ -369,7 +369,7 @@ mod tests {
     #[test]
     fn the_first_k_names_seen_often_enough_get_a_bucket_and_the_rest_are_other() {
         let store = MapStore::default();
-        let mut s = OperationStats::new(settings(2, 2));
+        let mut s = OperationCounters::new(settings(2, 2));
         let a = Operation::Named("A");
         assert_eq!(s.bucket(&store, a), OTHER, "seen once");
         let b = s.bucket(&store, a);
@@ -390,8 +390,8 @@ mod tests {
     #[test]
     fn workers_agree_through_the_registry() {
         let store = MapStore::default();
-        let mut one = OperationStats::new(settings(2, 1));
-        let mut two = OperationStats::new(settings(2, 5));
+        let mut one = OperationCounters::new(settings(2, 1));
+        let mut two = OperationCounters::new(settings(2, 5));
         let b = one.bucket(&store, Operation::Named("A"));
         assert_eq!(name(&one, b), "A");
         // Admitted elsewhere: counted as itself here at once, whatever this worker saw.
@@ -406,7 +406,7 @@ mod tests {
     fn a_registry_longer_than_top_k_is_read_up_to_k() {
         let store = MapStore::default();
         store.set(REGISTRY_KEY, b"A\nB\nC\n").unwrap();
-        let mut s = OperationStats::new(settings(2, 1));
+        let mut s = OperationCounters::new(settings(2, 1));
         assert_eq!(s.bucket(&store, Operation::Named("C")), OTHER);
         let b = s.bucket(&store, Operation::Named("B"));
         assert_eq!(name(&s, b), "B");
@@ -415,7 +415,7 @@ mod tests {
     #[test]
     fn candidates_stay_bounded() {
         let store = MapStore::default();
-        let mut s = OperationStats::new(settings(10, 3));
+        let mut s = OperationCounters::new(settings(10, 3));
         for i in 0..(MAX_CANDIDATES * 3) {
             s.bucket(&store, Operation::Named(&format!("n{i}")));
         }
@@ -426,7 +426,7 @@ mod tests {
     #[test]
     fn counts_wait_for_the_flush_and_are_taken_once() {
         let store = MapStore::default();
-        let mut s = OperationStats::new(settings(2, 1));
+        let mut s = OperationCounters::new(settings(2, 1));
         let a = s.bucket(&store, Operation::Named("A"));
         s.add(a, OpCounter::Hits, None, 1);
         s.add(a, OpCounter::Hits, None, 2);
@@ -447,18 +447,18 @@ mod tests {
 
     #[test]
     fn ids_are_remembered_per_counter_and_reason() {
-        let mut s = OperationStats::new(settings(2, 1));
-        assert_eq!(s.known(OTHER, OpCounter::Hits, None), Known::Undefined);
+        let mut s = OperationCounters::new(settings(2, 1));
+        assert_eq!(s.known(OTHER, OpCounter::Hits, None), StatId::Undefined);
         s.defined(OTHER, OpCounter::Hits, None, Some(7));
         s.defined(OTHER, OpCounter::Misses, Some("cold"), None);
-        assert_eq!(s.known(OTHER, OpCounter::Hits, None), Known::Id(7));
+        assert_eq!(s.known(OTHER, OpCounter::Hits, None), StatId::Id(7));
         assert_eq!(
             s.known(OTHER, OpCounter::Misses, Some("cold")),
-            Known::Refused
+            StatId::Refused
         );
         assert_eq!(
             s.known(OTHER, OpCounter::Misses, Some("expired")),
-            Known::Undefined
+            StatId::Undefined
         );
         assert_eq!(
             s.name_of(OTHER, OpCounter::Bypasses, Some("mutation")),

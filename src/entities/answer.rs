@@ -20,7 +20,7 @@ pub enum BadAnswer {
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
-struct Raw<'a> {
+struct RawAnswer<'a> {
     #[serde(borrow, default)]
     data: Option<&'a RawValue>,
     #[serde(borrow, default)]
@@ -68,7 +68,7 @@ impl<'a> Fetched<'a> {
         if body.trim_ascii_start().first() != Some(&b'{') {
             return Err(BadAnswer::NotGraphql);
         }
-        let raw: Raw<'a> = serde_json::from_slice(body).map_err(|_| BadAnswer::NotGraphql)?;
+        let raw: RawAnswer<'a> = serde_json::from_slice(body).map_err(|_| BadAnswer::NotGraphql)?;
         let data_null = raw.data.is_none_or(|d| d.get() == "null");
         let lists: BTreeMap<&'a str, Option<Vec<&'a RawValue>>> = match raw.data {
             Some(d) if !data_null => {

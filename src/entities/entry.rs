@@ -6,7 +6,7 @@ use crate::cache::not_stored::NotStored;
 use crate::cache::storable::{encode_entry, storable_life, Content};
 use crate::config::{Config, Lifetimes};
 use crate::entities::request::Representation;
-use crate::invalidate::tags::{entry_tags, find_in_value, Found};
+use crate::invalidate::tags::{entry_tags, find_in_value, Objects};
 use crate::request::key::CacheKey;
 
 /// The subgraph's answer an entity came in: its status and headers.
@@ -51,7 +51,7 @@ pub fn entity_entry(
 /// The entity's own tag (its representation names its type and key), then the types and
 /// entities inside it.
 fn tags(rep: &Representation, raw: &str, config: &Config) -> Vec<String> {
-    let mut found = Found::default();
+    let mut found = Objects::default();
     find_in_value(&rep.canonical, &config.key_fields, &mut found);
     find_in_value(raw, &config.key_fields, &mut found);
     entry_tags(None, &[], &found)

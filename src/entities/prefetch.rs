@@ -246,7 +246,7 @@ pub const TEMPLATES_PER_TYPE: usize = 4;
 
 /// A way of asking for a type, and how many batches asked so lately.
 #[derive(Debug, Clone)]
-struct Known {
+struct AskedFor {
     learned: Rc<Learned>,
     batches: u32,
 }
@@ -255,7 +255,7 @@ struct Known {
 /// configured types), the batches waiting for a prefetch, and what the fetch being finished made.
 #[derive(Debug, Default)]
 pub struct Prefetches {
-    learned: BTreeMap<String, Vec<Known>>,
+    learned: BTreeMap<String, Vec<AskedFor>>,
     waiting: FastMap<u32, Rc<EntityBatch>>,
     /// The entries the fetch being finished made (admitted to the store or not), by key: what
     /// the batches that waited for it are answered from. Emptied once they are.
@@ -291,7 +291,7 @@ impl Prefetches {
                 known.swap_remove(least);
             }
         }
-        known.push(Known {
+        known.push(AskedFor {
             learned: Rc::new(learned),
             batches: 1,
         });

@@ -4,7 +4,7 @@
 use super::metrics::Metrics;
 use crate::effects::counters::Counter;
 use crate::effects::header_block::HeaderBlock;
-use crate::effects::host::{Callout, Host, LogLevel, Refused, RequestHost, Unserializable};
+use crate::effects::host::{Callout, Declined, Host, LogLevel, RequestHost, Unserializable};
 use crate::effects::store::{SharedStore, StoreError};
 use proxy_wasm::hostcalls;
 use proxy_wasm::types::{BufferType, MapType, MetricType, Status};
@@ -86,7 +86,7 @@ impl Host for Envoy<'_> {
         hostcalls::set_tick_period(Duration::from_millis(period_ms)).is_ok()
     }
 
-    fn dispatch(&self, request: &Callout, timeout_ms: u64) -> Result<u32, Refused> {
+    fn dispatch(&self, request: &Callout, timeout_ms: u64) -> Result<u32, Declined> {
         let headers: Vec<(&str, &str)> = request
             .headers
             .iter()
@@ -99,7 +99,7 @@ impl Host for Envoy<'_> {
             vec![],
             Duration::from_millis(timeout_ms),
         )
-        .map_err(|_| Refused)
+        .map_err(|_| Declined)
     }
 
     fn callout_headers(&self) -> Vec<(String, Vec<u8>)> {

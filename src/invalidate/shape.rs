@@ -11,12 +11,13 @@
 //! (the origin can still declare its tags, see `invalidate::declared`).
 
 use crate::config::KeyFields;
-use crate::invalidate::tags::{scalar_text, walk_objects, Found};
+use crate::invalidate::tags::{scalar_text, walk_objects, Objects};
 use graphql_parser::query::{Field, FragmentDefinition, Selection, SelectionSet};
 use serde_json::{Map, Value};
 use std::collections::BTreeMap;
 
-type Txt<'a> = &'a str;
+/// Texts as the parser borrows them from the query.
+pub type Txt<'a> = &'a str;
 
 /// Field selections (fragments expanded where they are spread) mapped before giving up: a
 /// document of a few kilobytes can spread fragments into exponentially many.
@@ -38,17 +39,17 @@ pub enum ShapeError {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ResponseShape {
     /// `nodes[0]` is `data`.
-    nodes: Vec<Node>,
+    nodes: Vec<ShapeNode>,
 }
 
 /// One object position: its response keys.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-struct Node {
-    keys: BTreeMap<String, Slot>,
+struct ShapeNode {
+    keys: BTreeMap<String, ShapeSlot>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
-struct Slot {
+struct ShapeSlot {
     /// The field behind the key, when every selection of it names that field with no arguments
     /// and no directive but `@skip`/`@include` (which only drop it). Arguments or other
     /// directives may change what a key field returns; differing fields (`... on A { x: id }
@@ -68,7 +69,7 @@ pub fn shape_of<'a>(
 ) -> Result<ResponseShape, ShapeError> {
     let mut builder = Builder {
         fragments,
-        nodes: vec![Node::default()],
+        nodes: vec![ShapeNode::default()],
         budget: MAX_SELECTIONS,
         spreading: Vec::new(),
     };
@@ -80,7 +81,7 @@ pub fn shape_of<'a>(
 
 struct Builder<'f, 'd, 'a> {
     fragments: &'f Fragments<'d, 'a>,
-    nodes: Vec<Node>,
+    nodes: Vec<ShapeNode>,
     budget: usize,
     /// Fragments being expanded: a cycle (invalid, but parseable) is not followed again.
     spreading: Vec<&'a str>,
@@ -100,7 +101,7 @@ impl<'a> Builder<'_, '_, 'a> {
             match item {
                 Selection::Field(f) => self.add_field(node, f, depth)?,
                 // Merged into the same position: which type condition applies is unknown here,
-                // and conflicting keys become unmapped (see `Slot::field`).
+                // and conflicting keys become unmapped (see `ShapeSlot::field`).
                 Selection::InlineFragment(i) => self.add(node, &i.selection_set, depth + 1)?,
                 Selection::FragmentSpread(s) => {
                     if self.spreading.contains(&s.fragment_name) {
@@ -136,7 +137,7 @@ impl<'a> Builder<'_, '_, 'a> {
         let slot = self.nodes[node]
             .keys
             .entry(key.to_string())
-            .or_insert_with(|| Slot {
+            .or_insert_with(|| ShapeSlot {
                 field: field.map(str::to_string),
                 child: None,
             });
@@ -148,7 +149,7 @@ impl<'a> Builder<'_, '_, 'a> {
         }
         let child = *slot.child.get_or_insert(next);
         if child == next {
-            self.nodes.push(Node::default());
+            self.nodes.push(ShapeNode::default());
         }
         self.add(child, &f.selection_set, depth + 1)
     }
@@ -162,12 +163,12 @@ pub fn find_in_shaped_answer(
     answer: &Value,
     shape: &ResponseShape,
     key_fields: &KeyFields,
-) -> Option<Found> {
+) -> Option<Objects> {
     let data = answer.get("data")?;
     if !data.is_object() || shape.nodes.is_empty() {
         return None;
     }
-    let mut found = Found::default();
+    let mut found = Objects::default();
     walk_objects(data, 0usize, &mut found, |found, map, at, children| {
         let Some(node) = shape.nodes.get(at) else {
             return;
@@ -182,7 +183,12 @@ pub fn find_in_shaped_answer(
     Some(found)
 }
 
-fn note_object(found: &mut Found, map: &Map<String, Value>, node: &Node, key_fields: &KeyFields) {
+fn note_object(
+    found: &mut Objects,
+    map: &Map<String, Value>,
+    node: &ShapeNode,
+    key_fields: &KeyFields,
+) {
     let Some(Value::String(typename)) = real_value(map, node, TYPENAME) else {
         return;
     };
@@ -197,7 +203,7 @@ fn note_object(found: &mut Found, map: &Map<String, Value>, node: &Node, key_fie
 
 /// The value of `field` in `map`, under whichever keys really select it; `None` when none does,
 /// or when two of them disagree.
-fn real_value<'v>(map: &'v Map<String, Value>, node: &Node, field: &str) -> Option<&'v Value> {
+fn real_value<'v>(map: &'v Map<String, Value>, node: &ShapeNode, field: &str) -> Option<&'v Value> {
     let mut values = node
         .keys
         .iter()

@@ -51,7 +51,7 @@ pub fn field_tag(name: &str) -> String {
 
 /// What the answer's `data` names: types and entities, each once, in order of appearance.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
-pub struct Found {
+pub struct Objects {
     pub types: Vec<String>,
     /// `(type, id)`
     pub entities: Vec<(String, String)>,
@@ -61,7 +61,7 @@ pub struct Found {
 
 /// Reads the types and entities of a GraphQL answer. `None` when the body is not a JSON object
 /// or has no `data` object.
-pub fn find_in_answer(body: &[u8], key_fields: &KeyFields) -> Option<Found> {
+pub fn find_in_answer(body: &[u8], key_fields: &KeyFields) -> Option<Objects> {
     let parsed = std::str::from_utf8(body).ok().map(json::parse);
     let Some(Ok(answer)) = parsed else {
         return find_in_answer_generic(body, key_fields);
@@ -70,27 +70,27 @@ pub fn find_in_answer(body: &[u8], key_fields: &KeyFields) -> Option<Found> {
 }
 
 /// [`find_in_answer`] of an answer the strict reader has read.
-pub fn find_in_parsed(answer: &Json<'_>, key_fields: &KeyFields) -> Option<Found> {
+pub fn find_in_parsed(answer: &Json<'_>, key_fields: &KeyFields) -> Option<Objects> {
     let Json::Object(members) = answer else {
         return None;
     };
     let data @ Json::Object(_) = member(members, "data")? else {
         return None;
     };
-    let mut found = Found::default();
+    let mut found = Objects::default();
     note_typed_json(data, key_fields, &mut found);
     Some(found)
 }
 
 /// [`find_in_answer`] for what the strict reader refuses but `serde_json` reads (a member named
 /// twice: the last one counts), so a purge reaches whatever the origin's answer names.
-pub fn find_in_answer_generic(body: &[u8], key_fields: &KeyFields) -> Option<Found> {
+pub fn find_in_answer_generic(body: &[u8], key_fields: &KeyFields) -> Option<Objects> {
     let answer: Value = serde_json::from_slice(body).ok()?;
     let data = answer.get("data")?;
     if !data.is_object() {
         return None;
     }
-    let mut found = Found::default();
+    let mut found = Objects::default();
     note_typed(data, key_fields, &mut found);
     Some(found)
 }
@@ -98,7 +98,7 @@ pub fn find_in_answer_generic(body: &[u8], key_fields: &KeyFields) -> Option<Fou
 /// Adds to `found` the types and entities of one JSON value (an entity as a subgraph wrote it,
 /// or its representation), as [`find_in_answer`] reads them under `data`. Text that cannot name a
 /// type (no `__typename`, no escape that could spell it) is not parsed: most entities hold none.
-pub fn find_in_value(text: &str, key_fields: &KeyFields, found: &mut Found) {
+pub fn find_in_value(text: &str, key_fields: &KeyFields, found: &mut Objects) {
     if !text.contains(TYPENAME) && !text.contains("\\u") {
         return;
     }
@@ -114,7 +114,7 @@ pub fn find_in_value(text: &str, key_fields: &KeyFields, found: &mut Found) {
 
 /// [`note_typed`] over the strict reader's tree: the same objects in the same order (its members
 /// are sorted by name, as a `serde_json::Map`'s are), bounded by the same `MAX_OBJECTS`.
-fn note_typed_json(value: &Json<'_>, key_fields: &KeyFields, found: &mut Found) {
+fn note_typed_json(value: &Json<'_>, key_fields: &KeyFields, found: &mut Objects) {
     let mut stack = vec![value];
     let mut visited = 0;
     while let Some(value) = stack.pop() {
@@ -171,7 +171,7 @@ fn is_plain_integer(n: &str) -> bool {
 }
 
 /// Notes every object under `value` that names its type, and its id.
-fn note_typed(value: &Value, key_fields: &KeyFields, found: &mut Found) {
+fn note_typed(value: &Value, key_fields: &KeyFields, found: &mut Objects) {
     walk_objects(value, (), found, |found, map, (), children| {
         if let Some(Value::String(t)) = map.get(TYPENAME) {
             note(found, t, map, key_fields);
@@ -186,8 +186,8 @@ fn note_typed(value: &Value, key_fields: &KeyFields, found: &mut Found) {
 pub(crate) fn walk_objects<'v, S: Copy>(
     data: &'v Value,
     root: S,
-    found: &mut Found,
-    mut visit: impl FnMut(&mut Found, &'v serde_json::Map<String, Value>, S, &mut Vec<(&'v Value, S)>),
+    found: &mut Objects,
+    mut visit: impl FnMut(&mut Objects, &'v serde_json::Map<String, Value>, S, &mut Vec<(&'v Value, S)>),
 ) {
     let mut stack = vec![(data, root)];
     let mut visited = 0;
@@ -211,7 +211,7 @@ pub(crate) fn walk_objects<'v, S: Copy>(
 }
 
 fn note(
-    found: &mut Found,
+    found: &mut Objects,
     typename: &str,
     object: &serde_json::Map<String, Value>,
     key_fields: &KeyFields,
@@ -219,7 +219,7 @@ fn note(
     found.note(typename, object_id(object, key_fields.of(typename)));
 }
 
-impl Found {
+impl Objects {
     /// An object of type `typename`, and its id when it has one; each once.
     pub fn note(&mut self, typename: &str, id: Option<String>) {
         if !self.types.iter().any(|t| t == typename) {
@@ -254,7 +254,7 @@ pub fn scalar_text(value: &Value) -> Option<String> {
 /// [`MAX_TAGS`]. When the entities do not all fit, none is listed and each type that had some
 /// gets its `entities:` tag instead, so an entity purge still reaches the entry (too much, never
 /// too little); an answer cut short at `MAX_OBJECTS` gets [`OVERFLOW_TAG`].
-pub fn entry_tags(operation: Option<&str>, root_fields: &[String], found: &Found) -> Vec<String> {
+pub fn entry_tags(operation: Option<&str>, root_fields: &[String], found: &Objects) -> Vec<String> {
     let mut tags = Vec::new();
     if found.truncated {
         tags.push(OVERFLOW_TAG.to_string());
@@ -310,13 +310,13 @@ mod tests {
             "null",
             "not json",
         ] {
-            let mut found = Found::default();
+            let mut found = Objects::default();
             find_in_value(json, &keys, &mut found);
             let wrapped = format!(r#"{{"data":{{"e":{json}}}}}"#);
             let want = find_in_answer(wrapped.as_bytes(), &keys).unwrap_or_default();
             assert_eq!(found, want, "{json}");
         }
-        let mut found = Found::default();
+        let mut found = Objects::default();
         find_in_value(r#"{"\u005f_typename":"User","id":"3"}"#, &keys, &mut found);
         assert_eq!(found.entities, vec![("User".to_string(), "3".to_string())]);
     }
@@ -431,13 +431,13 @@ mod tests {
         assert_eq!(find_in_answer(br#"{"data":null}"#, &kf), None);
         assert_eq!(
             find_in_answer(br#"{"data":{"a":[1,2,{"b":true}]}}"#, &kf),
-            Some(Found::default())
+            Some(Objects::default())
         );
     }
 
     #[test]
     fn entry_tags_are_bounded_coarse_first() {
-        let mut found = Found::default();
+        let mut found = Objects::default();
         found.types.push("User".into());
         for i in 0..100 {
             found.entities.push(("User".into(), i.to_string()));

@@ -6,15 +6,13 @@
 //! query, unused fragments, operations not selected), and everything else is kept exactly
 //! (selection order and aliases shape the response; values and directives change it).
 
-use crate::invalidate::shape::{shape_of, ResponseShape};
+use crate::invalidate::shape::{shape_of, Fragments, ResponseShape, Txt};
 use graphql_parser::query::{
     parse_query, Definition, Directive, Document, FragmentDefinition, OperationDefinition,
     Selection, SelectionSet, Type, TypeCondition, Value, VariableDefinition,
 };
 use std::collections::BTreeMap;
 use std::fmt::Write;
-
-type Txt<'a> = &'a str;
 
 /// Printed for a Float that is not finite. Canonical text never holds a raw NUL otherwise
 /// (strings are escaped), so its presence means "refuse this document".
@@ -204,8 +202,6 @@ fn select_operation<'d, 'a>(
         None => Err(CanonicalError::UnknownOperation),
     }
 }
-
-type Fragments<'d, 'a> = BTreeMap<&'a str, &'d FragmentDefinition<'a, Txt<'a>>>;
 
 fn index_fragments<'d, 'a>(
     doc: &'d Document<'a, Txt<'a>>,

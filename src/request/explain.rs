@@ -29,7 +29,7 @@ pub struct Described {
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
-struct Raw {
+struct RawDescribed {
     method: Option<String>,
     path: Option<String>,
     authority: Option<String>,
@@ -43,7 +43,8 @@ struct Raw {
 impl Described {
     /// Reads the description; an error says what is wrong, naming the member.
     pub fn parse(bytes: &[u8]) -> Result<Described, String> {
-        let raw: Raw = serde_json::from_slice(bytes).map_err(|e| format!("not a request: {e}"))?;
+        let raw: RawDescribed =
+            serde_json::from_slice(bytes).map_err(|e| format!("not a request: {e}"))?;
         let method = raw
             .method
             .unwrap_or_else(|| "POST".into())

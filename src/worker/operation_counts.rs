@@ -3,7 +3,7 @@
 //! time this worker adds to it. A stat the host refuses is skipped from then on.
 
 use crate::effects::host::Host;
-use crate::effects::operation_stats::{Known, OpCounter, Operation};
+use crate::effects::operation_stats::{OpCounter, Operation, StatId};
 use crate::invalidate::tags::OperationTags;
 use crate::worker::ctx::Ctx;
 
@@ -64,9 +64,9 @@ pub fn flush<H: Host>(cx: &mut Ctx<'_, H>) {
     for (bucket, counter, reason, amount) in cx.worker(|w| w.operations.take_pending()) {
         let known = cx.worker(|w| w.operations.known(bucket, counter, reason));
         let id = match known {
-            Known::Id(id) => id,
-            Known::Refused => continue,
-            Known::Undefined => {
+            StatId::Id(id) => id,
+            StatId::Refused => continue,
+            StatId::Undefined => {
                 let name = cx.worker(|w| w.operations.name_of(bucket, counter, reason));
                 let id = cx.host().define_counter(&name);
                 cx.worker(|w| w.operations.defined(bucket, counter, reason, id));

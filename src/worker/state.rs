@@ -10,7 +10,7 @@ use crate::coalesce::release::Release;
 use crate::coalesce::upstream::SharedFetch;
 use crate::coalesce::waiters::LocalFlights;
 use crate::config::Config;
-use crate::effects::operation_stats::OperationStats;
+use crate::effects::operation_stats::OperationCounters;
 use crate::entities::batch::WaitedBatches;
 use crate::entities::deferred::DeferredSplits;
 use crate::entities::prefetch::Prefetches;
@@ -150,7 +150,7 @@ pub struct Worker {
     /// Purge API requests waiting (`?wait_ms=`) for the fleet's log to hold their purge.
     pub held_commits: HeldPurges,
     /// Which operation names have their own counters, and the ids of those defined here.
-    pub operations: OperationStats,
+    pub operations: OperationCounters,
     /// Entity mode: the `_entities` fields of the query texts read lately.
     pub entity_shapes: Shapes,
     /// Entity mode: the batches this worker's requests wait on (for stale-if-error per entity).
@@ -221,7 +221,7 @@ impl Worker {
             mutation_budget: PurgeBudget::new(&config.mutation_purges),
             owed_purges: Vec::new(),
             held_commits: HeldPurges::default(),
-            operations: OperationStats::new(config.operation_stats),
+            operations: OperationCounters::new(config.operation_stats),
             entity_shapes: Shapes::default(),
             entity_batches: WaitedBatches::default(),
             deferred_splits: DeferredSplits::default(),
@@ -239,7 +239,7 @@ impl Worker {
         self.seen = Seen::new(&layout(config));
         self.purges = PurgeView::default();
         self.mutation_budget = PurgeBudget::new(&config.mutation_purges);
-        self.operations = OperationStats::new(config.operation_stats);
+        self.operations = OperationCounters::new(config.operation_stats);
         self.entity_shapes = Shapes::default();
         self.prefetch.forget_templates();
     }

@@ -115,7 +115,7 @@ pub fn insert(
     key: &CacheKey,
     bytes: &[u8],
     now_ms: u64,
-) -> Result<table::Stored, StoreError> {
+) -> Result<table::Inserted, StoreError> {
     let table = &cx.plugin().table;
     let outcome =
         cx.worker_and_shared(|w, shared| table.insert(shared, &mut w.seen, key, bytes, now_ms));

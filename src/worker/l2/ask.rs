@@ -2,7 +2,7 @@
 //! this Envoy's L1 and answers the flight (`HIT`, reason `l2`); a won lease sends the fetch to the
 //! origin (its answer then goes to L2 too); another Envoy's lease is waited for by long-poll
 //! (`COALESCED`, reason `l2`). Every failure sends the fetch to the origin as if there were no L2.
-//! What the answer leads to is said to the root ([`Next`]), which finishes the flight or sends
+//! What the answer leads to is said to the root ([`AfterLookup`]), which finishes the flight or sends
 //! the fetch: L2 sits below the root and never answers a request itself.
 
 use crate::cache::entry::Entry;
@@ -61,7 +61,7 @@ pub fn ask(
 
 /// What the root does with a flight once L2 answered its lookup.
 #[derive(Debug)]
-pub enum Next {
+pub enum AfterLookup {
     /// Asked again, by long-poll: nothing until that answers.
     Waiting,
     /// Another Envoy's answer, found in L2 (`waited`: after a long-poll): the flight is finished
@@ -81,11 +81,11 @@ pub fn on_answer(
     mut fetch: SharedFetch,
     waited: bool,
     returned: Returned,
-) -> Next {
+) -> AfterLookup {
     let config = cx.config();
     let Some(l2) = &config.l2 else {
         fetch.l2 = L2Role::Off;
-        return Next::Origin(fetch);
+        return AfterLookup::Origin(fetch);
     };
     let looked = match &returned.headers {
         None => Err(L2Failure::Unreachable),
@@ -101,7 +101,7 @@ pub fn on_answer(
         Ok(Looked::Hit(bytes)) => match usable(cx, &fetch, &bytes) {
             Some(response) => {
                 cx.host().count(Counter::L2Hits);
-                return Next::Hit {
+                return AfterLookup::Hit {
                     fetch,
                     response,
                     waited,
@@ -116,14 +116,14 @@ pub fn on_answer(
         Ok(Looked::Busy) if !waited && l2.wait_ms > 0 => {
             cx.host().count(Counter::L2Waits);
             return match ask(cx, l2, fetch, true) {
-                Ok(()) => Next::Waiting,
-                Err(fetch) => Next::Origin(*fetch),
+                Ok(()) => AfterLookup::Waiting,
+                Err(fetch) => AfterLookup::Origin(*fetch),
             };
         }
         // The other node did not store in time: fetch, and store for the rest of the fleet.
         Ok(Looked::Busy) => fetch.l2 = L2Role::Store,
     }
-    Next::Origin(fetch)
+    AfterLookup::Origin(fetch)
 }
 
 /// The answer an L2 value gives this flight, if it may: signed by the fleet for this key, what

@@ -27,7 +27,7 @@ use std::rc::Rc;
 /// An mget in flight: its callout, and the keys it asked (with what each may be stored for: its
 /// TTL and its type's stale windows), in order.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Asked {
+pub struct AskedL2 {
     pub token: u32,
     keys: Vec<(CacheKey, Lifetimes)>,
 }
@@ -35,7 +35,7 @@ pub struct Asked {
 /// Sends one mget for `missing` (each key once, with its entity's lifetimes; the first
 /// [`MAX_BATCH_KEYS`] of a larger batch): `None` when there is no L2, nothing to ask, the purge
 /// log is not followed (a value could not be trusted), or Envoy refused the call (counted).
-pub fn ask(cx: &mut Ctx<'_, impl Host>, missing: &[(CacheKey, Lifetimes)]) -> Option<Asked> {
+pub fn ask(cx: &mut Ctx<'_, impl Host>, missing: &[(CacheKey, Lifetimes)]) -> Option<AskedL2> {
     let l2 = cx.config().l2.as_ref()?;
     let mut keys: Vec<(CacheKey, Lifetimes)> =
         Vec::with_capacity(missing.len().min(MAX_BATCH_KEYS));
@@ -51,7 +51,7 @@ pub fn ask(cx: &mut Ctx<'_, impl Host>, missing: &[(CacheKey, Lifetimes)]) -> Op
     let names: Vec<CacheKey> = keys.iter().map(|(k, _)| *k).collect();
     let callout = wire::mget(l2, &names)?;
     match host.dispatch(&callout, l2.timeout_ms) {
-        Ok(token) => Some(Asked { token, keys }),
+        Ok(token) => Some(AskedL2 { token, keys }),
         Err(_) => {
             host.count(Counter::L2Failures);
             None
@@ -63,7 +63,7 @@ pub fn ask(cx: &mut Ctx<'_, impl Host>, missing: &[(CacheKey, Lifetimes)]) -> Op
 /// A failed call or an answer not exactly the contract's is counted and brings nothing.
 pub fn on_answer(
     cx: &mut Ctx<'_, impl Host>,
-    asked: &Asked,
+    asked: &AskedL2,
     returned: &Returned,
 ) -> Vec<(CacheKey, Rc<[u8]>)> {
     let read = match &returned.headers {

@@ -91,7 +91,7 @@ enum State {
         head: Box<RequestHead>,
         /// Kept to join the batch's flight if L2 brings none of its entities.
         body: Vec<u8>,
-        asked: l2_entities::Asked,
+        asked: l2_entities::AskedL2,
     },
     /// An `_entities` request paused for its partial fetch (entity mode).
     EntityFetching(Box<EntityExchange>),

@@ -204,18 +204,18 @@ fn rule_json(index: usize, r: &Rule) -> Value {
 }
 
 /// What the cache holds for a key, and what a request for it would get now.
-struct Found {
+struct Held {
     entry: Value,
     x_cache: CacheStatus,
     miss_reason: Option<&'static str>,
     stored_at_ms: Option<u64>,
 }
 
-fn entry_state(cx: &mut Ctx<'_, impl RequestHost>, key: &CacheKey, now_ms: u64) -> Found {
+fn entry_state(cx: &mut Ctx<'_, impl RequestHost>, key: &CacheKey, now_ms: u64) -> Held {
     let table = &cx.plugin().table;
     let hash = table.hash(key);
     let peeked = cx.worker_and_shared(|_, shared| table.peek(shared, key, hash));
-    let miss = |why| Found {
+    let miss = |why| Held {
         entry: Value::Null,
         x_cache: CacheStatus::Miss,
         miss_reason: Some(why),
@@ -250,7 +250,7 @@ fn entry_state(cx: &mut Ctx<'_, impl RequestHost>, key: &CacheKey, now_ms: u64) 
         "tag_count": e.tag_hashes.len(),
         "tags": tags,
     });
-    Found {
+    Held {
         entry,
         x_cache,
         miss_reason,

@@ -103,20 +103,20 @@ impl Labels<'_> {
 
 /// What a paused request is answered with: a response, and how it is labelled.
 #[derive(Debug, Clone, Copy)]
-pub struct Reply<'a> {
+pub struct Labelled<'a> {
     pub response: &'a Response,
     pub label: Label<'a>,
 }
 
-impl<'a> Reply<'a> {
+impl<'a> Labelled<'a> {
     pub fn new(response: &'a Response, label: Label<'a>) -> Self {
-        Reply { response, label }
+        Labelled { response, label }
     }
 }
 
 /// Answers the paused request `context`, waiting for `key`, with `reply`.
-pub fn answer(cx: &mut Ctx<'_, impl Host>, context: u32, key: &CacheKey, reply: Reply<'_>) {
-    let Reply { response, label } = reply;
+pub fn answer(cx: &mut Ctx<'_, impl Host>, context: u32, key: &CacheKey, reply: Labelled<'_>) {
+    let Labelled { response, label } = reply;
     let outcome = Outcome::Answered {
         cache: label.cache,
         reason: label.reason,

@@ -6,7 +6,7 @@ use crate::effects::host::Host;
 use crate::fleet::calls::Call;
 use crate::worker::callout::Returned;
 use crate::worker::ctx::Ctx;
-use crate::worker::l2::ask::{on_answer, Next};
+use crate::worker::l2::ask::{on_answer, AfterLookup};
 use crate::worker::l2::feed::{on_page, on_snapshot};
 use crate::worker::l2::write::on_written;
 use crate::worker::root::answer::{Label, Labels};
@@ -34,10 +34,10 @@ pub fn on_callout(cx: &mut Ctx<'_, impl Host>, token: u32, num_headers: usize, b
 }
 
 /// What L2's answer to a flight's lookup leaves the root to do.
-fn after_lookup(cx: &mut Ctx<'_, impl Host>, next: Next) {
+fn after_lookup(cx: &mut Ctx<'_, impl Host>, next: AfterLookup) {
     match next {
-        Next::Waiting => {}
-        Next::Hit {
+        AfterLookup::Waiting => {}
+        AfterLookup::Hit {
             fetch,
             response,
             waited,
@@ -49,6 +49,6 @@ fn after_lookup(cx: &mut Ctx<'_, impl Host>, next: Next) {
             };
             finish(cx, &fetch, Ok(response), &Labels::all(label));
         }
-        Next::Origin(fetch) => to_origin_or_refused(cx, fetch),
+        AfterLookup::Origin(fetch) => to_origin_or_refused(cx, fetch),
     }
 }

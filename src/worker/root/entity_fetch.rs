@@ -22,7 +22,7 @@ use crate::request::key::CacheKey;
 use crate::worker::ctx::Ctx;
 use crate::worker::entity_store::{self, Split};
 use crate::worker::marks::overtaken;
-use crate::worker::root::answer::{answer, release, Label, Reply};
+use crate::worker::root::answer::{answer, release, Label, Labelled};
 use crate::worker::root::entity_flights::wait_on;
 use crate::worker::root::stale::{self, error_entry, fresh_entry};
 use crate::worker::root::timer::tick_soon;
@@ -186,7 +186,12 @@ pub fn answer_prefetched(
     });
     match (made, pending) {
         (Some(response), _) => {
-            answer(cx, context, key, Reply::new(&response, Label::PREFETCHED));
+            answer(
+                cx,
+                context,
+                key,
+                Labelled::new(&response, Label::PREFETCHED),
+            );
             count_served(cx, Some(&batch));
         }
         (None, Some(next)) if wait_on(cx, context, next, batch) => {}

@@ -9,7 +9,7 @@ use crate::coalesce::wakeup::Message;
 use crate::effects::host::Host;
 use crate::request::key::CacheKey;
 use crate::worker::ctx::Ctx;
-use crate::worker::root::answer::{answer, release, Label, Reply};
+use crate::worker::root::answer::{answer, release, Label, Labelled};
 use crate::worker::root::dispatch::dispatch_pending;
 use crate::worker::root::entity_fetch;
 use crate::worker::root::stale::is_failure;
@@ -69,10 +69,10 @@ fn deliver(cx: &mut Ctx<'_, impl Host>, key: &CacheKey, shared: Option<&[u8]>) {
         let ctx = waiter.context_id;
         match (&stale, &response) {
             (Some(s), _) => {
-                answer(cx, ctx, key, Reply::new(s, Label::STALE));
+                answer(cx, ctx, key, Labelled::new(s, Label::STALE));
                 entity_fetch::count_served(cx, batch.as_deref());
             }
-            (None, Some(r)) => answer(cx, ctx, key, Reply::new(r, Label::COALESCED)),
+            (None, Some(r)) => answer(cx, ctx, key, Labelled::new(r, Label::COALESCED)),
             (None, None) => release(cx, ctx, Release::NotShareable),
         }
     }

@@ -13,7 +13,7 @@ use crate::effects::host::{status, Host};
 use crate::worker::callout::Returned;
 use crate::worker::ctx::Ctx;
 use crate::worker::l2::write::{after_origin, release_later};
-use crate::worker::root::answer::{answer, release, Label, Labels, Reply};
+use crate::worker::root::answer::{answer, release, Label, Labelled, Labels};
 use crate::worker::root::entity_fetch;
 use crate::worker::root::prefetch;
 use crate::worker::root::stale::is_failure;
@@ -225,13 +225,13 @@ pub fn finish(
     for waiter in flight.waiters {
         let ctx = waiter.context_id;
         if let Some(s) = &stale {
-            answer(cx, ctx, key, Reply::new(s, Label::STALE));
+            answer(cx, ctx, key, Labelled::new(s, Label::STALE));
             entity_fetch::count_served(cx, batch.as_deref());
             continue;
         }
         match &response {
-            Ok(r) if waiter.leader => answer(cx, ctx, key, Reply::new(r, labels.leader)),
-            Ok(r) if for_followers(r) => answer(cx, ctx, key, Reply::new(r, labels.followers)),
+            Ok(r) if waiter.leader => answer(cx, ctx, key, Labelled::new(r, labels.leader)),
+            Ok(r) if for_followers(r) => answer(cx, ctx, key, Labelled::new(r, labels.followers)),
             Ok(_) if labels.overtaken => release(cx, ctx, Release::Overtaken),
             Ok(_) => release(cx, ctx, Release::NotShareable),
             Err(reason) => release(cx, ctx, *reason),

@@ -53,7 +53,7 @@ fn path(c: &Callout) -> &str {
 }
 
 /// A sealed value per L2 name, as the service would keep them.
-type Stored = HashMap<Key, Vec<u8>>;
+type L2Values = HashMap<Key, Vec<u8>>;
 
 impl Node {
     /// A member of the fleet that has read the purge log to its end (L2 values are trusted).
@@ -100,7 +100,7 @@ impl Node {
 
     /// A batch forwarded to the subgraph and answered; its entities are stored, and what went to
     /// L2 (one mstore) is returned.
-    fn fetches(&self, context: u32, ids: &[u32]) -> Stored {
+    fn fetches(&self, context: u32, ids: &[u32]) -> L2Values {
         let (mut x, flow) = self.post(context, &batch_of(ids), &[]);
         if flow == Flow::Pause {
             // Asked L2 first: nothing there.
@@ -129,7 +129,7 @@ impl Node {
     }
 
     /// A batch that asks L2 (one mget), answered from `stored`; its exchange and the mget's keys.
-    fn asks_l2(&self, context: u32, ids: &[u32], stored: &Stored) -> (Exchange, usize) {
+    fn asks_l2(&self, context: u32, ids: &[u32], stored: &L2Values) -> (Exchange, usize) {
         let mgets = self.calls_to("/v1/mget").len();
         let (mut x, flow) = self.post(context, &batch_of(ids), &[]);
         assert_eq!(flow, Flow::Pause, "held for L2");
