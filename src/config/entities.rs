@@ -3,6 +3,7 @@
 
 use super::bounds::{bounded, MAX_TTL_SECONDS};
 use super::error::{field_error, ConfigError};
+use super::purge::KeyFields;
 use super::raw::{RawEntities, RawEntityType};
 use super::rules::{parse_scope, Lifetimes, Scope};
 
@@ -92,11 +93,45 @@ impl Entities {
         Scope::Public
     }
 
-    /// Whether an entity's answer (its JSON) holds an object of a private type (a `__typename`
-    /// its selection asked for, as gateways do for interfaces and unions): such an answer is
-    /// not stored for everyone.
-    pub fn holds_private(&self, raw: &str) -> bool {
-        self.private_named(raw, "\"__typename\"")
+    /// Whether an entity's answer (its JSON) holds an object of a private type with more in it
+    /// than a reference (its `__typename` and key fields, as a gateway asks for an entity it
+    /// resolves elsewhere: which user wrote a review is the review's data, the user's own fields
+    /// are not). Such an answer is not stored for everyone. Only what says its `__typename` can
+    /// be seen; an answer that cannot be read counts as holding one.
+    pub fn holds_private(&self, raw: &str, key_fields: &KeyFields) -> bool {
+        if !self.private_named(raw, "\"__typename\"") {
+            return false;
+        }
+        match serde_json::from_str::<serde_json::Value>(raw) {
+            Ok(value) => self.private_content(&value, key_fields),
+            Err(_) => true,
+        }
+    }
+
+    fn private_content(&self, value: &serde_json::Value, key_fields: &KeyFields) -> bool {
+        match value {
+            serde_json::Value::Object(members) => {
+                let typename = members.get("__typename").and_then(|t| t.as_str());
+                let beyond_reference = |t: &str| {
+                    let keys = key_fields.of(t);
+                    members
+                        .keys()
+                        .any(|m| m != "__typename" && !keys.iter().any(|k| k == m))
+                };
+                if typename
+                    .is_some_and(|t| self.rules(t).1 == Scope::Private && beyond_reference(t))
+                {
+                    return true;
+                }
+                members
+                    .values()
+                    .any(|v| self.private_content(v, key_fields))
+            }
+            serde_json::Value::Array(items) => {
+                items.iter().any(|v| self.private_content(v, key_fields))
+            }
+            _ => false,
+        }
     }
 
     /// Whether a private type's name follows `marker` (then blanks, and for `__typename` a

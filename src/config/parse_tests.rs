@@ -537,10 +537,24 @@ fn a_public_entity_that_reaches_a_private_type_is_private_or_not_stored() {
         Scope::Public,
         "a name, whole"
     );
-    assert!(c.holds_private(r#"{"owner":{"__typename":"Account","email":"a@b"}}"#));
-    assert!(c.holds_private(r#"{"owner":{"__typename" : "Account"}}"#));
-    assert!(!c.holds_private(r#"{"owner":{"__typename":"Accounts"},"a":"__typename"}"#));
-    assert!(!c.holds_private(r#"{"name":"P1","__typename":"Product"}"#));
+    let keys = KeyFields::default();
+    let holds = |raw: &str| c.holds_private(raw, &keys);
+    assert!(holds(r#"{"owner":{"__typename":"Account","email":"a@b"}}"#));
+    assert!(holds(
+        r#"{"owners":[{"__typename" : "Account","id":"1","name":"x"}]}"#
+    ));
+    assert!(
+        !holds(r#"{"owner":{"__typename":"Account","id":"7"}}"#),
+        "a reference is the entity's own data"
+    );
+    assert!(!holds(
+        r#"{"owner":{"__typename":"Accounts"},"a":"__typename"}"#
+    ));
+    assert!(!holds(r#"{"name":"P1","__typename":"Product"}"#));
+    assert!(
+        holds(r#"{"owner":{"__typename":"Account""#),
+        "unreadable: as private"
+    );
     let all_private = Config::parse(
         br#"{"identity":{"source":"header","header":"x-user"},"default_scope":"private","entities":{"types":{"Product":{"scope":"public"}}}}"#,
     )
@@ -548,7 +562,7 @@ fn a_public_entity_that_reaches_a_private_type_is_private_or_not_stored() {
     .entities
     .unwrap();
     assert!(
-        all_private.holds_private(r#"{"r":{"__typename":"Review"}}"#),
+        all_private.holds_private(r#"{"r":{"__typename":"Review","body":"b"}}"#, &keys),
         "unlisted: private"
     );
 }

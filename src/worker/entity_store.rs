@@ -85,7 +85,7 @@ pub fn store(
             let entities = listener_settings(config);
             // A public entity whose answer holds a private object: not for everyone's entry.
             let leaks = entities.scope_in(&rep.typename, &field.selection) == Scope::Public
-                && entities.holds_private(got.raw);
+                && entities.holds_private(got.raw, &config.key_fields);
             let storable =
                 (got.storable() || (got.raw == "null" && !got.errored)) && !unplaced && !leaks;
             let entry = match (key, storable && ttl > 0) {
