@@ -561,6 +561,40 @@ fn reviews_resolved(subgraphs: &Subgraphs) -> u64 {
     counts["resolved"]["Product"].as_u64().unwrap_or(0)
 }
 
+/// The partial fetch of what a batch lacks is stored for everyone: it carries the headers a
+/// shared fetch carries, not every header the gateway's request had.
+#[test]
+fn a_partial_fetch_carries_only_what_a_shared_fetch_may() {
+    let subgraphs = Subgraphs::start();
+    let envoy = envoy_for(&subgraphs);
+    let port = envoy.port;
+    let reviews = subgraphs.ports[1];
+    let first = http(
+        port,
+        Req::post_json(&reviews_batch(&[1])).path("/reviews/graphql"),
+    );
+    assert_eq!(first.status, 200, "{}", first.text());
+    wait_stores(&envoy, 1);
+    let reset = http(reviews, Req::post_json("{}").path("/requests/reset"));
+    assert_eq!(reset.status, 200, "{}", reset.text());
+    let partial = http(
+        port,
+        Req::post_json(&reviews_batch(&[1, 2]))
+            .path("/reviews/graphql")
+            .header("x-one-user", "alice"),
+    );
+    assert_eq!(partial.cache(), "PARTIAL", "{}", partial.text());
+    let seen = http(reviews, Req::get("/requests")).json();
+    let requests = seen.as_array().cloned().unwrap_or_default();
+    assert_eq!(requests.len(), 1, "one partial fetch: {seen}");
+    assert!(
+        requests[0]["otherHeaders"].get("x-one-user").is_none(),
+        "a header outside the key reached the subgraph: {}",
+        requests[0]["otherHeaders"]
+    );
+    drop(subgraphs.process);
+}
+
 /// A product is purged while the prefetch an answer started is on its way (the subgraph takes
 /// 300 ms): the gateway's batch for it, which waits for that prefetch, must not be answered with
 /// what it brings (it may predate the purge), but goes to the subgraph itself.
