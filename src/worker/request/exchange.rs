@@ -54,6 +54,10 @@ use crate::worker::watchdog::{BodyArrival, OPTION_OFF_LOG};
 use std::rc::Rc;
 
 /// What the callback tells Envoy.
+/// How an answer from an entry is labelled and counted.
+const HIT: (CacheStatus, Counter) = (CacheStatus::Hit, Counter::Hits);
+const STALE: (CacheStatus, Counter) = (CacheStatus::Stale, Counter::StaleServed);
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Flow {
     Continue,
@@ -764,20 +768,13 @@ impl Exchange {
             now_ms,
         };
         let served = match find(cx, &key, now_ms) {
-            Found::Fresh(entry) => {
-                self.answer_from(cx, &asking, &entry, (CacheStatus::Hit, Counter::Hits))
-            }
+            Found::Fresh(entry) => self.answer_from(cx, &asking, &entry, HIT),
             // Stale only while a refresh runs (or has just been started): otherwise a miss.
             Found::Stale(entry)
                 if may_fetch_for_others
                     && refresh(cx, miss(body.clone())) != Refresh::Impossible =>
             {
-                self.answer_from(
-                    cx,
-                    &asking,
-                    &entry,
-                    (CacheStatus::Stale, Counter::StaleServed),
-                )
+                self.answer_from(cx, &asking, &entry, STALE)
             }
             Found::Stale(_) => self.not_served(MissReason::Expired),
             Found::Nothing(why) => self.not_served(why),
@@ -812,7 +809,7 @@ impl Exchange {
         false
     }
 
-    /// Answers from `entry`, labelled (`HIT` or `STALE`) and counted as `as_`; `false` if it
+    /// Answers from `entry`, labelled ([`HIT`] or [`STALE`]) and counted as `as_`; `false` if it
     /// does not decode.
     fn answer_from<H: RequestHost>(
         &mut self,
