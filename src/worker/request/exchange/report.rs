@@ -1,0 +1,99 @@
+//! What a handled request reports once its answer is known: the access log line and the
+//! per-operation counters, in `CacheStatus`'s words.
+
+use super::*;
+
+impl Exchange {
+    /// What a request this filter handled did, once its answer is known: for the access log and
+    /// the per-operation counters.
+    pub(super) fn report_outcome<H: RequestHost>(&self, cx: &mut Ctx<'_, H>) {
+        let config = cx.config();
+        if !config.access_log && !config.operation_stats.on() {
+            return;
+        }
+        let (status, reason, key) = match &self.state {
+            State::Served => match self.served {
+                Some(s) => (s.cache, None, Some(s.key)),
+                None => return,
+            },
+            State::Bypassed(reason) => (CacheStatus::Bypass, Some(reason.as_str()), None),
+            State::Mutation { .. } => (CacheStatus::Bypass, Some(Bypass::Mutation.as_str()), None),
+            State::Missed { reason, key, .. } => {
+                (CacheStatus::Miss, reason.map(Release::as_str), Some(*key))
+            }
+            State::Shadow { key, .. } => (CacheStatus::Shadow, None, Some(*key)),
+            _ => return,
+        };
+        self.report(cx, status, reason, key);
+    }
+
+    pub(super) fn report<H: RequestHost>(
+        &self,
+        cx: &mut Ctx<'_, H>,
+        status: CacheStatus,
+        reason: Option<&'static str>,
+        key: Option<CacheKey>,
+    ) {
+        self.log(cx, status, reason, key);
+        self.tally(cx, status, reason);
+    }
+
+    /// Counts the request for its operation, by what `x-cache` says.
+    pub(super) fn tally<H: RequestHost>(
+        &self,
+        cx: &mut Ctx<'_, H>,
+        status: CacheStatus,
+        reason: Option<&'static str>,
+    ) {
+        if !cx.config().operation_stats.on() {
+            return;
+        }
+        let missed = self.missed.unwrap_or(MissReason::Collision).as_str();
+        let counted = match status {
+            CacheStatus::Hit => Tally::one(OpCounter::Hits),
+            CacheStatus::Stale => Tally::one(OpCounter::Stale),
+            CacheStatus::Coalesced => Tally::one(OpCounter::Coalesced),
+            CacheStatus::Miss | CacheStatus::Partial => Tally::because(OpCounter::Misses, missed),
+            CacheStatus::Bypass => Tally::because(OpCounter::Bypasses, reason.unwrap_or("-")),
+            CacheStatus::Shadow => return,
+        };
+        // Only an answer served from an entry saved the origin anything (0 is not counted).
+        let saved = Tally {
+            amount: self.served.map_or(0, |s| s.origin_ms),
+            ..Tally::one(OpCounter::OriginMsSaved)
+        };
+        let tallies = [counted, saved];
+        count_operation(cx, operation_of(self.operation.as_deref()), &tallies);
+    }
+
+    pub(super) fn log<H: RequestHost>(
+        &self,
+        cx: &mut Ctx<'_, H>,
+        status: CacheStatus,
+        reason: Option<&'static str>,
+        key: Option<CacheKey>,
+    ) {
+        if !cx.config().access_log {
+            return;
+        }
+        let record = LogRecord {
+            status,
+            reason,
+            operation: self.operation.as_ref().and_then(|o| o.name.as_deref()),
+            key: key.as_ref(),
+            age_s: self.served.map(|s| s.age_s),
+            bytes: self.served.map(|s| s.bytes),
+        };
+        cx.host().set_log_record(&record.render());
+    }
+
+    /// Accounts for the origin's answer to this request, keyed `key`, as not stored.
+    pub(super) fn not_stored<H: RequestHost>(
+        &self,
+        cx: &mut Ctx<'_, H>,
+        key: &CacheKey,
+        why: NotStored,
+    ) {
+        account_store(cx, key, self.operation.as_deref(), Some(why));
+    }
+}
