@@ -10,6 +10,7 @@ pub mod explain;
 pub mod join;
 pub mod log_record;
 pub mod lookup;
+pub mod mutation_purge;
 pub mod prefetch;
 pub mod purge;
 pub mod read;

@@ -12,7 +12,7 @@ use crate::worker::ctx::Ctx;
 use crate::worker::l2::feed;
 use crate::worker::l2::write::flush;
 use crate::worker::operation_counts;
-use crate::worker::request::purge;
+use crate::worker::request::{mutation_purge, purge};
 use crate::worker::root::answer::release;
 use crate::worker::root::entity_fetch;
 use crate::worker::root::followers::check;
@@ -28,7 +28,7 @@ pub fn on_tick(cx: &mut Ctx<'_, impl Host>) {
     let now_ms = cx.host().now_ms();
     // Answers already relayed, before the L2 writes their entities queue go out.
     entity_fetch::split_held(cx);
-    purge::apply_owed(cx);
+    mutation_purge::apply_owed(cx);
     purge::answer_held(cx, now_ms);
     if back_to_normal(cx) {
         let last = cx.worker(|w| w.last_housekeeping_ms);

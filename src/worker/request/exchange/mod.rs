@@ -54,6 +54,7 @@ use crate::worker::request::explain::explain;
 use crate::worker::request::join::{join, refresh, Joined, Miss, Refresh};
 use crate::worker::request::log_record::LogRecord;
 use crate::worker::request::lookup::{find, serve, Asking, Found, MissReason, Served};
+use crate::worker::request::mutation_purge;
 use crate::worker::request::prefetch;
 use crate::worker::request::purge::{self, admin_api, Admin, AtHeaders};
 use crate::worker::request::read::{read_head, read_identity, read_route};

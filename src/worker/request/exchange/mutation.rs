@@ -67,8 +67,9 @@ impl Exchange {
         }
         let config = cx.config();
         let shape = self.mutation_shape.as_deref();
-        if let Some(plan) = purge::mutation_plan(config, *status, buffer, shape, declared) {
-            purge::after_mutation(cx, &plan);
+        if let Some(plan) = mutation_purge::mutation_plan(config, *status, buffer, shape, declared)
+        {
+            mutation_purge::after_mutation(cx, &plan);
         }
         *body = None;
     }
