@@ -5,6 +5,10 @@
 //! and its answer is split into entries as it streams back (or, when identical batches coalesce,
 //! `entity_join`, the root fetches it once for all). Stale entities: `entity_stale`.
 
+mod answer;
+mod partial;
+mod streamed;
+
 use crate::cache::entry::Entry;
 use crate::cache::status::CacheStatus;
 use crate::coalesce::upstream::upstream_request;
@@ -27,7 +31,11 @@ use crate::worker::request::read::{fetch_cluster, read_identity};
 use crate::worker::root::answer::CACHE_HEADER;
 use crate::worker::root::entity_fetch::split_held;
 use crate::worker::root::shared_fetch::request_dispatch;
+use answer::{answer_from_entries, decode_found, entries, remaining_s, respond};
+pub use partial::on_partial;
+use partial::{dispatch_partial, store};
 use std::rc::Rc;
+use streamed::forwarded;
 
 /// A response's headers, as the host hands them over.
 type Headers = Vec<(String, Vec<u8>)>;
@@ -158,13 +166,6 @@ pub fn decide(
     Next::Forwarded(Box::new(forwarded(x)))
 }
 
-/// The request goes upstream as the gateway sent it: its answer holds every position.
-fn forwarded(mut x: EntityExchange) -> EntityExchange {
-    x.sent = x.req.fields.iter().map(|f| f.positions.clone()).collect();
-    x.token = None;
-    x
-}
-
 fn look_up(
     cx: &mut Ctx<'_, impl RequestHost>,
     head: &RequestHead,
@@ -214,218 +215,6 @@ fn look_up(
     slots
 }
 
-/// The entity JSON of every entry found, per field and distinct representation (`null` where
-/// none was found or one does not decode).
-fn entries<'a>(decoded: &'a [Vec<Option<Entry<'a>>>]) -> Vec<Vec<&'a str>> {
-    decoded
-        .iter()
-        .map(|f| {
-            f.iter()
-                .map(|e| {
-                    e.as_ref()
-                        .and_then(|e| std::str::from_utf8(e.body).ok())
-                        .unwrap_or("null")
-                })
-                .collect()
-        })
-        .collect()
-}
-
-fn decode_found(x: &EntityExchange) -> Vec<Vec<Option<Entry<'_>>>> {
-    x.slots
-        .iter()
-        .map(|f| {
-            f.iter()
-                .map(|s| s.found.as_deref().and_then(|b| Entry::decode(b).ok()))
-                .collect()
-        })
-        .collect()
-}
-
-/// The smallest remaining lifetime among the entries, in seconds.
-fn remaining_s(decoded: &[Vec<Option<Entry<'_>>>], now_ms: u64) -> Option<u64> {
-    decoded
-        .iter()
-        .flatten()
-        .flatten()
-        .map(|e| e.expires_at_ms.saturating_sub(now_ms) / 1000)
-        .min()
-}
-
-/// Answers from the entries found: `HIT`, or `STALE` when one of them is past its lifetime (the
-/// label it gave).
-fn answer_from_entries(
-    cx: &mut Ctx<'_, impl RequestHost>,
-    x: &EntityExchange,
-    now_ms: u64,
-) -> CacheStatus {
-    let decoded = decode_found(x);
-    let body = assemble(&x.req, &entries(&decoded), None);
-    let max_age = remaining_s(&decoded, now_ms).unwrap_or(0);
-    let hits = decoded.iter().flatten().flatten().count();
-    cx.host().count_n(Counter::EntitiesServed, hits as u64);
-    let label = match x.slots.iter().flatten().any(|s| s.stale) {
-        true => {
-            cx.host().count(Counter::StaleServed);
-            CacheStatus::Stale
-        }
-        false => CacheStatus::Hit,
-    };
-    respond(cx, x, &body, (max_age, label), (hits, 0));
-    label
-}
-
-fn respond(
-    cx: &mut Ctx<'_, impl RequestHost>,
-    x: &EntityExchange,
-    body: &[u8],
-    (max_age, label): (u64, CacheStatus),
-    (hits, fetched): (usize, usize),
-) {
-    let entities = listener_settings(cx.config());
-    let private = x.slots.iter().flatten().any(|s| s.key.is_some())
-        && x.req.fields.iter().any(|f| {
-            f.distinct
-                .iter()
-                .any(|r| entities.scope_in(&r.typename, &f.selection) == Scope::Private)
-        });
-    let cache_control = match private {
-        true => format!("private, max-age={max_age}"),
-        false => format!("max-age={max_age}"),
-    };
-    let counts = format!("hit={hits} fetched={fetched}");
-    let mut headers = vec![
-        ("content-type", "application/json"),
-        ("cache-control", cache_control.as_str()),
-        ("age", "0"),
-        (CACHE_HEADER, label.as_str()),
-    ];
-    if cx.config().debug_headers {
-        headers.push((ENTITIES_HEADER, counts.as_str()));
-    }
-    cx.host().respond(200, headers, body);
-}
-
-/// Sends the rewritten request for the `missing` representations; its token, or `None` when it
-/// cannot be sent (then the gateway's request goes upstream whole).
-fn dispatch_partial(
-    cx: &mut Ctx<'_, impl RequestHost>,
-    head: &RequestHead,
-    x: &EntityExchange,
-    missing: &[Vec<usize>],
-) -> Option<u32> {
-    let config = cx.config();
-    let cluster = fetch_cluster(config, cx.host(), head)?;
-    // What it fetches is stored for everyone who may share it: only the headers the shared fetch
-    // carries (the key's, the operator's `forward_headers`; the caller's credentials and
-    // identity only where a private type is asked for, whose entries are keyed by that identity).
-    let scope = if x.private(config) {
-        Scope::Private
-    } else {
-        Scope::Public
-    };
-    let callout = upstream_request(cluster, head, Some(x.req.rewritten(missing)), config, scope)?;
-    cx.host().dispatch(&callout, config.fetch_timeout_ms).ok()
-}
-
-/// The partial fetch came back: merged and answered (`Ok`), or given up on (`Err`: the caller
-/// lets the request go upstream whole, and captures its answer).
-pub fn on_partial(
-    cx: &mut Ctx<'_, impl RequestHost>,
-    mut x: Box<EntityExchange>,
-    returned: &Returned,
-) -> Result<Option<Vec<u8>>, Box<EntityExchange>> {
-    let limit = listener_settings(cx.config()).max_answer_bytes;
-    let body = match &returned.headers {
-        Some(headers) if returned.status() == Some(200) && returned.body_size <= limit => cx
-            .host()
-            .callout_body(returned.body_size)
-            .map(|b| (headers.clone(), b)),
-        _ => None,
-    };
-    match body.and_then(|(headers, body)| merge(cx, &x, &headers, &body)) {
-        Some(merged) => Ok(Some(merged)),
-        None => match entity_stale::error_entries(cx, &x.where_(|s| s.found.is_none()), returned) {
-            Some(stale) => {
-                x.fill_stale(stale);
-                let now_ms = cx.host().now_ms();
-                answer_from_entries(cx, &x, now_ms);
-                Ok(None)
-            }
-            None => Err(Box::new(forwarded(*x))),
-        },
-    }
-}
-
-/// Stores what the partial answer brought and answers the merged batch (which it returns);
-/// `None` if the answer cannot be merged.
-fn merge(
-    cx: &mut Ctx<'_, impl RequestHost>,
-    x: &EntityExchange,
-    headers: &[(String, Vec<u8>)],
-    body: &[u8],
-) -> Option<Vec<u8>> {
-    let fetched = Fetched::read(body, &x.req, &x.sent).ok()?;
-    let stored_s = store(cx, x, headers, &fetched);
-    let decoded = decode_found(x);
-    let mut texts = entries(&decoded);
-    for (f, list) in fetched.entities.iter().enumerate() {
-        for (i, got) in list.iter().enumerate() {
-            let (Some(d), Some(got)) = (x.sent.get(f).and_then(|s| s.get(i)), got) else {
-                continue;
-            };
-            if let Some(slot) = texts.get_mut(f).and_then(|t| t.get_mut(*d)) {
-                *slot = got.raw;
-            }
-        }
-    }
-    let merged = assemble(&x.req, &texts, Some((&fetched, &x.sent)));
-    let now_ms = cx.host().now_ms();
-    let max_age = [remaining_s(&decoded, now_ms), stored_s]
-        .into_iter()
-        .flatten()
-        .min()
-        .unwrap_or(0);
-    let hits = decoded.iter().flatten().flatten().count();
-    let fetched_count = x.sent.iter().map(Vec::len).sum();
-    let host = cx.host();
-    host.count_n(Counter::EntitiesServed, hits as u64);
-    host.count_n(Counter::EntitiesFetched, fetched_count as u64);
-    host.count(Counter::EntityPartials);
-    respond(
-        cx,
-        x,
-        &merged,
-        (max_age, CacheStatus::Partial),
-        (hits, fetched_count),
-    );
-    Some(merged)
-}
-
-/// Stores every entity of `fetched` that may be (see `entity_store::store`).
-fn store(
-    cx: &mut Ctx<'_, impl RequestHost>,
-    x: &EntityExchange,
-    headers: &[(String, Vec<u8>)],
-    fetched: &Fetched<'_>,
-) -> Option<u64> {
-    let split = Split {
-        req: &x.req,
-        sent: &x.sent,
-        born_us: x.born_us,
-    };
-    let policy = |f: usize, d: usize| {
-        let slot = x.slots.get(f)?.get(d)?;
-        Some((slot.key, slot.life.ttl_seconds))
-    };
-    let stored = entity_store::store(cx, &split, policy, headers, fetched);
-    // This request's own callout would die with it: the root sends the L2 write.
-    if stored.queued {
-        request_dispatch(cx);
-    }
-    stored.shortest
-}
-
 /// What the fleet's L2 (`worker::l2::entities`) needs of a request in flight.
 impl EntityExchange {
     /// The keys of the entities found nowhere yet that may be cached, with their TTL.
@@ -447,38 +236,6 @@ impl EntityExchange {
                 slot.found = Some(Rc::clone(entry));
             }
         }
-    }
-}
-
-impl EntityExchange {
-    /// The forwarded answer's headers: its copy starts if it is a `200`.
-    pub fn on_response_headers(&mut self, headers: Vec<(String, Vec<u8>)>) {
-        if status(&headers) == Some(200) {
-            self.capture = Some((headers, Vec::new()));
-        }
-    }
-
-    /// A chunk of the forwarded answer; past `max_answer_bytes` nothing is stored.
-    pub fn on_chunk(&mut self, bytes: &[u8], limit: usize) {
-        if let Some((_, body)) = &mut self.capture {
-            if body.len() + bytes.len() > limit {
-                self.capture = None;
-            } else {
-                body.extend_from_slice(bytes);
-            }
-        }
-    }
-
-    /// The forwarded answer is complete (counted as fetched): its entities are stored. The
-    /// answer, if it was a `200` read whole.
-    pub fn finish(&mut self, cx: &mut Ctx<'_, impl RequestHost>) -> Option<Vec<u8>> {
-        let distinct: usize = self.req.fields.iter().map(|f| f.distinct.len()).sum();
-        cx.host().count_n(Counter::EntitiesFetched, distinct as u64);
-        let (headers, body) = self.capture.take()?;
-        if let Ok(fetched) = Fetched::read(&body, &self.req, &self.sent) {
-            store(cx, self, &headers, &fetched);
-        }
-        Some(body)
     }
 }
 
