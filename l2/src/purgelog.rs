@@ -43,6 +43,8 @@ const AT_BYTES: usize = 8;
 /// `tip()`: the newest id the stream ever gave, `'0'` for none (trimmed entries included, so an
 /// emptied log keeps its place).
 ///
+/// `less(a, b)`: whether stream id `a` comes before `b` (`MS` reads as `MS-0`).
+///
 /// `trim(log_ms, max)`: drops entries older than `log_ms` by Redis's own clock (the one stream ids
 /// come from), then all but about `max`; both `~`, whole stream nodes at a time.
 const PRELUDE: &str = r#"
@@ -73,6 +75,16 @@ local function tip()
 end
 local function seq()
   return tonumber(redis.call('HGET', marks, 'seq')) or 0
+end
+local function parse(id)
+  local ms, seq = string.match(id, '^(%d+)-(%d+)$')
+  if ms == nil then return tonumber(id), 0 end
+  return tonumber(ms), tonumber(seq)
+end
+local function less(a, b)
+  local am, as = parse(a)
+  local bm, bs = parse(b)
+  return am < bm or (am == bm and as < bs)
 end
 local function trim(log_ms, max)
   local t = redis.call('TIME')
@@ -116,16 +128,6 @@ if after == '$' then
   if newest == '0-0' then newest = '0' end
   return {gen, newest, 0, {}}
 end
-local function parse(id)
-  local ms, seq = string.match(id, '^(%d+)-(%d+)$')
-  if ms == nil then return tonumber(id), 0 end
-  return tonumber(ms), tonumber(seq)
-end
-local function less(a, b)
-  local am, as = parse(a)
-  local bm, bs = parse(b)
-  return am < bm or (am == bm and as < bs)
-end
 local gap = 0
 if given ~= '' or after ~= '0' then
   local added, length, first = f['entries-added'], f['length'], f['recorded-first-entry-id']
@@ -166,6 +168,11 @@ if after == '$' then
   return {gen, tip(), 0, {}, now}
 end
 if given ~= '' and given ~= gen then
+  return {gen, after, 1, {}, now}
+end
+-- A log whose newest id is before the reader's place was written anew by a clock behind the old
+-- one's (a failover): its entries would be skipped by the range below.
+if less(tip(), after) then
   return {gen, after, 1, {}, now}
 end
 local entries = redis.call('XRANGE', stream, '(' .. after, '+', 'COUNT', count)

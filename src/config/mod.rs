@@ -51,6 +51,9 @@ use self::memory::{Cache, PerWorker};
 use self::raw::RawConfig;
 use self::requests::Reading;
 
+/// The longest lifetime (TTL, or either stale window) a route's metadata may set, seconds.
+pub const ROUTE_LIFETIME_SECONDS: u64 = 365 * 24 * 3600;
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Config {
     /// Seconds a stored response stays fresh. 0 stores nothing.
@@ -346,6 +349,10 @@ impl Config {
                 )
             });
             longest = longest.max(self::longest(&base, types));
+        }
+        // A route may set its own lifetimes (`route_metadata`), up to a year each.
+        if self.route_metadata.is_some() {
+            longest = longest.max(ROUTE_LIFETIME_SECONDS.saturating_mul(3));
         }
         longest.saturating_mul(1000)
     }

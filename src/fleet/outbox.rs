@@ -8,10 +8,18 @@
 //! everything, also at the latest instant.
 
 use crate::effects::store::{update, SharedStore, StoreError};
+use crate::fleet::purge_log::marks::MAX_MARKS_PER_BATCH;
 use crate::fleet::purge_log::{PurgeRecord, MAX_TARGETS};
 use crate::invalidate::marks::Target;
 
 pub const OUTBOX_KEY: &str = "graphql-cache/v1/purge-outbox";
+/// The most targets one owed record holds: what one call to the log carries (each target is a
+/// mark), so that the oldest record always fits a call.
+pub const RECORD_TARGETS: usize = if MAX_TARGETS < MAX_MARKS_PER_BATCH {
+    MAX_TARGETS
+} else {
+    MAX_MARKS_PER_BATCH
+};
 /// Records pending at most; one more merges them all.
 pub const MAX_PENDING: usize = 64;
 /// Distinct targets a merge keeps; past it, the merge is a purge of everything.
@@ -54,6 +62,18 @@ pub struct Sending {
 impl Sending {
     fn active(&self, now_ms: u64) -> bool {
         self.owner != 0 && self.until_ms > now_ms
+    }
+
+    /// The sending of an encoded outbox, read from its header alone (every worker looks on every
+    /// flush; decoding every record to see that another worker sends would cost each miss).
+    fn peek(bytes: &[u8]) -> Option<Sending> {
+        let header = bytes.strip_prefix(MAGIC)?.strip_prefix(&[VERSION])?;
+        let u64_at = |at: usize| Some(u64::from_le_bytes(header.get(at..at + 8)?.try_into().ok()?));
+        Some(Sending {
+            owner: u64_at(8)?,
+            through: u64_at(16)?,
+            until_ms: u64_at(24)?,
+        })
     }
 }
 
@@ -170,7 +190,7 @@ impl Outbox {
         if everything {
             targets = vec![(Target::All, false)];
         }
-        for chunk in targets.chunks(MAX_TARGETS) {
+        for chunk in targets.chunks(RECORD_TARGETS) {
             let record = PurgeRecord {
                 at_us: latest_us,
                 targets: chunk.to_vec(),
@@ -260,7 +280,7 @@ pub fn push(
                 targets: vec![(Target::All, false)],
             });
         }
-        for chunk in targets.chunks(MAX_TARGETS) {
+        for chunk in targets.chunks(RECORD_TARGETS) {
             outbox.push(PurgeRecord {
                 at_us,
                 targets: chunk.to_vec(),
@@ -292,6 +312,10 @@ pub fn claim(
     let mut claimed = None;
     update(store, OUTBOX_KEY, |old| {
         claimed = None;
+        let sending = Sending::peek(old?)?;
+        if sending.active(now_ms) && sending.owner != me {
+            return None;
+        }
         let mut outbox = Outbox::decode(old).ok()?;
         if outbox.sending.active(now_ms) && outbox.sending.owner != me {
             return None;
@@ -416,6 +440,23 @@ mod tests {
     }
 
     #[test]
+    fn every_owed_record_fits_one_call_to_the_log() {
+        let store = MapStore::default();
+        let many: Vec<(Target, bool)> = (0..3 * MAX_MARKS_PER_BATCH as u64 + 5)
+            .map(|n| (Target::Tag(n), false))
+            .collect();
+        push(&store, 1, &many).unwrap();
+        let outbox = read(&store);
+        assert_eq!(outbox.pending.len(), 4);
+        assert!(outbox
+            .pending
+            .iter()
+            .all(|p| p.record.targets.len() <= MAX_MARKS_PER_BATCH));
+        let (sent, _) = outbox.oldest(MAX_MARKS_PER_BATCH);
+        assert_eq!(sent.len(), 1, "one full record a call");
+    }
+
+    #[test]
     fn one_worker_sends_at_a_time_and_a_merge_leaves_what_it_sends_alone() {
         let store = MapStore::default();
         push(&store, 10, &tag(1)).unwrap();
@@ -481,15 +522,15 @@ mod tests {
     #[test]
     fn only_a_union_past_the_budget_is_a_purge_of_everything() {
         let store = MapStore::default();
-        let big: Vec<(Target, bool)> = (0..MAX_TARGETS as u64)
+        let big: Vec<(Target, bool)> = (0..RECORD_TARGETS as u64)
             .map(|n| (Target::Tag(n + 1), true))
             .collect();
         let mut folded = false;
-        for i in 0..=(MAX_MERGED_TARGETS / MAX_TARGETS + 1) as u64 {
+        for i in 0..=(MAX_MERGED_TARGETS / RECORD_TARGETS + 1) as u64 {
             let shifted: Vec<_> = big
                 .iter()
                 .map(|&(t, s)| match t {
-                    Target::Tag(h) => (Target::Tag(h + i * MAX_TARGETS as u64), s),
+                    Target::Tag(h) => (Target::Tag(h + i * RECORD_TARGETS as u64), s),
                     Target::All => (t, s),
                 })
                 .collect();

@@ -44,8 +44,10 @@ pub struct SnapshotPage {
     pub tip: String,
     pub n: u64,
     pub records: Vec<PurgeRecord>,
-    /// A mark could not be read (unsigned, another key's): what it purged is unknown.
-    pub unreadable: bool,
+    /// A mark could not be read (unsigned, another key's): what it purged is unknown, but not
+    /// when at the latest: the log took it at its entry id's time, and no honest mark is dated
+    /// later than that plus the skew. `None`: every mark was read.
+    pub unreadable_until_us: Option<u64>,
 }
 
 /// How a reader takes records: whose signature it trusts, and its clock.
@@ -102,8 +104,22 @@ pub fn read_page(body: &[u8], reader: &Reader<'_>) -> Option<Page> {
 pub fn read_snapshot(body: &[u8], reader: &Reader<'_>) -> Option<SnapshotPage> {
     let page = MarksPage::decode(body).ok()?;
     let read: Vec<Option<PurgeRecord>> = page.entries.iter().map(|e| reader.entry(e)).collect();
+    let latest = reader.now_us.saturating_add(reader.skew_us);
+    let unreadable_until_us = page
+        .entries
+        .iter()
+        .zip(&read)
+        .filter(|(_, r)| r.is_none())
+        .map(|(e, _)| {
+            entry_ms(&e.id).map_or(latest, |ms| {
+                ms.saturating_mul(1000)
+                    .saturating_add(reader.skew_us)
+                    .min(latest)
+            })
+        })
+        .max();
     Some(SnapshotPage {
-        unreadable: read.iter().any(Option::is_none),
+        unreadable_until_us,
         records: read.into_iter().flatten().collect(),
         generation: page.generation,
         cursor: page.cursor,
@@ -201,6 +217,43 @@ mod tests {
         let sealed = key(1).seal_record(&past.encode().unwrap());
         assert_eq!(reader.record(&sealed, "").unwrap().at_us, 4_000_000);
         assert_eq!(reader.record(&sealed, "4500-0").unwrap().at_us, 4_000_000);
+    }
+
+    #[test]
+    fn a_snapshot_mark_that_cannot_be_read_purged_nothing_after_the_log_took_it() {
+        let reader = Reader {
+            key: &key(1),
+            now_us: 60_000_000,
+            skew_us: 1_000_000,
+        };
+        let b64 = base64::engine::general_purpose::STANDARD;
+        let good = key(1).seal_record(&record().encode().unwrap());
+        let other_key = key(2).seal_record(&record().encode().unwrap());
+        let page = |entries: &[(&str, &[u8])]| {
+            let entries: Vec<String> = entries
+                .iter()
+                .map(|(id, d)| format!(r#"{{"id":"{id}","data":"{}"}}"#, b64.encode(d)))
+                .collect();
+            format!(
+                r#"{{"gen":"g","cursor":"0","tip":"9-0","n":2,"entries":[{}]}}"#,
+                entries.join(",")
+            )
+        };
+        let read = |body: String| read_snapshot(body.as_bytes(), &reader).unwrap();
+        assert_eq!(read(page(&[("9-0", &good)])).unreadable_until_us, None);
+        let rotated = read(page(&[("9-0", &good), ("5000-1", &other_key)]));
+        assert_eq!(
+            rotated.unreadable_until_us,
+            Some(6_000_000),
+            "its log time plus the skew"
+        );
+        assert_eq!(rotated.records.len(), 1);
+        let undated = read(page(&[("x", &other_key)]));
+        assert_eq!(
+            undated.unreadable_until_us,
+            Some(61_000_000),
+            "now plus the skew"
+        );
     }
 
     #[test]

@@ -156,6 +156,14 @@ impl PurgeView {
         }
     }
 
+    /// The latest hard purge of any target (0: none).
+    pub fn latest_hard_us(&self) -> u64 {
+        self.slots
+            .values()
+            .map(|m| m.hard_us)
+            .fold(self.all.hard_us, u64::max)
+    }
+
     /// The table as stored in shared data.
     pub fn encode(&self) -> Vec<u8> {
         let mut out = Vec::with_capacity(HEADER + self.slots.len() * SLOT_BYTES);

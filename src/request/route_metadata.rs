@@ -16,7 +16,7 @@ pub fn route_override(read: impl Fn(&str) -> Option<Vec<u8>>) -> RouteOverride {
 }
 
 /// The longest duration a route may set, as for the configuration's own fields.
-const MAX_ROUTE_SECONDS: u64 = 365 * 24 * 3600;
+use crate::config::ROUTE_LIFETIME_SECONDS as MAX_ROUTE_SECONDS;
 
 /// Envoy hands metadata numbers over as 8-byte little-endian doubles.
 pub fn seconds(value: Option<Vec<u8>>) -> Option<u64> {

@@ -49,6 +49,13 @@ pub fn overtaken(cx: &mut Ctx<'_, impl Host>, bytes: &[u8]) -> bool {
     cx.worker(|w| verdict(w, bytes)) == Verdict::Purged
 }
 
+/// Whether any purge (hard) was made at or after `born_us`, whatever its target: for an answer
+/// whose tags are not known (not stored, or an entity batch split later), the only safe reading.
+pub fn purged_since(cx: &mut Ctx<'_, impl Host>, born_us: u64) -> bool {
+    refresh_marks(cx);
+    cx.worker(|w| w.purges.latest_hard_us() >= born_us)
+}
+
 /// The one way a purge reaches this Envoy, whoever made it (the API, a mutation, another Envoy
 /// through the purge log): each target marked at its instant, then every worker told (the purge
 /// signal) and this worker's marks read back, so its copies go at once.

@@ -131,7 +131,8 @@ pub fn on_page(cx: &mut Ctx<'_, impl Host>, returned: &Returned) {
     let known = follower::read(cx.host()).generation;
     // An answer without one is an older service's: it says nothing of generations.
     let new_generation = page.generation.is_some() && known.is_some() && page.generation != known;
-    if apply(cx, &page.records, new_generation, now_us).is_err() {
+    let everything = new_generation.then_some(now_us);
+    if apply(cx, &page.records, everything).is_err() {
         return failed(cx, now_ms);
     }
     if page.gap && !new_generation {
@@ -172,12 +173,14 @@ pub fn on_snapshot(cx: &mut Ctx<'_, impl Host>, returned: &Returned) {
         .generation
         .as_ref()
         .is_some_and(|g| *g != page.generation);
-    if page.unreadable {
-        cx.host().count(Counter::L2PurgeGaps);
-    }
-    // A mark that cannot be read purged something unknown: everything, as a new generation.
-    let everything = new_generation || page.unreadable;
-    if apply(cx, &page.records, everything, now_us).is_err() {
+    // The log and its snapshot begun anew: whatever they held may be lost, everything before
+    // now is purged. A mark that cannot be read (a key rotated out) purged something unknown,
+    // no later than the log's time for it: everything born before that.
+    let everything = match (new_generation, page.unreadable_until_us) {
+        (true, _) => Some(now_us),
+        (false, until) => until,
+    };
+    if apply(cx, &page.records, everything).is_err() {
         return failed(cx, now_ms);
     }
     let me = cx.worker(|w| w.id);
@@ -200,22 +203,20 @@ pub fn on_snapshot(cx: &mut Ctx<'_, impl Host>, returned: &Returned) {
     }
 }
 
-/// Applies records, each at its own instant. `everything`: purges may have been lost for good
-/// (the log and its snapshot begun anew, a mark that cannot be read), so everything born before
-/// now is purged too.
+/// Applies records, each at its own instant. `everything`: purges may have been lost for good,
+/// so everything born before that instant is purged too (counted as a gap).
 fn apply(
     cx: &mut Ctx<'_, impl Host>,
     records: &[PurgeRecord],
-    everything: bool,
-    now_us: u64,
+    everything: Option<u64>,
 ) -> Result<(), StoreError> {
     let mut timed: Vec<(Target, bool, u64)> = records
         .iter()
         .flat_map(|r| r.targets.iter().map(|&(t, soft)| (t, soft, r.at_us)))
         .collect();
-    if everything {
+    if let Some(at_us) = everything {
         cx.host().count(Counter::L2PurgeGaps);
-        timed.push((Target::All, false, now_us));
+        timed.push((Target::All, false, at_us));
     }
     mark(cx, &timed)?;
     for _ in records {

@@ -135,7 +135,7 @@ fn send_purge(cx: &mut Ctx<'_, impl Host>) {
     if busy {
         return;
     }
-    let lease_ms = l2.timeout_ms.saturating_add(SEND_SLACK_MS);
+    let lease_ms = purge_timeout_ms(l2.timeout_ms).saturating_add(SEND_SLACK_MS);
     let claimed = outbox::claim(host, me, host.now_ms(), lease_ms, MAX_MARKS_PER_BATCH);
     let Ok(Some((records, last))) = claimed else {
         return;
@@ -143,8 +143,8 @@ fn send_purge(cx: &mut Ctx<'_, impl Host>) {
     let records: Vec<&PurgeRecord> = records.iter().collect();
     let keep_ms = keep_ms(config.longest_life_ms(), l2.purge_skew_ms);
     let Some(callout) = wire::publish_marks(l2, keep_ms, &records) else {
-        // A record the service could never take (none is made that way): not owed any more.
-        let _ = outbox::acknowledge(host, me, last);
+        // None is made that way (`outbox::RECORD_TARGETS`); owed still, never dropped.
+        let _ = outbox::release(host, me);
         return;
     };
     for _ in &records {
@@ -158,6 +158,12 @@ fn send_purge(cx: &mut Ctx<'_, impl Host>) {
 /// may send.
 const SEND_SLACK_MS: u64 = 1000;
 
+/// A call to the log writes up to 2,048 marks in one script: it gets more time than a lookup
+/// (a timeout it outlasted in Redis would send the same marks again).
+fn purge_timeout_ms(timeout_ms: u64) -> u64 {
+    timeout_ms.saturating_add(SEND_SLACK_MS)
+}
+
 /// How long the fleet's snapshot keeps a purge: as long as an entry it purges may be served
 /// anywhere, and the clocks' skew on both sides.
 pub fn keep_ms(longest_life_ms: u64, skew_ms: u64) -> u64 {
@@ -165,7 +171,10 @@ pub fn keep_ms(longest_life_ms: u64, skew_ms: u64) -> u64 {
 }
 
 fn send(cx: &mut Ctx<'_, impl Host>, call: Call, callout: &Callout) {
-    let timeout = cx.config().l2.as_ref().map_or(0, |l2| l2.timeout_ms);
+    let timeout = cx.config().l2.as_ref().map_or(0, |l2| match call {
+        Call::Purge(_) => purge_timeout_ms(l2.timeout_ms),
+        _ => l2.timeout_ms,
+    });
     let host = cx.host();
     match host.dispatch(callout, timeout) {
         Ok(token) => {

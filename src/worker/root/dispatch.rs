@@ -7,7 +7,7 @@ use crate::effects::host::Host;
 use crate::worker::ctx::Ctx;
 use crate::worker::l2::ask::ask;
 use crate::worker::l2::write::flush;
-use crate::worker::request::purge;
+use crate::worker::request::{mutation_purge, purge};
 use crate::worker::root::shared_fetch::{refused, to_origin};
 
 pub fn dispatch_pending(cx: &mut Ctx<'_, impl Host>) {
@@ -27,6 +27,7 @@ pub fn dispatch_pending(cx: &mut Ctx<'_, impl Host>) {
     }
     flush(cx);
     let now_ms = cx.host().now_ms();
+    mutation_purge::apply_owed(cx);
     purge::answer_held(cx, now_ms);
     for fetch in refusals {
         refused(cx, &fetch);

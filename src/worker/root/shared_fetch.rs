@@ -13,6 +13,7 @@ use crate::effects::host::{status, Host};
 use crate::worker::callout::Returned;
 use crate::worker::ctx::Ctx;
 use crate::worker::l2::write::{after_origin, release_later};
+use crate::worker::marks::purged_since;
 use crate::worker::root::answer::{answer, release, Label, Labelled, Labels};
 use crate::worker::root::entity_fetch;
 use crate::worker::root::prefetch;
@@ -148,6 +149,11 @@ pub fn on_fetch_response(cx: &mut Ctx<'_, impl Host>, token: u32, result: FetchR
         Some(batch) => entity_fetch::store_or_defer(cx, batch, &answer_in),
         None => (store_answer(cx, &fetch.key, answer_in, &fetch.asked), false),
     };
+    // An answer whose tags are not known here (not stored, or a batch split later) is overtaken
+    // by any purge since it was asked.
+    if stored.entry.is_empty() && !stored.overtaken {
+        stored.overtaken = purged_since(cx, fetch.asked.born_us);
+    }
     // Sent before anyone is answered: answering switches the effective context.
     after_origin(cx, &fetch, &mut stored);
     // What the answer may start once it is relayed (queued: see `root::prefetch`).
