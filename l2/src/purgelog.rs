@@ -47,6 +47,10 @@ const AT_BYTES: usize = 8;
 ///
 /// `trim(log_ms, max)`: drops entries older than `log_ms` by Redis's own clock (the one stream ids
 /// come from), then all but about `max`; both `~`, whole stream nodes at a time.
+/// How far behind the log's time a mark may be dated before the snapshot orders it by that time
+/// less this instead: the filter's default `purge_skew_ms`.
+const SNAPSHOT_SKEW_US: u64 = 1_000_000;
+
 const PRELUDE: &str = r#"
 local stream, genkey, marks = KEYS[1], KEYS[2], KEYS[3]
 local function generation(fresh)
@@ -196,33 +200,53 @@ if #entries > 0 then last = entries[#entries][1] end
 return {gen, last, 0, entries, now}
 "#;
 
-/// ARGV: a fresh generation id, keep_ms, log_ms, max entries, then per mark its field, its
-/// instant (8 bytes, big-endian) and its sealed bytes. {gen, last id, last n}.
-/// Each mark is its own log entry, numbered (the numbers taken at once); the snapshot's field takes
-/// the newest mark of the batch for it unless it already holds one at least as new (marks of one
-/// target may arrive out of order from different Envoys). A storm of purges names the same few
-/// fields again and again (an entity purge also marks its type's list and `overflow`): the
-/// snapshot is read and written once per field per batch, in one command each, not per mark. The
-/// instants are compared byte by byte: Lua's `<` on strings is strcoll's, and Redis sets the
-/// collation from the locale.
+/// ARGV: a fresh generation id, keep_ms, log_ms, max entries, the skew (µs), then per mark its
+/// field, its instant (8 bytes, big-endian) and its sealed bytes. {gen, last id, last n}.
+/// Each mark is its own log entry, numbered (the numbers taken at once). The snapshot's field
+/// takes the newest mark of the batch for it unless it already holds a newer one, "new" by the
+/// instant a reader will date it at: the mark's own, but no earlier than the log's time
+/// less the skew (an Envoy whose clock runs behind must not lose a later purge to an earlier
+/// one), kept as the value's 8-byte prefix. A field keeps the longest expiry any batch asked for
+/// (Envoys of one fleet may keep purges for different times). A storm of purges names the same
+/// few fields again and again (an entity purge also marks its type's list and `overflow`): the
+/// snapshot is read and written once per field per batch, not per mark. Instants are compared
+/// byte by byte: Lua's `<` on strings is strcoll's, and Redis sets the collation from the locale.
 const MARKS_ADD: &str = r#"
 local gen = generation(ARGV[1])
+local keep = tonumber(ARGV[2])
+-- At least as new: on a tie the later write wins (a reader dates it no earlier, by its log time).
 local function newer(at, old)
   if string.len(old) <= 8 then return true end
   for i = 1, 8 do
     local a, b = string.byte(at, i), string.byte(old, i)
     if a ~= b then return a > b end
   end
-  return false
+  return true
 end
-local count = (#ARGV - 4) / 3
+local function number(be)
+  local x = 0
+  for i = 1, 8 do x = x * 256 + string.byte(be, i) end
+  return x
+end
+local function bytes(x)
+  local b = {}
+  for i = 8, 1, -1 do
+    b[i] = x % 256
+    x = math.floor(x / 256)
+  end
+  return string.char(unpack(b))
+end
+local t = redis.call('TIME')
+local floor = tonumber(t[1]) * 1000000 + tonumber(t[2]) - tonumber(ARGV[5])
+local count = (#ARGV - 5) / 3
 local n = redis.call('HINCRBY', marks, 'seq', count) - count
 local id
 local newest, order = {}, {}
-for i = 5, #ARGV - 2, 3 do
+for i = 6, #ARGV - 2, 3 do
   local field, at, sealed = ARGV[i], ARGV[i + 1], ARGV[i + 2]
   n = n + 1
   id = redis.call('XADD', stream, '*', 'd', sealed, 'n', string.format('%d', n))
+  if number(at) < floor then at = bytes(floor) end
   local best = newest[field]
   if not best then
     order[#order + 1] = field
@@ -242,8 +266,14 @@ for i, field in ipairs(order) do
   end
 end
 if #fields > 0 then
+  local before = redis.call('HPTTL', marks, 'FIELDS', #fields, unpack(fields))
   redis.call('HSET', marks, unpack(set))
-  redis.call('HPEXPIRE', marks, ARGV[2], 'FIELDS', #fields, unpack(fields))
+  redis.call('HPEXPIRE', marks, keep, 'FIELDS', #fields, unpack(fields))
+  for i, field in ipairs(fields) do
+    if before[i] > keep then
+      redis.call('HPEXPIRE', marks, before[i], 'FIELDS', 1, field)
+    end
+  end
 end
 trim(ARGV[3], ARGV[4])
 return {gen, id, n}
@@ -467,7 +497,8 @@ impl Backend {
                     .arg(&fresh)
                     .arg(keep_ms)
                     .arg(log.log_ms)
-                    .arg(log.max_entries);
+                    .arg(log.max_entries)
+                    .arg(SNAPSHOT_SKEW_US);
                 for m in marks {
                     inv.arg(&m.field()[..])
                         .arg(&m.at_us.to_be_bytes()[..])

@@ -126,12 +126,14 @@ fn redis_time_ms(redis: &Redis) -> u64 {
 fn a_batch_becomes_numbered_log_entries_and_the_snapshot_keeps_the_newest_mark() {
     let redis = Redis::start();
     let l2 = L2::single(&redis, &["--min-purge-keep-ms", "120000"]);
-    let a = mark(300, 1, false, 0xA1);
+    // Dated ahead of the log's clock: ordered by their own instants (see below for behind).
+    let base = (redis_time_ms(&redis) + 3_600_000) * 1000;
+    let a = mark(base + 300, 1, false, 0xA1);
     let batch = vec![
-        mark(100, 1, false, 0xA0),
-        mark(200, 2, false, 0xB0),
+        mark(base + 100, 1, false, 0xA0),
+        mark(base + 200, 2, false, 0xB0),
         a.clone(),
-        mark(50, 1, true, 0xC0),
+        mark(base + 50, 1, true, 0xC0),
     ];
     let added = add(&l2, 60_000, &batch);
     assert_eq!(added.generation.len(), 16);
@@ -145,20 +147,21 @@ fn a_batch_becomes_numbered_log_entries_and_the_snapshot_keeps_the_newest_mark()
     // Tag 1 hard: the newer of two marks in one batch, with the entry that wrote it.
     assert_eq!(
         stored(&redis, &a),
-        Some((300, entries[2].0.clone(), a.clone()))
+        Some((base + 300, entries[2].0.clone(), a.clone()))
     );
     // Soft and hard marks of one tag are fields of their own.
-    assert_eq!(stored(&redis, &batch[3]).unwrap().0, 50);
+    assert_eq!(stored(&redis, &batch[3]).unwrap().0, base + 50);
     // The batch asked 60 s, the operator's floor is 120 s.
     let ttl = field_pttl(&redis, &field(&a));
     assert!((110_000..=120_000).contains(&ttl), "{ttl}");
 
-    // An older mark sent later is logged but does not replace the newer; an equal one neither;
-    // a newer one does, for as long as its own batch asks.
-    let older = mark(250, 1, false, 0xA2);
-    let equal = mark(300, 1, false, 0xA3);
-    let newer = mark(201, 2, false, 0xB1);
-    let later = add(&l2, 600_000, &[older.clone(), equal, newer.clone()]);
+    // An older mark sent later is logged but does not replace the newer; an equal one does (the
+    // later write: a reader dates it no earlier); a newer one does, for as long as its own batch
+    // asks, or longer where the field already lived longer.
+    let older = mark(base + 250, 1, false, 0xA2);
+    let equal = mark(base + 300, 1, false, 0xA3);
+    let newer = mark(base + 201, 2, false, 0xB1);
+    let later = add(&l2, 600_000, &[older.clone(), equal.clone(), newer.clone()]);
     assert_eq!(
         (later.generation.as_str(), later.n),
         (added.generation.as_str(), 7)
@@ -168,11 +171,11 @@ fn a_batch_becomes_numbered_log_entries_and_the_snapshot_keeps_the_newest_mark()
     assert_eq!((&entries[4].1, entries[4].2), (&older, Some(5)));
     assert_eq!(
         stored(&redis, &a),
-        Some((300, entries[2].0.clone(), a.clone()))
+        Some((base + 300, entries[5].0.clone(), equal.clone()))
     );
     assert_eq!(
         stored(&redis, &newer),
-        Some((201, later.last.clone(), newer.clone()))
+        Some((base + 201, later.last.clone(), newer.clone()))
     );
     let ttl = field_pttl(&redis, &field(&newer));
     assert!((590_000..=600_000).contains(&ttl), "{ttl}");
@@ -446,4 +449,33 @@ fn a_numbered_long_poll_is_woken_by_a_batch_of_marks() {
         (2, next.last.as_str(), Some(3))
     );
     assert!(got.duration_since(sent) < Duration::from_millis(500));
+}
+
+/// An Envoy whose clock runs behind purges a target after another purged it: the snapshot keeps
+/// the later purge, dated no earlier than the log's time less the skew, so a reader of the
+/// snapshot dates the target as late as a reader of the log.
+#[test]
+fn a_later_purge_from_a_clock_behind_wins_the_snapshot() {
+    let redis = Redis::start();
+    let l2 = L2::single(&redis, &[]);
+    let now_us = redis_time_ms(&redis) * 1000;
+    let earlier = mark(now_us - 30_000_000, 4, false, 0xD0);
+    add(&l2, 60_000, std::slice::from_ref(&earlier));
+    let (dated, _, _) = stored(&redis, &earlier).unwrap();
+    assert!(
+        dated >= now_us - 1_000_000,
+        "no earlier than the log's time less the skew"
+    );
+    let behind = mark(now_us - 60_000_000, 4, false, 0xD1);
+    let written = add(&l2, 60_000, std::slice::from_ref(&behind));
+    assert_eq!(
+        stored(&redis, &behind).map(|(_, id, sealed)| (id, sealed)),
+        Some((written.last.clone(), behind.clone())),
+        "the later purge, though its Envoy dated it a minute early"
+    );
+    // A field keeps the longest expiry a batch asked for.
+    add(&l2, 600_000, &[mark(now_us + 5_000_000, 4, false, 0xD2)]);
+    add(&l2, 60_000, &[mark(now_us + 6_000_000, 4, false, 0xD3)]);
+    let ttl = field_pttl(&redis, &field(&behind));
+    assert!(ttl > 500_000, "{ttl}");
 }
