@@ -4,7 +4,9 @@
 
 use crate::effects::counters::Counter;
 use crate::effects::header_block::HeaderBlock;
-use crate::effects::host::{Callout, Declined, Host, LogLevel, RequestHost, Unserializable};
+use crate::effects::host::{
+    Callout, Declined, Host, LogLevel, RequestHost, RootHost, Unserializable,
+};
 use crate::effects::store::{SharedStore, StoreError};
 use std::cell::{Cell, RefCell};
 use std::collections::{HashMap, HashSet};
@@ -350,7 +352,9 @@ impl Host for FakeHost {
             .push(message.to_vec());
         true
     }
+}
 
+impl RootHost for FakeHost {
     fn dispatch(&self, request: &Callout, _timeout_ms: u64) -> Result<u32, Declined> {
         if self.in_callback.get() > 0 {
             self.answered_before_dispatch.set(true);
@@ -400,6 +404,22 @@ impl Host for FakeHost {
 }
 
 impl RequestHost for FakeHost {
+    fn dispatch_own(&self, request: &Callout, timeout_ms: u64) -> Result<u32, Declined> {
+        self.dispatch(request, timeout_ms)
+    }
+
+    fn own_callout_body(&self, size: usize) -> Option<Vec<u8>> {
+        self.callout_body(size)
+    }
+
+    fn own_callout_headers(&self) -> Vec<(String, Vec<u8>)> {
+        self.callout_headers()
+    }
+
+    fn resume_self(&self, me: u32) {
+        self.resume(me);
+    }
+
     fn request_header(&self, name: &str) -> Option<Vec<u8>> {
         self.request_headers
             .borrow()

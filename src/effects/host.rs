@@ -1,9 +1,13 @@
-//! The host as the core sees it. [`Host`] is what a worker does on its own behalf (the root
-//! context's callbacks use only this); [`RequestHost`] adds the request whose callback is running.
+//! The host as the core sees it, by side. [`Host`] is what either side of a worker may do (the
+//! clock, counters, shared data, the wake-up queues); [`RootHost`] adds the root context's own
+//! powers (the callouts a flight shares, letting paused requests go); [`RequestHost`] adds the
+//! request whose callback is running (its headers and body, its own callout, resuming itself).
+//! Code that runs on a request's side is written against `RequestHost`, so a call only the
+//! root may make does not compile there.
 //!
 //! Rules the core keeps, because Envoy runs another callback of the same VM inside some of these
-//! calls: no `RefCell` borrow of worker state is held across [`Host::answer`] or
-//! [`Host::resume`] (`worker::ctx::Ctx` makes that a compile error: no host call while the
+//! calls: no `RefCell` borrow of worker state is held across [`RootHost::answer`] or
+//! [`RootHost::resume`] (`worker::ctx::Ctx` makes that a compile error: no host call while the
 //! worker is borrowed); every callout of a root callback is dispatched before its first answer
 //! (answering switches the effective context).
 
@@ -79,24 +83,6 @@ pub trait Host: SharedStore {
     /// From the root context: its timer fires every `period_ms` from now on. `false` if refused.
     fn set_tick_ms(&self, period_ms: u64) -> bool;
 
-    /// Sends `request` upstream from this worker's root context; the answer arrives as a callout
-    /// response with the returned token.
-    fn dispatch(&self, request: &Callout, timeout_ms: u64) -> Result<u32, Declined>;
-
-    /// The headers of the callout response being delivered (root context, after an answer with
-    /// headers only).
-    fn callout_headers(&self) -> Vec<(String, Vec<u8>)>;
-
-    /// The body of the callout response being delivered, `size` bytes.
-    fn callout_body(&self, size: usize) -> Option<Vec<u8>>;
-
-    /// Answers the paused request `context` of this worker with a local reply. `false` when that
-    /// request is gone (its client left).
-    fn answer(&self, context: u32, status: u16, headers: Vec<(&str, &str)>, body: &[u8]) -> bool;
-
-    /// Lets the paused request `context` of this worker continue upstream. `false` when gone.
-    fn resume(&self, context: u32) -> bool;
-
     /// A number shared by every worker of this Envoy that moves after each purge (an Envoy
     /// counter, read without a copy): a lookup learns whether the marks moved for far less than
     /// a shared-data read. `None` when the host has none that works; then the purge epoch in
@@ -116,8 +102,64 @@ pub trait Host: SharedStore {
     }
 }
 
+/// The root context's own powers: only the root sends the callouts a flight shares and lets
+/// paused requests go (answers or resumes them). A request's callbacks get a [`RequestHost`]
+/// instead, so code that runs there cannot do either (a callout a request sends dies with it,
+/// and answering another request from inside one runs that request's callbacks in the middle
+/// of this one's):
+///
+/// ```compile_fail,E0599
+/// use graphql_cache::effects::host::RequestHost;
+/// use graphql_cache::worker::ctx::Ctx;
+///
+/// fn wake_a_waiter_from_a_request(cx: &mut Ctx<'_, impl RequestHost>, waiter: u32) {
+///     cx.host().resume(waiter);
+/// }
+/// ```
+///
+/// ```compile_fail,E0599
+/// use graphql_cache::effects::host::{Callout, RequestHost};
+/// use graphql_cache::worker::ctx::Ctx;
+///
+/// fn share_a_fetch_from_a_request(cx: &mut Ctx<'_, impl RequestHost>, fetch: &Callout) {
+///     let _ = cx.host().dispatch(fetch, 1000);
+/// }
+/// ```
+pub trait RootHost: Host {
+    /// Sends `request` upstream from this worker's root context; the answer arrives as a callout
+    /// response with the returned token.
+    fn dispatch(&self, request: &Callout, timeout_ms: u64) -> Result<u32, Declined>;
+
+    /// The headers of the callout response being delivered (root context, after an answer with
+    /// headers only).
+    fn callout_headers(&self) -> Vec<(String, Vec<u8>)>;
+
+    /// The body of the callout response being delivered, `size` bytes.
+    fn callout_body(&self, size: usize) -> Option<Vec<u8>>;
+
+    /// Answers the paused request `context` of this worker with a local reply. `false` when that
+    /// request is gone (its client left).
+    fn answer(&self, context: u32, status: u16, headers: Vec<(&str, &str)>, body: &[u8]) -> bool;
+
+    /// Lets the paused request `context` of this worker continue upstream. `false` when gone.
+    fn resume(&self, context: u32) -> bool;
+}
+
 /// The request whose callback is running.
 pub trait RequestHost: Host {
+    /// Sends this request's own callout (it dies with the request; its answer comes to this
+    /// request's callbacks).
+    fn dispatch_own(&self, request: &Callout, timeout_ms: u64) -> Result<u32, Declined>;
+
+    /// The body of this request's own callout response being delivered, `size` bytes.
+    fn own_callout_body(&self, size: usize) -> Option<Vec<u8>>;
+
+    /// The headers of this request's own callout response being delivered.
+    fn own_callout_headers(&self) -> Vec<(String, Vec<u8>)>;
+
+    /// Lets this request (`me`, its own context: the only one it may resume) continue upstream.
+    fn resume_self(&self, me: u32);
+
     fn request_header(&self, name: &str) -> Option<Vec<u8>>;
 
     /// Every request header, in one read.

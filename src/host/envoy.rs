@@ -4,22 +4,77 @@
 use super::metrics::Metrics;
 use crate::effects::counters::Counter;
 use crate::effects::header_block::HeaderBlock;
-use crate::effects::host::{Callout, Declined, Host, LogLevel, RequestHost, Unserializable};
+use crate::effects::host::{
+    Callout, Declined, Host, LogLevel, RequestHost, RootHost, Unserializable,
+};
 use crate::effects::store::{SharedStore, StoreError};
 use proxy_wasm::hostcalls;
 use proxy_wasm::types::{BufferType, MapType, MetricType, Status};
 use std::collections::hash_map::RandomState;
 use std::hash::BuildHasher;
+use std::marker::PhantomData;
 use std::time::{Duration, UNIX_EPOCH};
 
 /// The access-log record's filter-state name, less Envoy's `wasm.` prefix.
 const LOG_PROPERTY: &str = "graphql_cache";
 
-pub struct Envoy<'a> {
-    pub metrics: &'a Metrics,
+/// The host as one side of the VM sees it: [`Root`] for the root context's callbacks,
+/// [`Request`] for an HTTP context's (see `effects::host::RootHost`).
+pub struct Envoy<'a, Side> {
+    metrics: &'a Metrics,
+    side: PhantomData<Side>,
 }
 
-impl SharedStore for Envoy<'_> {
+/// The root context's side.
+pub struct Root;
+/// An HTTP context's side.
+pub struct Request;
+
+impl<'a> Envoy<'a, Root> {
+    pub fn root(metrics: &'a Metrics) -> Self {
+        Envoy {
+            metrics,
+            side: PhantomData,
+        }
+    }
+}
+
+impl<'a> Envoy<'a, Request> {
+    pub fn request(metrics: &'a Metrics) -> Self {
+        Envoy {
+            metrics,
+            side: PhantomData,
+        }
+    }
+}
+
+fn dispatch(request: &Callout, timeout_ms: u64) -> Result<u32, Declined> {
+    let headers: Vec<(&str, &str)> = request
+        .headers
+        .iter()
+        .map(|(n, v)| (n.as_str(), v.as_str()))
+        .collect();
+    hostcalls::dispatch_http_call(
+        &request.cluster,
+        headers,
+        request.body.as_deref(),
+        vec![],
+        Duration::from_millis(timeout_ms),
+    )
+    .map_err(|_| Declined)
+}
+
+fn callout_headers() -> Vec<(String, Vec<u8>)> {
+    hostcalls::get_map_bytes(MapType::HttpCallResponseHeaders).unwrap_or_default()
+}
+
+fn callout_body(size: usize) -> Option<Vec<u8>> {
+    hostcalls::get_buffer(BufferType::HttpCallResponseBody, 0, size)
+        .ok()
+        .flatten()
+}
+
+impl<S> SharedStore for Envoy<'_, S> {
     fn get_cas(&self, key: &str) -> (Option<Vec<u8>>, Option<u32>) {
         hostcalls::get_shared_data(key).unwrap_or((None, None))
     }
@@ -32,7 +87,7 @@ impl SharedStore for Envoy<'_> {
     }
 }
 
-impl Host for Envoy<'_> {
+impl<S> Host for Envoy<'_, S> {
     fn now_us(&self) -> u64 {
         hostcalls::get_current_time()
             .ok()
@@ -86,30 +141,26 @@ impl Host for Envoy<'_> {
         hostcalls::set_tick_period(Duration::from_millis(period_ms)).is_ok()
     }
 
+    fn purge_signal(&self) -> Option<u64> {
+        self.metrics.signal()
+    }
+
+    fn raise_purge_signal(&self) {
+        self.metrics.raise_signal();
+    }
+}
+
+impl RootHost for Envoy<'_, Root> {
     fn dispatch(&self, request: &Callout, timeout_ms: u64) -> Result<u32, Declined> {
-        let headers: Vec<(&str, &str)> = request
-            .headers
-            .iter()
-            .map(|(n, v)| (n.as_str(), v.as_str()))
-            .collect();
-        hostcalls::dispatch_http_call(
-            &request.cluster,
-            headers,
-            request.body.as_deref(),
-            vec![],
-            Duration::from_millis(timeout_ms),
-        )
-        .map_err(|_| Declined)
+        dispatch(request, timeout_ms)
     }
 
     fn callout_headers(&self) -> Vec<(String, Vec<u8>)> {
-        hostcalls::get_map_bytes(MapType::HttpCallResponseHeaders).unwrap_or_default()
+        callout_headers()
     }
 
     fn callout_body(&self, size: usize) -> Option<Vec<u8>> {
-        hostcalls::get_buffer(BufferType::HttpCallResponseBody, 0, size)
-            .ok()
-            .flatten()
+        callout_body(size)
     }
 
     fn answer(&self, context: u32, status: u16, headers: Vec<(&str, &str)>, body: &[u8]) -> bool {
@@ -127,17 +178,25 @@ impl Host for Envoy<'_> {
         let _ = hostcalls::resume_http_request();
         true
     }
-
-    fn purge_signal(&self) -> Option<u64> {
-        self.metrics.signal()
-    }
-
-    fn raise_purge_signal(&self) {
-        self.metrics.raise_signal();
-    }
 }
 
-impl RequestHost for Envoy<'_> {
+impl RequestHost for Envoy<'_, Request> {
+    fn dispatch_own(&self, request: &Callout, timeout_ms: u64) -> Result<u32, Declined> {
+        dispatch(request, timeout_ms)
+    }
+
+    fn own_callout_body(&self, size: usize) -> Option<Vec<u8>> {
+        callout_body(size)
+    }
+
+    fn own_callout_headers(&self) -> Vec<(String, Vec<u8>)> {
+        callout_headers()
+    }
+
+    fn resume_self(&self, _me: u32) {
+        let _ = hostcalls::resume_http_request();
+    }
+
     fn request_header(&self, name: &str) -> Option<Vec<u8>> {
         hostcalls::get_map_value_bytes(MapType::HttpRequestHeaders, name)
             .ok()

@@ -1,6 +1,6 @@
 //! The HTTP context: one per request, each callback handed to `crate::worker::request::exchange`.
 
-use super::envoy::Envoy;
+use super::envoy::{Envoy, Request};
 use super::metrics::Metrics;
 use crate::worker::callout::Returned;
 use crate::worker::ctx::Ctx;
@@ -33,10 +33,11 @@ impl CacheFilter {
         }
     }
 
-    fn run(&mut self, step: impl FnOnce(&mut Exchange, &mut Ctx<Envoy>) -> Flow) -> Action {
-        let host = Envoy {
-            metrics: &self.metrics,
-        };
+    fn run(
+        &mut self,
+        step: impl FnOnce(&mut Exchange, &mut Ctx<Envoy<Request>>) -> Flow,
+    ) -> Action {
+        let host = Envoy::request(&self.metrics);
         let mut cx = Ctx::new(&self.plugin, &self.worker, &host);
         match step(&mut self.exchange, &mut cx) {
             Flow::Continue => Action::Continue,
@@ -47,9 +48,7 @@ impl CacheFilter {
 
 impl Drop for CacheFilter {
     fn drop(&mut self) {
-        let host = Envoy {
-            metrics: &self.metrics,
-        };
+        let host = Envoy::request(&self.metrics);
         self.exchange
             .on_done(&mut Ctx::new(&self.plugin, &self.worker, &host));
     }
@@ -65,7 +64,7 @@ impl Context for CacheFilter {
         _num_trailers: usize,
     ) {
         self.run(|x, cx| {
-            let returned = Returned::read(cx.host(), num_headers, body_size);
+            let returned = Returned::read_own(cx.host(), num_headers, body_size);
             x.on_callout(cx, token_id, &returned);
             Flow::Continue
         });

@@ -1,7 +1,7 @@
 //! The root context: one per worker VM. Loads the configuration, owns the worker's state and
 //! hands its callbacks (queue, callout answers, timer) to `crate::worker`.
 
-use super::envoy::{dequeue_all, Envoy};
+use super::envoy::{dequeue_all, Envoy, Root};
 use super::filter::CacheFilter;
 use super::metrics::Metrics;
 use crate::worker::ctx::Ctx;
@@ -38,14 +38,12 @@ impl CacheRoot {
         }
     }
 
-    fn host(&self) -> Envoy<'_> {
-        Envoy {
-            metrics: &self.metrics,
-        }
+    fn host(&self) -> Envoy<'_, Root> {
+        Envoy::root(&self.metrics)
     }
 
     /// Runs `f` with the worker's context, for one callback.
-    fn with_cx<'s>(&'s self, f: impl FnOnce(&mut Ctx<'_, Envoy<'s>>)) {
+    fn with_cx<'s>(&'s self, f: impl FnOnce(&mut Ctx<'_, Envoy<'s, Root>>)) {
         let host = self.host();
         f(&mut Ctx::new(&self.plugin, &self.worker, &host));
     }

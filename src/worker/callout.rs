@@ -1,7 +1,7 @@
 //! What came back for a callout, read once by the root (`root::callouts`) whoever sent it: the
 //! origin fetch (`root::shared_fetch`) and the L2 calls (`l2`) read it the same way.
 
-use crate::effects::host::{status, Host};
+use crate::effects::host::{status, RequestHost, RootHost};
 
 /// A callout's answer: its headers, and the size of its body (read, if at all, by whoever the
 /// callout was for, which knows how much it will take).
@@ -13,10 +13,23 @@ pub struct Returned {
 }
 
 impl Returned {
-    /// Reads the headers of the callout being delivered, unless it has none (a reset).
-    pub fn read(host: &impl Host, num_headers: usize, body_size: usize) -> Returned {
+    /// Reads the headers of the root's callout being delivered, unless it has none (a reset).
+    pub fn read(host: &impl RootHost, num_headers: usize, body_size: usize) -> Returned {
+        Returned::read_with(num_headers, body_size, || host.callout_headers())
+    }
+
+    /// The same for a request's own callout.
+    pub fn read_own(host: &impl RequestHost, num_headers: usize, body_size: usize) -> Returned {
+        Returned::read_with(num_headers, body_size, || host.own_callout_headers())
+    }
+
+    fn read_with(
+        num_headers: usize,
+        body_size: usize,
+        headers: impl FnOnce() -> Vec<(String, Vec<u8>)>,
+    ) -> Returned {
         Returned {
-            headers: (num_headers > 0).then(|| host.callout_headers()),
+            headers: (num_headers > 0).then(headers),
             body_size,
         }
     }

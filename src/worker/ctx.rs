@@ -2,7 +2,7 @@
 //! [`Worker`] (mutable, in a `RefCell` shared by the root and HTTP contexts) and the host.
 //!
 //! The rule it keeps: no borrow of the worker is held across a host call. Envoy runs a paused
-//! request's own callbacks inside [`Host::answer`] and [`Host::resume`] (and a request's response
+//! request's own callbacks inside [`RootHost::answer`] and [`RootHost::resume`] (and a request's response
 //! callbacks inside its local reply), and those callbacks borrow the worker: a borrow held across
 //! the call would panic. [`Ctx`] makes such code impossible to write rather than asking each
 //! function to avoid it: the worker is reached only inside the closure given to [`Ctx::worker`],
@@ -11,10 +11,10 @@
 //! that calls the host while it holds the worker:
 //!
 //! ```compile_fail,E0502
-//! use graphql_cache::effects::host::Host;
+//! use graphql_cache::effects::host::RootHost;
 //! use graphql_cache::worker::ctx::Ctx;
 //!
-//! fn resume_while_holding_the_worker(cx: &mut Ctx<'_, impl Host>, context: u32) {
+//! fn resume_while_holding_the_worker(cx: &mut Ctx<'_, impl RootHost>, context: u32) {
 //!     let host = cx.host();
 //!     cx.worker(|w| {
 //!         w.outcomes.remove(&context);
@@ -24,10 +24,10 @@
 //! ```
 //!
 //! ```compile_fail,E0502
-//! use graphql_cache::effects::host::Host;
+//! use graphql_cache::effects::host::RootHost;
 //! use graphql_cache::worker::ctx::Ctx;
 //!
-//! fn resume_while_holding_the_worker(cx: &mut Ctx<'_, impl Host>, context: u32) {
+//! fn resume_while_holding_the_worker(cx: &mut Ctx<'_, impl RootHost>, context: u32) {
 //!     cx.worker(|w| {
 //!         w.outcomes.remove(&context);
 //!         cx.host().resume(context);
@@ -38,10 +38,10 @@
 //! Nor can the worker be reached around the closure:
 //!
 //! ```compile_fail,E0616
-//! use graphql_cache::effects::host::Host;
+//! use graphql_cache::effects::host::RootHost;
 //! use graphql_cache::worker::ctx::Ctx;
 //!
-//! fn resume_while_holding_the_worker(cx: &mut Ctx<'_, impl Host>, context: u32) {
+//! fn resume_while_holding_the_worker(cx: &mut Ctx<'_, impl RootHost>, context: u32) {
 //!     let mut worker = cx.worker.borrow_mut();
 //!     worker.outcomes.remove(&context);
 //!     cx.host().resume(context);
@@ -52,10 +52,10 @@
 //! closure before the host is called:
 //!
 //! ```
-//! use graphql_cache::effects::host::Host;
+//! use graphql_cache::effects::host::RootHost;
 //! use graphql_cache::worker::ctx::Ctx;
 //!
-//! fn resume(cx: &mut Ctx<'_, impl Host>, context: u32) {
+//! fn resume(cx: &mut Ctx<'_, impl RootHost>, context: u32) {
 //!     let now_ms = cx.host().now_ms();
 //!     let id = cx.worker(|w| {
 //!         w.last_beat_ms = now_ms;
@@ -67,8 +67,8 @@
 //! }
 //! ```
 //!
-//! [`Host::answer`]: crate::effects::host::Host::answer
-//! [`Host::resume`]: crate::effects::host::Host::resume
+//! [`RootHost::answer`]: crate::effects::host::RootHost::answer
+//! [`RootHost::resume`]: crate::effects::host::RootHost::resume
 
 use crate::config::Config;
 use crate::effects::store::{SharedStore, StoreError};

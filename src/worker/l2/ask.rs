@@ -10,7 +10,7 @@ use crate::coalesce::relay::Response;
 use crate::coalesce::upstream::{L2Role, SharedFetch};
 use crate::config::L2;
 use crate::effects::counters::Counter;
-use crate::effects::host::Host;
+use crate::effects::host::RootHost;
 use crate::fleet::calls::Call;
 use crate::fleet::follower;
 use crate::fleet::wire::{self, owner, read_lookup, L2Failure, Looked};
@@ -24,7 +24,7 @@ use crate::worker::store::insert;
 /// Root: sends `fetch`'s lookup (or, with `wait`, its long-poll); gives the fetch back, no
 /// longer asking L2, if Envoy refused the call (circuit breaker open, every host ejected).
 pub fn ask(
-    cx: &mut Ctx<'_, impl Host>,
+    cx: &mut Ctx<'_, impl RootHost>,
     l2: &L2,
     mut fetch: SharedFetch,
     wait: bool,
@@ -77,7 +77,7 @@ pub enum AfterLookup {
 
 /// Root: a lookup (`waited`: a long-poll) for `fetch` came back; what the root does next.
 pub fn on_answer(
-    cx: &mut Ctx<'_, impl Host>,
+    cx: &mut Ctx<'_, impl RootHost>,
     mut fetch: SharedFetch,
     waited: bool,
     returned: Returned,
@@ -131,7 +131,7 @@ pub fn on_answer(
 /// not purged by the marks this Envoy knows (and only once it has read the fleet's purge log),
 /// still fresh. A stale but keepable entry is put in L1 for stale serving; the flight still
 /// fetches.
-fn usable(cx: &mut Ctx<'_, impl Host>, fetch: &SharedFetch, sealed: &[u8]) -> Option<Response> {
+fn usable(cx: &mut Ctx<'_, impl RootHost>, fetch: &SharedFetch, sealed: &[u8]) -> Option<Response> {
     let host = cx.host();
     let now_ms = host.now_ms();
     if !follower::read(host).trusted(now_ms) {

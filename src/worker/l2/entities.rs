@@ -10,7 +10,7 @@
 use crate::cache::entry::Entry;
 use crate::config::{Lifetimes, L2};
 use crate::effects::counters::Counter;
-use crate::effects::host::Host;
+use crate::effects::host::{Host, RequestHost};
 use crate::fleet::follower;
 use crate::fleet::wire::{self, L2Failure};
 use crate::invalidate::marks::Verdict;
@@ -35,7 +35,10 @@ pub struct AskedL2 {
 /// Sends one mget for `missing` (each key once, with its entity's lifetimes; the first
 /// [`MAX_BATCH_KEYS`] of a larger batch): `None` when there is no L2, nothing to ask, the purge
 /// log is not followed (a value could not be trusted), or Envoy refused the call (counted).
-pub fn ask(cx: &mut Ctx<'_, impl Host>, missing: &[(CacheKey, Lifetimes)]) -> Option<AskedL2> {
+pub fn ask(
+    cx: &mut Ctx<'_, impl RequestHost>,
+    missing: &[(CacheKey, Lifetimes)],
+) -> Option<AskedL2> {
     let l2 = cx.config().l2.as_ref()?;
     let mut keys: Vec<(CacheKey, Lifetimes)> =
         Vec::with_capacity(missing.len().min(MAX_BATCH_KEYS));
@@ -50,7 +53,7 @@ pub fn ask(cx: &mut Ctx<'_, impl Host>, missing: &[(CacheKey, Lifetimes)]) -> Op
     }
     let names: Vec<CacheKey> = keys.iter().map(|(k, _)| *k).collect();
     let callout = wire::mget(l2, &names)?;
-    match host.dispatch(&callout, l2.timeout_ms) {
+    match host.dispatch_own(&callout, l2.timeout_ms) {
         Ok(token) => Some(AskedL2 { token, keys }),
         Err(_) => {
             host.count(Counter::L2Failures);
@@ -62,7 +65,7 @@ pub fn ask(cx: &mut Ctx<'_, impl Host>, missing: &[(CacheKey, Lifetimes)]) -> Op
 /// The mget came back: the entries it brings that this Envoy may serve, each already put in L1.
 /// A failed call or an answer not exactly the contract's is counted and brings nothing.
 pub fn on_answer(
-    cx: &mut Ctx<'_, impl Host>,
+    cx: &mut Ctx<'_, impl RequestHost>,
     asked: &AskedL2,
     returned: &Returned,
 ) -> Vec<(CacheKey, Rc<[u8]>)> {
@@ -71,7 +74,7 @@ pub fn on_answer(
         Some(h) => wire::read_mget(
             h,
             returned.body_size,
-            || cx.host().callout_body(returned.body_size),
+            || cx.host().own_callout_body(returned.body_size),
             asked.keys.len(),
         ),
     };
@@ -102,7 +105,7 @@ pub fn on_answer(
 /// its type's stale windows, which it keeps in L1), not purged or softly purged by the marks this
 /// Envoy knows, fresh. Put in L1 (a failure there only means the next request asks L2 again).
 fn usable(
-    cx: &mut Ctx<'_, impl Host>,
+    cx: &mut Ctx<'_, impl RequestHost>,
     key: &CacheKey,
     lifetimes: &Lifetimes,
     sealed: &[u8],

@@ -11,7 +11,7 @@
 //! born longer ago than the bound, for as long as they fail (misses, never stale-after-purge).
 
 use crate::effects::counters::Counter;
-use crate::effects::host::Host;
+use crate::effects::host::RootHost;
 use crate::effects::store::StoreError;
 use crate::fleet::calls::Call;
 use crate::fleet::follower::{self, FeedState};
@@ -43,7 +43,7 @@ fn lease_ms(timeout_ms: u64) -> u64 {
 /// Root: starts a read of the log, or of the snapshot while this Envoy learns it, if this
 /// worker follows the log (or may take it over) and no read is outstanding or a failure being
 /// waited out.
-pub fn poll(cx: &mut Ctx<'_, impl Host>, now_ms: u64) {
+pub fn poll(cx: &mut Ctx<'_, impl RootHost>, now_ms: u64) {
     let Some(l2) = &cx.config().l2 else { return };
     let idle = cx.worker(|w| (!w.l2.feed.reading && now_ms >= w.l2.feed.next_ms).then_some(w.id));
     let Some(me) = idle else { return };
@@ -88,7 +88,7 @@ fn reader<'a>(l2: &'a crate::config::L2, now_us: u64) -> Reader<'a> {
 }
 
 /// The body of a read that came back whole with `200`.
-fn body_of(host: &impl Host, returned: &Returned, limit: usize) -> Option<Vec<u8>> {
+fn body_of(host: &impl RootHost, returned: &Returned, limit: usize) -> Option<Vec<u8>> {
     match returned.status() {
         Some(200) if returned.body_size <= limit => host.callout_body(returned.body_size),
         _ => None,
@@ -98,7 +98,7 @@ fn body_of(host: &impl Host, returned: &Returned, limit: usize) -> Option<Vec<u8
 /// A read (of the log or the snapshot) came back: what `parse` makes of its body, with the
 /// reader's clock; a read that failed is counted and retried later (`None`).
 fn read_back<T>(
-    cx: &mut Ctx<'_, impl Host>,
+    cx: &mut Ctx<'_, impl RootHost>,
     returned: &Returned,
     limit: usize,
     parse: impl FnOnce(&[u8], &Reader<'_>) -> Option<T>,
@@ -123,7 +123,7 @@ fn read_ok(state: &mut FeedState, now_ms: u64, timeout_ms: u64) {
 }
 
 /// Root: a read of the log came back.
-pub fn on_page(cx: &mut Ctx<'_, impl Host>, returned: &Returned) {
+pub fn on_page(cx: &mut Ctx<'_, impl RootHost>, returned: &Returned) {
     let read = read_back(cx, returned, MAX_PURGES_ANSWER_BYTES, read_page);
     let (Some((page, now_ms, now_us)), Some(l2)) = (read, &cx.config().l2) else {
         return;
@@ -162,7 +162,7 @@ pub fn on_page(cx: &mut Ctx<'_, impl Host>, returned: &Returned) {
 
 /// Root: a page of the snapshot came back. Its marks are applied as the log's records are; on
 /// the last page, the follower goes on with the log from where the snapshot was taken.
-pub fn on_snapshot(cx: &mut Ctx<'_, impl Host>, returned: &Returned) {
+pub fn on_snapshot(cx: &mut Ctx<'_, impl RootHost>, returned: &Returned) {
     let read = read_back(cx, returned, MAX_MARKS_PAGE_BYTES, read_snapshot);
     let (Some((page, now_ms, now_us)), Some(l2)) = (read, &cx.config().l2) else {
         return;
@@ -206,7 +206,7 @@ pub fn on_snapshot(cx: &mut Ctx<'_, impl Host>, returned: &Returned) {
 /// Applies records, each at its own instant. `everything`: purges may have been lost for good,
 /// so everything born before that instant is purged too (counted as a gap).
 fn apply(
-    cx: &mut Ctx<'_, impl Host>,
+    cx: &mut Ctx<'_, impl RootHost>,
     records: &[PurgeRecord],
     everything: Option<u64>,
 ) -> Result<(), StoreError> {
@@ -229,7 +229,7 @@ fn apply(
 /// have failed for longer than the bound, whatever was born more than the bound ago is purged,
 /// again on every retry for as long as they fail: a purge made elsewhere meanwhile is unseen
 /// here, so nothing is served longer than the bound after it was fetched.
-fn failed(cx: &mut Ctx<'_, impl Host>, now_ms: u64) {
+fn failed(cx: &mut Ctx<'_, impl RootHost>, now_ms: u64) {
     cx.host().count(Counter::L2Failures);
     let me = cx.worker(|w| {
         w.l2.feed.next_ms = now_ms.saturating_add(RETRY_MS);

@@ -7,7 +7,7 @@ use crate::cache::entry::Entry;
 use crate::coalesce::upstream::{L2Role, SharedFetch};
 use crate::config::L2;
 use crate::effects::counters::Counter;
-use crate::effects::host::{Callout, Host};
+use crate::effects::host::{Callout, Host, RootHost};
 use crate::effects::store::StoreError;
 use crate::fleet::calls::Call;
 use crate::fleet::outbox::{self, Pushed};
@@ -22,7 +22,7 @@ use l2_proto::marks::MAX_MARKS_PER_BATCH;
 /// After the origin answered `fetch` (or failed): a stored entry goes to L2 as well; a lease
 /// held for an answer that is not stored is released, so a waiting node leads at once. Takes
 /// the entry's bytes out of `stored`.
-pub fn after_origin(cx: &mut Ctx<'_, impl Host>, fetch: &SharedFetch, stored: &mut Stored) {
+pub fn after_origin(cx: &mut Ctx<'_, impl RootHost>, fetch: &SharedFetch, stored: &mut Stored) {
     let Some(l2) = &cx.config().l2 else { return };
     if !matches!(fetch.l2, L2Role::Lead | L2Role::Store) {
         return;
@@ -84,7 +84,7 @@ pub fn l2_ttl_ms(expires_at_ms: u64, now_ms: u64, margin_ms: u64) -> u64 {
 
 /// A refused fetch's lease, released on the next tick: the callback that found it refused
 /// answers requests, and nothing may be dispatched after an answer.
-pub fn release_later(cx: &mut Ctx<'_, impl Host>, fetch: &SharedFetch) {
+pub fn release_later(cx: &mut Ctx<'_, impl RootHost>, fetch: &SharedFetch) {
     let Some(l2) = &cx.config().l2 else { return };
     if fetch.l2 == L2Role::Lead {
         cx.worker(|w| {
@@ -116,7 +116,7 @@ pub fn queue_purge(
 }
 
 /// Root: sends every queued store and release, and the oldest purges owed to the log.
-pub fn flush(cx: &mut Ctx<'_, impl Host>) {
+pub fn flush(cx: &mut Ctx<'_, impl RootHost>) {
     let queued = cx.worker(|w| std::mem::take(&mut w.l2.outbox));
     for callout in queued {
         send(cx, Call::Write, &callout);
@@ -127,7 +127,7 @@ pub fn flush(cx: &mut Ctx<'_, impl Host>) {
 /// One call at a time for the whole Envoy, oldest first, as many owed records as one call
 /// carries, from whichever worker gets to it first (the one that took the purge, at once): the
 /// outbox says who sends, so no record goes twice.
-fn send_purge(cx: &mut Ctx<'_, impl Host>) {
+fn send_purge(cx: &mut Ctx<'_, impl RootHost>) {
     let config = cx.config();
     let Some(l2) = &config.l2 else { return };
     let (me, busy) = cx.worker(|w| (w.id, w.l2.sending_purge));
@@ -170,7 +170,7 @@ pub fn keep_ms(longest_life_ms: u64, skew_ms: u64) -> u64 {
     longest_life_ms.saturating_add(skew_ms.saturating_mul(2))
 }
 
-fn send(cx: &mut Ctx<'_, impl Host>, call: Call, callout: &Callout) {
+fn send(cx: &mut Ctx<'_, impl RootHost>, call: Call, callout: &Callout) {
     let timeout = cx.config().l2.as_ref().map_or(0, |l2| match call {
         Call::Purge(_) => purge_timeout_ms(l2.timeout_ms),
         _ => l2.timeout_ms,
@@ -187,7 +187,11 @@ fn send(cx: &mut Ctx<'_, impl Host>, call: Call, callout: &Callout) {
 
 /// Root: a write came back (`None`: reset). A purge the log now holds is no longer owed, and
 /// the next one goes at once.
-pub fn on_written(cx: &mut Ctx<'_, impl Host>, call: Call, headers: Option<&[(String, Vec<u8>)]>) {
+pub fn on_written(
+    cx: &mut Ctx<'_, impl RootHost>,
+    call: Call,
+    headers: Option<&[(String, Vec<u8>)]>,
+) {
     let result = headers.map_or(Err(L2Failure::Unreachable), wire::written);
     if result.is_err() {
         return failed(cx, &call);
@@ -204,7 +208,7 @@ pub fn on_written(cx: &mut Ctx<'_, impl Host>, call: Call, headers: Option<&[(St
 }
 
 /// A purge that failed stays owed: the next tick sends it again (this worker's, or another's).
-fn failed(cx: &mut Ctx<'_, impl Host>, call: &Call) {
+fn failed(cx: &mut Ctx<'_, impl RootHost>, call: &Call) {
     cx.host().count(Counter::L2Failures);
     if let Call::Purge(_) = call {
         let me = cx.worker(|w| {

@@ -4,7 +4,7 @@
 
 use crate::config::{Config, PurgeApi};
 use crate::effects::counters::Counter;
-use crate::effects::host::{Host, RequestHost};
+use crate::effects::host::{Host, RequestHost, RootHost};
 use crate::fleet::commits::HeldPurge;
 use crate::invalidate::marks::{tag_hash, Target};
 use crate::invalidate::purge_request::{authorized, parse_selectors, Refusal};
@@ -203,7 +203,7 @@ fn answer_owed(host: &impl RequestHost, purged: usize, owed: usize) {
 
 /// Root: answers the held purge requests whose purge the fleet's log now holds (`200`,
 /// `"fleet":"committed"`) or whose wait is over (`202`, still owed).
-pub fn answer_held(cx: &mut Ctx<'_, impl Host>, now_ms: u64) {
+pub fn answer_held(cx: &mut Ctx<'_, impl RootHost>, now_ms: u64) {
     if cx.worker(|w| w.held_commits.is_empty()) {
         return;
     }

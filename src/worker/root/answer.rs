@@ -8,7 +8,7 @@ use crate::coalesce::relay::Response;
 use crate::coalesce::release::Release;
 use crate::config::Config;
 use crate::effects::counters::Counter;
-use crate::effects::host::Host;
+use crate::effects::host::{Host, RootHost};
 use crate::invalidate::cdn::header_value;
 use crate::request::key::CacheKey;
 use crate::worker::ctx::Ctx;
@@ -115,7 +115,7 @@ impl<'a> Labelled<'a> {
 }
 
 /// Answers the paused request `context`, waiting for `key`, with `reply`.
-pub fn answer(cx: &mut Ctx<'_, impl Host>, context: u32, key: &CacheKey, reply: Labelled<'_>) {
+pub fn answer(cx: &mut Ctx<'_, impl RootHost>, context: u32, key: &CacheKey, reply: Labelled<'_>) {
     let Labelled { response, label } = reply;
     let outcome = Outcome::Answered {
         cache: label.cache,
@@ -159,7 +159,7 @@ pub fn answer(cx: &mut Ctx<'_, impl Host>, context: u32, key: &CacheKey, reply: 
 }
 
 /// Lets the paused request `context` go upstream on its own; `reason` shows in the debug header.
-pub fn release(cx: &mut Ctx<'_, impl Host>, context: u32, reason: Release) {
+pub fn release(cx: &mut Ctx<'_, impl RootHost>, context: u32, reason: Release) {
     cx.worker(|w| w.outcomes.insert(context, Outcome::Released(reason)));
     if !cx.host().resume(context) {
         cx.worker(|w| w.outcomes.remove(&context));

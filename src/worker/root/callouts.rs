@@ -2,7 +2,7 @@
 //! an L2 write, the purge feed). Its headers are read here, once, for all of them; nothing is
 //! read after a reset: that would trap the VM.
 
-use crate::effects::host::Host;
+use crate::effects::host::RootHost;
 use crate::fleet::calls::Call;
 use crate::worker::callout::Returned;
 use crate::worker::ctx::Ctx;
@@ -12,7 +12,12 @@ use crate::worker::l2::write::on_written;
 use crate::worker::root::answer::{Label, Labels};
 use crate::worker::root::shared_fetch::{finish, on_fetch_callout, to_origin_or_refused};
 
-pub fn on_callout(cx: &mut Ctx<'_, impl Host>, token: u32, num_headers: usize, body_size: usize) {
+pub fn on_callout(
+    cx: &mut Ctx<'_, impl RootHost>,
+    token: u32,
+    num_headers: usize,
+    body_size: usize,
+) {
     let call = cx.worker(|w| w.l2.take(token));
     let returned = Returned::read(cx.host(), num_headers, body_size);
     let Some(call) = call else {
@@ -34,7 +39,7 @@ pub fn on_callout(cx: &mut Ctx<'_, impl Host>, token: u32, num_headers: usize, b
 }
 
 /// What L2's answer to a flight's lookup leaves the root to do.
-fn after_lookup(cx: &mut Ctx<'_, impl Host>, next: AfterLookup) {
+fn after_lookup(cx: &mut Ctx<'_, impl RootHost>, next: AfterLookup) {
     match next {
         AfterLookup::Waiting => {}
         AfterLookup::Hit {

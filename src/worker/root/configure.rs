@@ -2,7 +2,7 @@
 //! line naming the field), reset what was derived from the old one, and prepare coalescing.
 
 use crate::config::{Config, ConfigError};
-use crate::effects::host::{Host, LogLevel};
+use crate::effects::host::{LogLevel, RootHost};
 use crate::request::key::SlotKey;
 use crate::worker::ctx::Ctx;
 use crate::worker::root::tick::heartbeat;
@@ -23,7 +23,7 @@ pub fn queue_name(id: u64) -> String {
 pub fn configure(
     bytes: &[u8],
     worker: &RefCell<Worker>,
-    host: &impl Host,
+    host: &impl RootHost,
 ) -> Result<Plugin, ConfigError> {
     let config = Config::parse_with_env(bytes, &|name| host.env(name)).inspect_err(|e| {
         host.log(LogLevel::Error, &format!("graphql-cache: {e}"));
@@ -55,7 +55,7 @@ const CREATE_CAS: u32 = u32::MAX;
 /// The deployment's slot secret: made once, by the first VM that looks, from WASI's randomness,
 /// and shared by every worker (they must agree on where a key lives). If shared data cannot
 /// hold it, slots are still addressed, only guessably.
-pub fn slot_key(host: &impl Host) -> SlotKey {
+pub fn slot_key(host: &impl RootHost) -> SlotKey {
     let read = || {
         let bytes = host.get(SECRET_KEY)?;
         let k0 = u64::from_le_bytes(bytes.get(..8)?.try_into().ok()?);
@@ -72,7 +72,7 @@ pub fn slot_key(host: &impl Host) -> SlotKey {
     read().unwrap_or_default()
 }
 
-fn ensure_queue(cx: &mut Ctx<'_, impl Host>) {
+fn ensure_queue(cx: &mut Ctx<'_, impl RootHost>) {
     let (queue, id) = cx.worker(|w| (w.queue, w.id));
     if queue.is_some() {
         return;

@@ -3,14 +3,14 @@
 //! Everything is sent before anyone is answered: answering switches the effective context.
 
 use crate::coalesce::upstream::L2Role;
-use crate::effects::host::Host;
+use crate::effects::host::RootHost;
 use crate::worker::ctx::Ctx;
 use crate::worker::l2::ask::ask;
 use crate::worker::l2::write::flush;
 use crate::worker::request::{mutation_purge, purge};
 use crate::worker::root::shared_fetch::{refused, to_origin};
 
-pub fn dispatch_pending(cx: &mut Ctx<'_, impl Host>) {
+pub fn dispatch_pending(cx: &mut Ctx<'_, impl RootHost>) {
     let pending = cx.worker(|w| std::mem::take(&mut w.pending));
     let mut refusals = Vec::new();
     for fetch in pending {

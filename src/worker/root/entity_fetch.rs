@@ -13,7 +13,7 @@ use crate::coalesce::relay::Response;
 use crate::coalesce::release::Release;
 use crate::coalesce::upstream::SharedFetch;
 use crate::effects::counters::Counter;
-use crate::effects::host::Host;
+use crate::effects::host::{Host, RootHost};
 use crate::entities::answer::{assemble, Fetched};
 use crate::entities::batch::EntityBatch;
 use crate::entities::deferred::DeferredSplit;
@@ -34,7 +34,7 @@ use std::rc::Rc;
 /// after its waiters are answered (then `true`: call [`split_later`] once they are). What storing
 /// did, for the leader's debug headers (nothing for the fleet's L2: there is no whole entry).
 pub fn store_or_defer(
-    cx: &mut Ctx<'_, impl Host>,
+    cx: &mut Ctx<'_, impl RootHost>,
     batch: &Rc<EntityBatch>,
     answer: &Answer<'_>,
 ) -> (Stored, bool) {
@@ -59,7 +59,7 @@ pub fn store_or_defer(
 
 /// Has the root's timer split the held answers soon, once Envoy has written the answers just
 /// made (see `timer::SPLIT_AFTER_MS`); splits them now if the host refuses.
-pub fn split_later(cx: &mut Ctx<'_, impl Host>) {
+pub fn split_later(cx: &mut Ctx<'_, impl RootHost>) {
     if !tick_soon(cx) {
         split_held(cx);
     }
@@ -80,7 +80,7 @@ pub fn split_held(cx: &mut Ctx<'_, impl Host>) {
 /// Why the answer fetched for `batch` stores nothing at all, if it does not; counts what it was
 /// asked for.
 fn refused(
-    cx: &mut Ctx<'_, impl Host>,
+    cx: &mut Ctx<'_, impl RootHost>,
     batch: &EntityBatch,
     answer: &Answer<'_>,
 ) -> Option<Stored> {
@@ -132,7 +132,7 @@ fn split(cx: &mut Ctx<'_, impl Host>, batch: &EntityBatch, answer: &Answer<'_>) 
 /// `request::entity_stale`, `request::prefetch`), each with its entity's entry for the workers
 /// that follow it (woken with it); this worker's batches that waited for one are answered from
 /// the entries just made, or let go.
-pub fn release_held(cx: &mut Ctx<'_, impl Host>, fetch: &SharedFetch) {
+pub fn release_held(cx: &mut Ctx<'_, impl RootHost>, fetch: &SharedFetch) {
     let Some(batch) = &fetch.entities else { return };
     if batch.also_holds.is_empty() {
         return;
@@ -166,7 +166,7 @@ pub fn release_held(cx: &mut Ctx<'_, impl Host>, fetch: &SharedFetch) {
 /// for is in one now; waits again if one of them is still being fetched; else lets it go
 /// upstream as it was sent.
 pub fn answer_prefetched(
-    cx: &mut Ctx<'_, impl Host>,
+    cx: &mut Ctx<'_, impl RootHost>,
     key: &CacheKey,
     context: u32,
     woken: Option<&[u8]>,
@@ -201,7 +201,10 @@ pub fn answer_prefetched(
 
 /// The entry of entity `key` a prefetch (or refresh) made: what this worker's fetch made, a
 /// fresh entry, or what another worker's ended flight holds; `Err(Some)`: still being fetched.
-fn prefetched(cx: &mut Ctx<'_, impl Host>, key: &CacheKey) -> Result<Vec<u8>, Option<CacheKey>> {
+fn prefetched(
+    cx: &mut Ctx<'_, impl RootHost>,
+    key: &CacheKey,
+) -> Result<Vec<u8>, Option<CacheKey>> {
     if let Some(made) = cx.worker(|w| w.prefetch.fetched(key)) {
         return Ok(made);
     }
@@ -224,7 +227,7 @@ fn prefetched(cx: &mut Ctx<'_, impl Host>, key: &CacheKey) -> Result<Vec<u8>, Op
 /// stale-if-error window (every one of them, else nothing); otherwise the whole answer's
 /// (`stale::instead_of_error`).
 pub fn instead_of_error(
-    cx: &mut Ctx<'_, impl Host>,
+    cx: &mut Ctx<'_, impl RootHost>,
     key: &CacheKey,
     batch: Option<&EntityBatch>,
 ) -> Option<Response> {
@@ -236,7 +239,7 @@ pub fn instead_of_error(
 
 /// Counts the entities of `batch` (if the answer was one) as served from entries: a waiter was
 /// answered with [`instead_of_error`]'s, which holds every one of them.
-pub fn count_served(cx: &mut Ctx<'_, impl Host>, batch: Option<&EntityBatch>) {
+pub fn count_served(cx: &mut Ctx<'_, impl RootHost>, batch: Option<&EntityBatch>) {
     if let Some(batch) = batch {
         let served: usize = batch.entities.iter().map(Vec::len).sum();
         cx.host().count_n(Counter::EntitiesServed, served as u64);
@@ -254,7 +257,7 @@ enum Use {
 
 /// `batch` assembled from its entities' entries, each as `find` gives it (`None`: not every one
 /// has an entry, so no answer).
-fn from_entries<'a, H: Host>(
+fn from_entries<'a, H: RootHost>(
     cx: &mut Ctx<'a, H>,
     batch: &EntityBatch,
     using: Use,

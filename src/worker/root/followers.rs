@@ -6,7 +6,7 @@ use crate::coalesce::flights::Peek;
 use crate::coalesce::relay::Response;
 use crate::coalesce::release::Release;
 use crate::coalesce::wakeup::Message;
-use crate::effects::host::Host;
+use crate::effects::host::RootHost;
 use crate::request::key::CacheKey;
 use crate::worker::ctx::Ctx;
 use crate::worker::root::answer::{answer, release, Label, Labelled};
@@ -16,7 +16,7 @@ use crate::worker::root::stale::is_failure;
 
 /// Root: the messages dequeued from this worker's wake-up queue. Fetches are dispatched before
 /// anyone is answered.
-pub fn on_messages(cx: &mut Ctx<'_, impl Host>, messages: &[Vec<u8>]) {
+pub fn on_messages(cx: &mut Ctx<'_, impl RootHost>, messages: &[Vec<u8>]) {
     let decoded: Vec<Message<'_>> = messages.iter().filter_map(|m| Message::decode(m)).collect();
     if decoded.contains(&Message::Dispatch) {
         dispatch_pending(cx);
@@ -39,7 +39,7 @@ pub fn on_messages(cx: &mut Ctx<'_, impl Host>, messages: &[Vec<u8>]) {
 /// Answers this worker's followers of `key` with the answer the flight ended with (`shared`, as
 /// the leader encoded it), or lets them go upstream. A batch waiting for entities another worker
 /// fetched (`key` is one of them, `shared` its entry) is answered from entries.
-fn deliver(cx: &mut Ctx<'_, impl Host>, key: &CacheKey, shared: Option<&[u8]>) {
+fn deliver(cx: &mut Ctx<'_, impl RootHost>, key: &CacheKey, shared: Option<&[u8]>) {
     let flight = cx.worker(|w| {
         if !w.waiters.is_following(key) {
             return None;
@@ -79,7 +79,7 @@ fn deliver(cx: &mut Ctx<'_, impl Host>, key: &CacheKey, shared: Option<&[u8]>) {
 }
 
 /// A followed key may be done: reads its flight record. Returns whether its waiters were let go.
-pub fn check(cx: &mut Ctx<'_, impl Host>, key: &CacheKey) -> bool {
+pub fn check(cx: &mut Ctx<'_, impl RootHost>, key: &CacheKey) -> bool {
     let (id, queue, following) = cx.worker(|w| {
         (
             w.id,

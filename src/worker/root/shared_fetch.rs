@@ -9,7 +9,7 @@ use crate::coalesce::release::Release;
 use crate::coalesce::sharing::followers_may_share;
 use crate::coalesce::upstream::SharedFetch;
 use crate::effects::counters::Counter;
-use crate::effects::host::{status, Host};
+use crate::effects::host::{status, RootHost};
 use crate::worker::callout::Returned;
 use crate::worker::ctx::Ctx;
 use crate::worker::l2::write::{after_origin, release_later};
@@ -39,7 +39,7 @@ pub enum FetchResult {
 
 /// Root: an origin fetch answered; reads it (never after a reset, never a body over the bound)
 /// and finishes its flight.
-pub fn on_fetch_callout(cx: &mut Ctx<'_, impl Host>, token: u32, returned: Returned) {
+pub fn on_fetch_callout(cx: &mut Ctx<'_, impl RootHost>, token: u32, returned: Returned) {
     let body_size = returned.body_size;
     let result = match returned.headers {
         None => FetchResult::Reset,
@@ -68,7 +68,7 @@ fn fetch_failed() -> Stored {
 
 /// Root: sends `fetch` to the origin; gives it back if Envoy refused it.
 pub fn to_origin(
-    cx: &mut Ctx<'_, impl Host>,
+    cx: &mut Ctx<'_, impl RootHost>,
     mut fetch: SharedFetch,
 ) -> Result<(), Box<SharedFetch>> {
     let host = cx.host();
@@ -84,7 +84,7 @@ pub fn to_origin(
 
 /// Root: sends `fetch` to the origin, or, if Envoy refused it, tells everyone waiting for it at
 /// once (so only where nothing else is to be sent in the callback).
-pub fn to_origin_or_refused(cx: &mut Ctx<'_, impl Host>, fetch: SharedFetch) {
+pub fn to_origin_or_refused(cx: &mut Ctx<'_, impl RootHost>, fetch: SharedFetch) {
     if let Err(fetch) = to_origin(cx, fetch) {
         refused(cx, &fetch);
     }
@@ -92,7 +92,7 @@ pub fn to_origin_or_refused(cx: &mut Ctx<'_, impl Host>, fetch: SharedFetch) {
 
 /// Root: Envoy refused the origin fetch; everyone waiting for it is told so, as Envoy would.
 /// Call after every callout of the callback is sent (this answers requests).
-pub fn refused(cx: &mut Ctx<'_, impl Host>, fetch: &SharedFetch) {
+pub fn refused(cx: &mut Ctx<'_, impl RootHost>, fetch: &SharedFetch) {
     cx.host().count(Counter::FetchFailures);
     release_later(cx, fetch);
     let failure = Response::failure(503, REFUSED_MESSAGE);
@@ -100,7 +100,7 @@ pub fn refused(cx: &mut Ctx<'_, impl Host>, fetch: &SharedFetch) {
 }
 
 /// Root: the callout `token` came back.
-pub fn on_fetch_response(cx: &mut Ctx<'_, impl Host>, token: u32, result: FetchResult) {
+pub fn on_fetch_response(cx: &mut Ctx<'_, impl RootHost>, token: u32, result: FetchResult) {
     let Some(fetch) = cx.worker(|w| w.fetches.remove(&token)) else {
         return;
     };
@@ -174,7 +174,7 @@ pub fn on_fetch_response(cx: &mut Ctx<'_, impl Host>, token: u32, result: FetchR
 /// as a reset: tell it apart by the clock, and answer as Envoy's router does for a timeout.
 /// Envoy's timer runs on its monotonic clock and may fire a few ms before the wall clock says it
 /// is due.
-fn reset_failure(cx: &Ctx<'_, impl Host>, fetch: &SharedFetch) -> Response {
+fn reset_failure(cx: &Ctx<'_, impl RootHost>, fetch: &SharedFetch) -> Response {
     let elapsed = cx.host().now_ms().saturating_sub(fetch.dispatched_ms);
     let due = cx.config().fetch_timeout_ms.saturating_sub(TIMER_SLACK_MS);
     if elapsed >= due {
@@ -188,7 +188,7 @@ fn reset_failure(cx: &Ctx<'_, impl Host>, fetch: &SharedFetch) -> Response {
 /// `response` is `Err(reason)` when the answer cannot be relayed; everyone then goes upstream.
 /// `labels` say where the answer came from (for the leader: what storing did, in debug headers).
 pub fn finish(
-    cx: &mut Ctx<'_, impl Host>,
+    cx: &mut Ctx<'_, impl RootHost>,
     fetch: &SharedFetch,
     response: Result<Response, Release>,
     labels: &Labels<'_>,

@@ -5,7 +5,7 @@
 use crate::cache::entry::Entry;
 use crate::cache::table::Lookup;
 use crate::coalesce::relay::Response;
-use crate::effects::host::Host;
+use crate::effects::host::{Host, RootHost};
 use crate::invalidate::marks::Verdict;
 use crate::request::key::CacheKey;
 use crate::worker::ctx::Ctx;
@@ -18,7 +18,7 @@ pub fn is_failure(response: &Response) -> bool {
 
 /// The stored answer for `key` to give instead of a failure, if it is within its window and not
 /// purged.
-pub fn instead_of_error(cx: &mut Ctx<'_, impl Host>, key: &CacheKey) -> Option<Response> {
+pub fn instead_of_error(cx: &mut Ctx<'_, impl RootHost>, key: &CacheKey) -> Option<Response> {
     let bytes = error_entry(cx, key)?;
     let entry = Entry::decode(&bytes).ok()?;
     Some(Response::from_entry(&entry, cx.host().now_ms()))

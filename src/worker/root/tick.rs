@@ -6,7 +6,7 @@ use crate::coalesce::liveness::{self, HEARTBEAT_MS};
 use crate::coalesce::release::Release;
 use crate::coalesce::waiters::LocalFlight;
 use crate::effects::counters::Counter;
-use crate::effects::host::Host;
+use crate::effects::host::RootHost;
 use crate::request::key::CacheKey;
 use crate::worker::ctx::Ctx;
 use crate::worker::l2::feed;
@@ -24,7 +24,7 @@ pub const DONE_GRACE_MS: u64 = 1000;
 /// A follower that heard nothing for this long checks its flight itself (lost wake-up).
 pub const LOST_WAKEUP_MS: u64 = 500;
 
-pub fn on_tick(cx: &mut Ctx<'_, impl Host>) {
+pub fn on_tick(cx: &mut Ctx<'_, impl RootHost>) {
     let now_ms = cx.host().now_ms();
     // Answers already relayed, before the L2 writes their entities queue go out.
     entity_fetch::split_held(cx);
@@ -50,7 +50,7 @@ pub fn on_tick(cx: &mut Ctx<'_, impl Host>) {
 }
 
 /// Tells other workers this one is alive, so they follow its flights (see `coalesce::liveness`).
-pub fn heartbeat(cx: &mut Ctx<'_, impl Host>, now_ms: u64) {
+pub fn heartbeat(cx: &mut Ctx<'_, impl RootHost>, now_ms: u64) {
     if !cx.config().coalesce {
         return;
     }
@@ -63,7 +63,7 @@ pub fn heartbeat(cx: &mut Ctx<'_, impl Host>, now_ms: u64) {
     }
 }
 
-fn release_hung_bodies(cx: &mut Ctx<'_, impl Host>, now_ms: u64) {
+fn release_hung_bodies(cx: &mut Ctx<'_, impl RootHost>, now_ms: u64) {
     let hung = cx.worker(|w| w.watchdog.take_hung(now_ms));
     for context in hung {
         // A purge request never goes upstream: it is refused instead.
@@ -84,7 +84,7 @@ fn release_hung_bodies(cx: &mut Ctx<'_, impl Host>, now_ms: u64) {
     }
 }
 
-fn release_expired(cx: &mut Ctx<'_, impl Host>, now_ms: u64) {
+fn release_expired(cx: &mut Ctx<'_, impl RootHost>, now_ms: u64) {
     let lease = cx.plugin().lease_ms();
     let max_wait_ms = cx.config().max_wait_ms;
     let (expired, abandoned, lost_fetches) = cx.worker(|w| {
@@ -113,7 +113,7 @@ fn release_expired(cx: &mut Ctx<'_, impl Host>, now_ms: u64) {
     }
 }
 
-fn check_unwoken(cx: &mut Ctx<'_, impl Host>, now_ms: u64) {
+fn check_unwoken(cx: &mut Ctx<'_, impl RootHost>, now_ms: u64) {
     let unwoken: Vec<CacheKey> = cx.worker(|w| {
         w.waiters
             .followed_keys()
@@ -133,7 +133,7 @@ fn check_unwoken(cx: &mut Ctx<'_, impl Host>, now_ms: u64) {
     }
 }
 
-fn clear_published(cx: &mut Ctx<'_, impl Host>, now_ms: u64) {
+fn clear_published(cx: &mut Ctx<'_, impl RootHost>, now_ms: u64) {
     let (id, due) = cx.worker(|w| {
         let (due, keep): (Vec<_>, Vec<_>) = w
             .published

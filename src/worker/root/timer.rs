@@ -2,7 +2,7 @@
 //! answered, to split the answer into entities (see `entities::deferred`), or while a purge API
 //! request waits for the fleet's log (see `request::purge::answer_held`).
 
-use crate::effects::host::Host;
+use crate::effects::host::{Host, RootHost};
 use crate::worker::ctx::Ctx;
 use std::time::Duration;
 
@@ -32,7 +32,7 @@ pub fn tick_soon(cx: &mut Ctx<'_, impl Host>) -> bool {
 }
 
 /// At a tick: sets the timer back to [`TICK`] if it was made quick; whether it was.
-pub fn back_to_normal(cx: &mut Ctx<'_, impl Host>) -> bool {
+pub fn back_to_normal(cx: &mut Ctx<'_, impl RootHost>) -> bool {
     if !cx.worker(|w| std::mem::take(&mut w.quick_tick)) {
         return false;
     }

@@ -23,7 +23,9 @@ pub(super) fn dispatch_partial(
         Scope::Public
     };
     let callout = upstream_request(cluster, head, Some(x.req.rewritten(missing)), config, scope)?;
-    cx.host().dispatch(&callout, config.fetch_timeout_ms).ok()
+    cx.host()
+        .dispatch_own(&callout, config.fetch_timeout_ms)
+        .ok()
 }
 
 /// The partial fetch came back: merged and answered (`Ok`), or given up on (`Err`: the caller
@@ -37,7 +39,7 @@ pub fn on_partial(
     let body = match &returned.headers {
         Some(headers) if returned.status() == Some(200) && returned.body_size <= limit => cx
             .host()
-            .callout_body(returned.body_size)
+            .own_callout_body(returned.body_size)
             .map(|b| (headers.clone(), b)),
         _ => None,
     };

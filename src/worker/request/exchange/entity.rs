@@ -71,7 +71,7 @@ impl Exchange {
                 // Recorded before the host call: Envoy may run this request's callbacks inside it.
                 self.state = State::EntityForwarded(x);
                 if resume {
-                    cx.host().resume(self.context);
+                    cx.host().resume_self(self.context);
                 }
                 Flow::Continue
             }

@@ -347,7 +347,7 @@ impl Exchange {
             Err(x) => {
                 // Recorded before the host call: Envoy may run this request's callbacks inside it.
                 self.state = State::EntityForwarded(x);
-                cx.host().resume(self.context);
+                cx.host().resume_self(self.context);
             }
         }
     }
