@@ -17,7 +17,7 @@
 //! fn resume_while_holding_the_worker(cx: &mut Ctx<'_, impl RootHost>, context: u32) {
 //!     let host = cx.host();
 //!     cx.worker(|w| {
-//!         w.outcomes.remove(&context);
+//!         w.flights.forget(context);
 //!         host.resume(context);
 //!     });
 //! }
@@ -29,7 +29,7 @@
 //!
 //! fn resume_while_holding_the_worker(cx: &mut Ctx<'_, impl RootHost>, context: u32) {
 //!     cx.worker(|w| {
-//!         w.outcomes.remove(&context);
+//!         w.flights.forget(context);
 //!         cx.host().resume(context);
 //!     });
 //! }
@@ -71,6 +71,7 @@
 //! [`RootHost::resume`]: crate::effects::host::RootHost::resume
 
 use crate::config::Config;
+use crate::effects::host::Host;
 use crate::effects::store::{SharedStore, StoreError};
 use crate::worker::state::{Plugin, Worker};
 use std::cell::RefCell;
@@ -125,6 +126,13 @@ impl<'a, H: ?Sized> Ctx<'a, H> {
         f(&mut self.worker.borrow_mut(), &SharedOnly(self.host))
     }
 
+    /// The part of the host that runs no other context's callbacks, for a guard that acts when
+    /// dropped (a lead permit, see `flights::permit`): it may outlive the other calls of the
+    /// callback, even a borrow of the worker, because nothing in it can answer or resume.
+    pub fn quiet(&self) -> SharedOnly<'a, H> {
+        SharedOnly(self.host)
+    }
+
     /// [`Ctx::worker`], or `None` if the worker is borrowed already. For callbacks that Envoy may
     /// run from another context's host call (a request's response callbacks and its end).
     pub fn try_worker<R>(&mut self, f: impl FnOnce(&mut Worker) -> R) -> Option<R> {
@@ -133,8 +141,20 @@ impl<'a, H: ?Sized> Ctx<'a, H> {
     }
 }
 
-/// The shared-data part of a host, and nothing else (see [`Ctx::worker_and_shared`]).
+/// The shared-data part of a host, the wake-up queues and the clock, and nothing else (see
+/// [`Ctx::worker_and_shared`] and [`Ctx::quiet`]): none of it runs another context's callbacks.
 pub struct SharedOnly<'a, H: ?Sized>(&'a H);
+
+impl<H: Host + ?Sized> SharedOnly<'_, H> {
+    pub fn now_ms(&self) -> u64 {
+        self.0.now_ms()
+    }
+
+    /// Puts `message` on a worker's wake-up queue (see [`Host::enqueue`]).
+    pub fn enqueue(&self, queue: u32, message: &[u8]) -> bool {
+        self.0.enqueue(queue, message)
+    }
+}
 
 impl<H: SharedStore + ?Sized> SharedStore for SharedOnly<'_, H> {
     fn get_cas(&self, key: &str) -> (Option<Vec<u8>>, Option<u32>) {

@@ -27,6 +27,7 @@
 pub mod callout;
 pub mod ctx;
 pub mod entity_store;
+pub mod flights;
 pub mod l2;
 pub mod marks;
 pub mod operation_counts;

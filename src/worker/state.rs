@@ -3,19 +3,15 @@
 //! requests run, in one place (shared by the root and HTTP contexts through a `RefCell`).
 
 use crate::cache::hot::HotCache;
-use crate::cache::status::CacheStatus;
 use crate::cache::table::{Layout, Seen, SetTable};
 use crate::coalesce::flights::FlightTable;
-use crate::coalesce::release::Release;
-use crate::coalesce::upstream::SharedFetch;
-use crate::coalesce::waiters::LocalFlights;
 use crate::config::Config;
 use crate::effects::operation_stats::OperationCounters;
 use crate::entities::batch::WaitedBatches;
 use crate::entities::deferred::DeferredSplits;
 use crate::entities::prefetch::Prefetches;
 use crate::entities::request::Shapes;
-use crate::fast_hash::{FastMap, FastSet};
+use crate::fast_hash::FastSet;
 use crate::fleet::calls::L2Calls;
 use crate::fleet::commits::HeldPurges;
 use crate::invalidate::marks::Target;
@@ -26,6 +22,7 @@ use crate::request::classify::{Bypassed, Decided};
 use crate::request::key::{CacheKey, SlotKey};
 use crate::request::memo::Memo;
 use crate::request::operations::Operations;
+use crate::worker::flights::Flights;
 use crate::worker::watchdog::BodyWatchdog;
 
 /// Requests larger than this are classified every time rather than memoized, which bounds the
@@ -87,19 +84,6 @@ impl Default for Plugin {
     }
 }
 
-/// How a paused request was let go, so its own callbacks know what happened.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Outcome {
-    /// Answered with a local reply (`MISS` for the leader, `COALESCED` for followers), labelled
-    /// so (`x-cache` and its reason).
-    Answered {
-        cache: CacheStatus,
-        reason: Option<&'static str>,
-    },
-    /// Resumed to go upstream on its own; the reason shows in the debug header.
-    Released(Release),
-}
-
 /// One worker's mutable state.
 #[derive(Debug)]
 pub struct Worker {
@@ -107,16 +91,8 @@ pub struct Worker {
     pub id: u64,
     /// This worker's wake-up queue token (`None`: no queue, so no coalescing).
     pub queue: Option<u32>,
-    /// This worker's paused requests, per key.
-    pub waiters: LocalFlights,
-    /// Claimed by a request, waiting for the root to dispatch.
-    pub pending: Vec<SharedFetch>,
-    /// Dispatched: callout token to fetch.
-    pub fetches: FastMap<u32, SharedFetch>,
-    /// Finished records this worker published for watchers, to empty after a grace period.
-    pub published: Vec<(CacheKey, u64)>,
-    /// Set by the root when it lets a paused request go; read by that request's callbacks.
-    pub outcomes: FastMap<u32, Outcome>,
+    /// Its flights: who waits, what is queued and sent, how each paused request was let go.
+    pub flights: Flights,
     pub watchdog: BodyWatchdog,
     /// Raw request bytes to classification.
     pub memo: Memo<Result<Decided, Bypassed>>,
@@ -203,11 +179,7 @@ impl Worker {
         Worker {
             id,
             queue: None,
-            waiters: LocalFlights::default(),
-            pending: Vec::new(),
-            fetches: FastMap::default(),
-            published: Vec::new(),
-            outcomes: FastMap::default(),
+            flights: Flights::default(),
             watchdog: BodyWatchdog::default(),
             memo: Memo::new(config.key_memo_entries, MEMO_MAX_INPUT),
             operations_read: operations_read(config),

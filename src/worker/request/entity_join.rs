@@ -14,10 +14,10 @@ use crate::effects::host::RequestHost;
 use crate::request::classify::RequestHead;
 use crate::request::key::CacheKey;
 use crate::worker::ctx::Ctx;
+use crate::worker::flights::Outcome;
 use crate::worker::request::entities::EntityExchange;
 use crate::worker::request::join::{join, Joined, Miss};
 use crate::worker::request::read::read_identity;
-use crate::worker::state::Outcome;
 use std::rc::Rc;
 
 /// Joins (or leads) the flight of the all-miss batch `x` (the gateway's `body`), sent by request
@@ -86,11 +86,11 @@ fn batch_key(x: &EntityExchange, identity: Option<&[u8]>) -> Option<CacheKey> {
 /// it (`MISS`, `COALESCED`, `STALE`); `None`: it was let go (or Envoy answered it) and goes
 /// upstream as forwarded.
 pub fn answered(cx: &mut Ctx<'_, impl RequestHost>, context: u32) -> Option<CacheStatus> {
-    match cx.try_worker(|w| w.outcomes.remove(&context)).flatten() {
+    match cx.try_worker(|w| w.flights.outcome(context)).flatten() {
         Some(Outcome::Answered { cache, .. }) => Some(cache),
         Some(Outcome::Released(_)) => None,
         None => {
-            cx.try_worker(|w| w.waiters.remove_waiter(context));
+            cx.try_worker(|w| w.flights.stop_waiting(context));
             None
         }
     }

@@ -19,9 +19,8 @@ use crate::request::key::CacheKey;
 use crate::worker::callout::Returned;
 use crate::worker::ctx::Ctx;
 use crate::worker::request::read::fetch_cluster;
-use crate::worker::root::entity_flights::{can_fetch_entities, claim, give_up, holding, Won};
+use crate::worker::root::entity_flights::{can_fetch_entities, claim, holding, Won};
 use crate::worker::root::stale::error_entry;
-use crate::worker::root::wake::queue_for_root;
 use std::rc::Rc;
 
 /// Entities of a request: field, distinct index, key (`None`: not cacheable).
@@ -63,18 +62,17 @@ pub fn refresh(
     if stale.is_empty() {
         return;
     }
-    let won = claim(cx, &stale);
-    if won.is_empty() {
+    let Some((permit, won)) = claim(cx, &stale) else {
         return;
+    };
+    // No refresh can run without a fetch or a root to send it: the permit, dropped, gives its
+    // flights up (the next request tries again).
+    let Some(fetch) = refresh_fetch(cx, head, req, &won, batch) else {
+        return;
+    };
+    if permit.hand_to_root(cx, fetch) {
+        cx.host().count(Counter::Refreshes);
     }
-    if let Some(fetch) = refresh_fetch(cx, head, req, &won, batch) {
-        if queue_for_root(cx, fetch) {
-            cx.host().count(Counter::Refreshes);
-            return;
-        }
-    }
-    // No refresh can run: its flights are given up (the next request tries again).
-    give_up(cx, &won);
 }
 
 /// The root's fetch of the `won` entities: the request rewritten to them, holding their flights

@@ -14,10 +14,9 @@ use crate::entities::batch::EntityBatch;
 use crate::request::classify::RequestHead;
 use crate::request::key::CacheKey;
 use crate::worker::ctx::Ctx;
+use crate::worker::flights::permit::{LeadPermit, Led};
 use crate::worker::request::prefetch;
 use crate::worker::request::read::fetch_cluster;
-use crate::worker::root::shared_fetch::abandon;
-use crate::worker::root::wake::queue_for_root;
 use crate::worker::state::Plugin;
 use std::rc::Rc;
 
@@ -48,7 +47,7 @@ pub struct Miss<'a> {
 pub fn join(cx: &mut Ctx<'_, impl RequestHost>, miss: Miss<'_>) -> Joined {
     let max_waiters = cx.config().max_waiters;
     let local = cx.worker(|w| {
-        w.waiters
+        w.flights
             .join(&miss.key, miss.context, miss.now_ms, max_waiters)
     });
     match local {
@@ -71,16 +70,18 @@ pub fn join(cx: &mut Ctx<'_, impl RequestHost>, miss: Miss<'_>) -> Joined {
     // other key's record alone (it is not ours).
     let leads = joined == Join::Lead || (joined == Join::Alone && cx.config().l2.is_some());
     if joined == Join::Follow {
-        cx.worker(|w| w.waiters.start(key, false, context, now_ms));
-    } else if leads {
-        cx.worker(|w| w.waiters.start(key, true, context, now_ms));
-        if !lead(cx, fetch) {
-            return Joined::Alone;
-        }
-        cx.host().count(Counter::Leaders);
-    } else {
+        cx.worker(|w| w.flights.follow(key, context, now_ms));
+        return Joined::Waiting;
+    }
+    if !leads {
         return Joined::Alone;
     }
+    let mut permit = LeadPermit::new(cx, claim.me, Led::Miss { context }, now_ms);
+    permit.add(key);
+    if !permit.hand_to_root(cx, fetch) {
+        return Joined::Alone;
+    }
+    cx.host().count(Counter::Leaders);
     Joined::Waiting
 }
 
@@ -99,7 +100,7 @@ pub enum Refresh {
 /// Starts a background refresh of a stale entry, unless some worker already fetches the key.
 pub fn refresh(cx: &mut Ctx<'_, impl RequestHost>, miss: Miss<'_>) -> Refresh {
     let (key, now_ms) = (miss.key, miss.now_ms);
-    if cx.worker(|w| w.waiters.contains(&key)) {
+    if cx.worker(|w| w.flights.has(&key)) {
         return Refresh::Running;
     }
     let Some((fetch, claim)) = claim(cx, miss, JoinMode::LeadOnly) else {
@@ -116,8 +117,9 @@ pub fn refresh(cx: &mut Ctx<'_, impl RequestHost>, miss: Miss<'_>) -> Refresh {
     {
         return Refresh::Running;
     }
-    cx.worker(|w| w.waiters.start_refresh(key, now_ms));
-    if !lead(cx, fetch) {
+    let mut permit = LeadPermit::new(cx, claim.me, Led::Refresh, now_ms);
+    permit.add(key);
+    if !permit.hand_to_root(cx, fetch) {
         return Refresh::Impossible;
     }
     cx.host().count(Counter::Refreshes);
@@ -164,16 +166,4 @@ fn claim(
         mode,
     };
     Some((fetch, claim))
-}
-
-/// Queues the claimed fetch for the root to dispatch; if the root cannot be asked, gives the
-/// flight up (its watchers go upstream).
-fn lead(cx: &mut Ctx<'_, impl RequestHost>, fetch: SharedFetch) -> bool {
-    let key = fetch.key;
-    if queue_for_root(cx, fetch) {
-        return true;
-    }
-    cx.worker(|w| w.waiters.take(&key));
-    abandon(cx, &key);
-    false
 }

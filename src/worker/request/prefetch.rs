@@ -105,7 +105,7 @@ fn being_fetched(
     let mut elsewhere = Vec::new();
     for key in missing {
         let key = (*key)?;
-        match cx.worker(|w| w.waiters.leading_since(&key)) {
+        match cx.worker(|w| w.flights.leading_since(&key)) {
             Some(since) if latest_here.is_none_or(|(s, _)| since >= s) => {
                 latest_here = Some((since, key))
             }

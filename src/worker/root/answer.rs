@@ -12,7 +12,7 @@ use crate::effects::host::{Host, RootHost};
 use crate::invalidate::cdn::header_value;
 use crate::request::key::CacheKey;
 use crate::worker::ctx::Ctx;
-use crate::worker::state::Outcome;
+use crate::worker::flights::Outcome;
 use crate::worker::store::Stored;
 
 pub const CACHE_HEADER: &str = "x-cache";
@@ -121,7 +121,7 @@ pub fn answer(cx: &mut Ctx<'_, impl RootHost>, context: u32, key: &CacheKey, rep
         cache: label.cache,
         reason: label.reason,
     };
-    cx.worker(|w| w.outcomes.insert(context, outcome));
+    cx.worker(|w| w.flights.let_go(context, outcome));
     let hex;
     let mut headers: Vec<(&str, &str)> = Vec::with_capacity(response.headers.len() + 4);
     headers.extend(
@@ -154,15 +154,15 @@ pub fn answer(cx: &mut Ctx<'_, impl RootHost>, context: u32, key: &CacheKey, rep
         }
     } else {
         // The client went away while waiting.
-        cx.worker(|w| w.outcomes.remove(&context));
+        cx.worker(|w| w.flights.forget(context));
     }
 }
 
 /// Lets the paused request `context` go upstream on its own; `reason` shows in the debug header.
 pub fn release(cx: &mut Ctx<'_, impl RootHost>, context: u32, reason: Release) {
-    cx.worker(|w| w.outcomes.insert(context, Outcome::Released(reason)));
+    cx.worker(|w| w.flights.let_go(context, Outcome::Released(reason)));
     if !cx.host().resume(context) {
-        cx.worker(|w| w.outcomes.remove(&context));
+        cx.worker(|w| w.flights.forget(context));
     }
 }
 

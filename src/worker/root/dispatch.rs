@@ -11,7 +11,7 @@ use crate::worker::request::{mutation_purge, purge};
 use crate::worker::root::shared_fetch::{refused, to_origin};
 
 pub fn dispatch_pending(cx: &mut Ctx<'_, impl RootHost>) {
-    let pending = cx.worker(|w| std::mem::take(&mut w.pending));
+    let pending = cx.worker(|w| w.flights.take_queued());
     let mut refusals = Vec::new();
     for fetch in pending {
         let fetch = match (&cx.config().l2, fetch.l2) {

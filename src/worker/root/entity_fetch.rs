@@ -21,12 +21,12 @@ use crate::entities::mode::listener_settings;
 use crate::request::key::CacheKey;
 use crate::worker::ctx::Ctx;
 use crate::worker::entity_store::{self, Split};
+use crate::worker::flights::wake::wake;
 use crate::worker::marks::overtaken;
 use crate::worker::root::answer::{answer, release, Label, Labelled};
 use crate::worker::root::entity_flights::wait_on;
 use crate::worker::root::stale::{self, error_entry, fresh_entry};
 use crate::worker::root::timer::tick_soon;
-use crate::worker::root::wake::wake;
 use crate::worker::store::Stored;
 use std::rc::Rc;
 
@@ -141,7 +141,7 @@ pub fn release_held(cx: &mut Ctx<'_, impl RootHost>, fetch: &SharedFetch) {
     let now_ms = cx.host().now_ms();
     let mut waiting = Vec::new();
     for key in &batch.also_holds {
-        if let Some(flight) = cx.worker(|w| w.waiters.take(key)) {
+        if let Some(flight) = cx.worker(|w| w.flights.end(key)) {
             waiting.extend(flight.waiters.into_iter().map(|w| (*key, w.context_id)));
         }
         // What the split made, admitted by the store or not (none: the entity had an error).
@@ -151,7 +151,7 @@ pub fn release_held(cx: &mut Ctx<'_, impl RootHost>, fetch: &SharedFetch) {
             .flights
             .complete(cx.host(), key, id, made.as_deref(), now_ms);
         if !watchers.is_empty() {
-            cx.worker(|w| w.published.push((*key, now_ms)));
+            cx.worker(|w| w.flights.published(*key, now_ms));
             wake(cx.host(), &watchers, key, made.as_deref());
         }
     }

@@ -16,7 +16,7 @@ use crate::entities::batch::EntityBatch;
 use crate::entities::prefetch::Trigger;
 use crate::request::key::CacheKey;
 use crate::worker::ctx::Ctx;
-use crate::worker::root::wake::abandon;
+use crate::worker::flights::permit::{LeadPermit, Led};
 use std::rc::Rc;
 
 /// One entity this worker fetches: its field, its distinct index, its key.
@@ -28,18 +28,21 @@ pub fn can_fetch_entities(cx: &mut Ctx<'_, impl Host>) -> bool {
     cx.config().coalesce && cx.worker(|w| w.queue.is_some())
 }
 
-/// The entities whose fetch this worker now leads (no worker fetches them yet).
-pub fn claim(cx: &mut Ctx<'_, impl Host>, stale: &[Won]) -> Vec<Won> {
-    let Some((me, queue)) = cx.worker(|w| Some((w.id, w.queue?))) else {
-        return Vec::new();
-    };
+/// The entities of `stale` whose fetch this worker now leads (no worker fetches them yet), and
+/// its lead on their flights; `None` when it leads none.
+pub fn claim<'a, H: Host>(
+    cx: &mut Ctx<'a, H>,
+    stale: &[Won],
+) -> Option<(LeadPermit<'a, H>, Vec<Won>)> {
+    let (me, queue) = cx.worker(|w| Some((w.id, w.queue?)))?;
     let now_ms = cx.host().now_ms();
     let alive = Alive::read(cx.host(), now_ms);
     let lease_ms = cx.plugin().lease_ms();
+    let mut permit = LeadPermit::new(cx, me, Led::Refresh, now_ms);
     let mut won = Vec::new();
     for &(f, d, key) in stale {
-        // Refreshed here already (or named twice by this request).
-        if cx.worker(|w| w.waiters.contains(&key)) {
+        // Refreshed here already, or named twice by this request.
+        if permit.holds(&key) || cx.worker(|w| w.flights.has(&key)) {
             continue;
         }
         let claim = Claim {
@@ -51,11 +54,11 @@ pub fn claim(cx: &mut Ctx<'_, impl Host>, stale: &[Won]) -> Vec<Won> {
             mode: JoinMode::LeadOnly,
         };
         if cx.plugin().flights.join(cx.host(), &claim, &alive) == Join::Lead {
-            cx.worker(|w| w.waiters.start_refresh(key, now_ms));
+            permit.add(key);
             won.push((f, d, key));
         }
     }
-    won
+    (!won.is_empty()).then_some((permit, won))
 }
 
 /// Whether another worker fetches the entity `key` now: then this worker is woken, with the
@@ -84,10 +87,10 @@ pub fn wait_on(
     }
     let (now_ms, max_waiters) = (cx.host().now_ms(), cx.config().max_waiters);
     let joined = cx.worker(
-        |w| match w.waiters.join(&key, context, now_ms, max_waiters) {
+        |w| match w.flights.join(&key, context, now_ms, max_waiters) {
             // Another worker's fetch, which no request here follows yet.
             LocalJoin::NoFlight => {
-                w.waiters.start(key, false, context, now_ms);
+                w.flights.follow(key, context, now_ms);
                 true
             }
             joined => joined == LocalJoin::Joined,
@@ -97,14 +100,6 @@ pub fn wait_on(
         cx.worker(|w| w.prefetch.take_waiting(context));
     }
     joined
-}
-
-/// Gives up the flights of entities that will not be fetched after all.
-pub fn give_up(cx: &mut Ctx<'_, impl Host>, won: &[Won]) {
-    for (_, _, key) in won {
-        cx.worker(|w| w.waiters.take(key));
-        abandon(cx, key);
-    }
 }
 
 /// The root's fetch of `batch` (sent as `request`) for the `won` entities: it holds each one's

@@ -41,10 +41,10 @@ pub fn on_messages(cx: &mut Ctx<'_, impl RootHost>, messages: &[Vec<u8>]) {
 /// fetched (`key` is one of them, `shared` its entry) is answered from entries.
 fn deliver(cx: &mut Ctx<'_, impl RootHost>, key: &CacheKey, shared: Option<&[u8]>) {
     let flight = cx.worker(|w| {
-        if !w.waiters.is_following(key) {
+        if !w.flights.is_following(key) {
             return None;
         }
-        Some((w.waiters.take(key), w.entity_batches.take(key)))
+        Some((w.flights.end(key), w.entity_batches.take(key)))
     });
     let Some((flight, batch)) = flight else {
         return;
@@ -84,7 +84,7 @@ pub fn check(cx: &mut Ctx<'_, impl RootHost>, key: &CacheKey) -> bool {
         (
             w.id,
             w.queue.unwrap_or_default(),
-            w.waiters.is_following(key),
+            w.flights.is_following(key),
         )
     });
     if !following {
@@ -106,7 +106,7 @@ pub fn check(cx: &mut Ctx<'_, impl RootHost>, key: &CacheKey) -> bool {
             true
         }
         Peek::Gone => {
-            let flight = cx.worker(|w| w.waiters.take(key));
+            let flight = cx.worker(|w| w.flights.end(key));
             for waiter in flight.map(|f| f.waiters).unwrap_or_default() {
                 release(cx, waiter.context_id, Release::LeaderGone);
             }

@@ -13,4 +13,3 @@ pub mod shared_fetch;
 pub mod stale;
 pub mod tick;
 pub mod timer;
-pub mod wake;

@@ -16,9 +16,8 @@ use crate::json;
 use crate::request::classify::key_context;
 use crate::request::key::{CacheKey, EntityKeys};
 use crate::worker::ctx::Ctx;
-use crate::worker::root::entity_flights::{can_fetch_entities, claim, give_up, holding, Won};
+use crate::worker::root::entity_flights::{can_fetch_entities, claim, holding, Won};
 use crate::worker::root::stale::fresh_entry;
-use crate::worker::root::wake::queue_for_root;
 
 /// `body`, a `200` answer to `trigger`'s request passing this hop, may name entities the gateway
 /// will ask for next: starts the fetch of those not cached.
@@ -84,10 +83,9 @@ fn start(
         .filter(|(_, key)| fresh_entry(cx, key).is_none())
         .map(|(d, key)| (f, d, *key))
         .collect();
-    let won = claim(cx, &missing);
-    if won.is_empty() {
+    let Some((permit, won)) = claim(cx, &missing) else {
         return;
-    }
+    };
     let cluster = config
         .upstream_cluster
         .clone()
@@ -95,15 +93,13 @@ fn start(
     let batch = batch_of(req, f, (&all, ttl), &won, cx.host().now_us());
     let body = batch.req.rewritten(&batch.sent);
     let request = upstream_request(cluster, &head, Some(body), config, Scope::Public);
+    // Without a fetch the permit, dropped, gives the flights up.
     let Some(fetch) = request.and_then(|r| holding(r, batch, &won, trigger.next())) else {
-        give_up(cx, &won);
         return;
     };
-    if queue_for_root(cx, fetch) {
+    if permit.hand_to_root(cx, fetch) {
         cx.host().count(Counter::EntityPrefetches);
-        return;
     }
-    give_up(cx, &won);
 }
 
 /// The batch the root fetches: field `f` of `req` asks for the `won` entities (of `all`, each

@@ -12,14 +12,14 @@ use crate::effects::counters::Counter;
 use crate::effects::host::{status, RootHost};
 use crate::worker::callout::Returned;
 use crate::worker::ctx::Ctx;
+pub use crate::worker::flights::wake::request_dispatch;
+use crate::worker::flights::wake::wake;
 use crate::worker::l2::write::{after_origin, release_later};
 use crate::worker::marks::purged_since;
 use crate::worker::root::answer::{answer, release, Label, Labelled, Labels};
 use crate::worker::root::entity_fetch;
 use crate::worker::root::prefetch;
 use crate::worker::root::stale::is_failure;
-use crate::worker::root::wake::wake;
-pub use crate::worker::root::wake::{abandon, request_dispatch};
 use crate::worker::store::{account_store, store_answer, Stored};
 use std::rc::Rc;
 
@@ -75,7 +75,7 @@ pub fn to_origin(
     match host.dispatch(&fetch.request, cx.config().fetch_timeout_ms) {
         Ok(token) => {
             fetch.dispatched_ms = host.now_ms();
-            cx.worker(|w| w.fetches.insert(token, fetch));
+            cx.worker(|w| w.flights.sent(token, fetch));
             Ok(())
         }
         Err(_) => Err(Box::new(fetch)),
@@ -101,7 +101,7 @@ pub fn refused(cx: &mut Ctx<'_, impl RootHost>, fetch: &SharedFetch) {
 
 /// Root: the callout `token` came back.
 pub fn on_fetch_response(cx: &mut Ctx<'_, impl RootHost>, token: u32, result: FetchResult) {
-    let Some(fetch) = cx.worker(|w| w.fetches.remove(&token)) else {
+    let Some(fetch) = cx.worker(|w| w.flights.returned(token)) else {
         return;
     };
     let (headers, body) = match result {
@@ -216,10 +216,10 @@ pub fn finish(
             .flights
             .complete(cx.host(), key, id, for_watchers.as_deref(), now_ms);
     if !watchers.is_empty() {
-        cx.worker(|w| w.published.push((*key, now_ms)));
+        cx.worker(|w| w.flights.published(*key, now_ms));
         wake(cx.host(), &watchers, key, for_watchers.as_deref());
     }
-    let (flight, batch) = cx.worker(|w| (w.waiters.take(key), w.entity_batches.take(key)));
+    let (flight, batch) = cx.worker(|w| (w.flights.end(key), w.entity_batches.take(key)));
     let Some(flight) = flight else { return };
     if flight.waiters.is_empty() {
         return;

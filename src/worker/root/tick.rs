@@ -4,11 +4,10 @@
 
 use crate::coalesce::liveness::{self, HEARTBEAT_MS};
 use crate::coalesce::release::Release;
-use crate::coalesce::waiters::LocalFlight;
 use crate::effects::counters::Counter;
 use crate::effects::host::RootHost;
-use crate::request::key::CacheKey;
 use crate::worker::ctx::Ctx;
+use crate::worker::flights::permit::give_up;
 use crate::worker::l2::feed;
 use crate::worker::l2::write::flush;
 use crate::worker::operation_counts;
@@ -16,7 +15,6 @@ use crate::worker::request::{mutation_purge, purge};
 use crate::worker::root::answer::release;
 use crate::worker::root::entity_fetch;
 use crate::worker::root::followers::check;
-use crate::worker::root::shared_fetch::abandon;
 use crate::worker::root::timer::{back_to_normal, HOUSEKEEPING_DUE_MS};
 
 /// How long a finished flight record stays for other workers' timers before it is emptied.
@@ -87,26 +85,20 @@ fn release_hung_bodies(cx: &mut Ctx<'_, impl RootHost>, now_ms: u64) {
 fn release_expired(cx: &mut Ctx<'_, impl RootHost>, now_ms: u64) {
     let lease = cx.plugin().lease_ms();
     let max_wait_ms = cx.config().max_wait_ms;
-    let (expired, abandoned, lost_fetches) = cx.worker(|w| {
-        let expired = w.waiters.expire(now_ms, max_wait_ms);
-        let abandoned: Vec<(CacheKey, LocalFlight)> = w.waiters.take_abandoned(now_ms, lease);
-        // A callout that never answered (it should time out at fetch_timeout_ms): forget it.
-        let before = w.fetches.len();
-        w.fetches
-            .retain(|_, f| now_ms.saturating_sub(f.dispatched_ms) < lease.saturating_mul(2));
-        // Their flights are abandoned above like any other lost fetch's.
+    let (expired, me) = cx.worker(|w| {
+        let expired = w.flights.expire(now_ms, max_wait_ms, lease);
+        // L2 calls lost with them: their flights are among the lost ones.
         w.l2.forget_older_than(now_ms.saturating_sub(lease.saturating_mul(2)));
-        (expired, abandoned, before - w.fetches.len())
+        (expired, w.id)
     });
-    for _ in 0..lost_fetches {
-        cx.host().count(Counter::FetchFailures);
-    }
-    for waiter in expired {
+    cx.host()
+        .count_n(Counter::FetchFailures, expired.lost_fetches as u64);
+    for waiter in expired.waited_too_long {
         cx.host().count(Counter::WaitTimeouts);
         release(cx, waiter.context_id, Release::WaitTimeout);
     }
-    for (key, flight) in abandoned {
-        abandon(cx, &key);
+    for (key, flight) in expired.lost {
+        give_up(cx.plugin(), &cx.quiet(), me, &key);
         for waiter in flight.waiters {
             release(cx, waiter.context_id, Release::FetchLost);
         }
@@ -114,17 +106,7 @@ fn release_expired(cx: &mut Ctx<'_, impl RootHost>, now_ms: u64) {
 }
 
 fn check_unwoken(cx: &mut Ctx<'_, impl RootHost>, now_ms: u64) {
-    let unwoken: Vec<CacheKey> = cx.worker(|w| {
-        w.waiters
-            .followed_keys()
-            .into_iter()
-            .filter(|k| {
-                w.waiters
-                    .oldest_wait(k)
-                    .is_some_and(|since| now_ms.saturating_sub(since) >= LOST_WAKEUP_MS)
-            })
-            .collect()
-    });
+    let unwoken = cx.worker(|w| w.flights.followed_for(now_ms, LOST_WAKEUP_MS));
     for key in unwoken {
         // Resolved by the timer rather than a wake-up: a lost or late wake-up, worth counting.
         if check(cx, &key) {
@@ -134,14 +116,7 @@ fn check_unwoken(cx: &mut Ctx<'_, impl RootHost>, now_ms: u64) {
 }
 
 fn clear_published(cx: &mut Ctx<'_, impl RootHost>, now_ms: u64) {
-    let (id, due) = cx.worker(|w| {
-        let (due, keep): (Vec<_>, Vec<_>) = w
-            .published
-            .drain(..)
-            .partition(|(_, finished)| now_ms.saturating_sub(*finished) >= DONE_GRACE_MS);
-        w.published = keep;
-        (w.id, due)
-    });
+    let (id, due) = cx.worker(|w| (w.id, w.flights.take_published(now_ms, DONE_GRACE_MS)));
     for (key, finished) in due {
         cx.plugin()
             .flights

@@ -407,7 +407,11 @@ fn a_fetch_whose_answer_never_comes_lets_everyone_go() {
     let mut resumed = a.host.resumed.borrow().clone();
     resumed.sort_unstable();
     assert_eq!(resumed, vec![1, 2, 3]);
-    assert_eq!(a.worker.borrow().outcomes.len(), 3, "each knows why");
+    assert_eq!(
+        a.worker.borrow().flights.outcomes_kept(),
+        3,
+        "each knows why"
+    );
     b.deliver_queue();
     let mut resumed = b.host.resumed.borrow().clone();
     resumed.sort_unstable();
@@ -429,7 +433,7 @@ fn leftovers_of_a_reloaded_vm_are_never_served() {
     // A dead VM left a finished flight with an answer, and a cache entry of another format.
     let mut digest = [0u8; 32];
     a.post(1, QUERY, &[]);
-    if let Some(f) = a.worker.borrow().pending.first() {
+    if let Some(f) = a.worker.borrow().flights.first_queued() {
         digest = f.key.digest;
     }
     let slot = a.plugin.flights.slot_name_at(0);
@@ -482,7 +486,7 @@ fn a_client_that_left_is_not_answered_and_the_fetch_still_completes() {
     assert!(a.host.reply_to(2).is_none());
     assert!(a.host.reply_to(3).is_none());
     assert!(
-        !a.worker.borrow().outcomes.contains_key(&3),
+        a.worker.borrow().flights.outcome_of(3).is_none(),
         "no outcome kept for a request that is gone"
     );
     assert_eq!(
@@ -537,8 +541,8 @@ fn answers_that_may_be_about_the_caller_reach_only_the_caller_unless_keyed_by_it
     b.deliver_queue();
     assert_eq!(*b.host.resumed.borrow(), vec![11, 12]);
     assert_eq!(
-        b.worker.borrow().outcomes.get(&11),
-        Some(&crate::worker::state::Outcome::Released(
+        b.worker.borrow().flights.outcome_of(11),
+        Some(&crate::worker::flights::Outcome::Released(
             crate::coalesce::release::Release::NotShareable
         ))
     );
@@ -912,8 +916,8 @@ fn a_request_that_joins_a_fetch_after_a_purge_is_not_answered_by_it() {
     );
     assert_eq!(*a.host.resumed.borrow(), vec![3], "goes upstream itself");
     assert_eq!(
-        a.worker.borrow().outcomes.get(&3),
-        Some(&crate::worker::state::Outcome::Released(
+        a.worker.borrow().flights.outcome_of(3),
+        Some(&crate::worker::flights::Outcome::Released(
             crate::coalesce::release::Release::Overtaken
         ))
     );
@@ -1135,7 +1139,7 @@ fn an_answer_over_max_entry_bytes_never_enters_the_vm_and_everyone_goes_upstream
     let (a, b) = envoy(r#"{"max_entry_bytes":1024}"#);
     let token = one_flight_on_two_workers(&a, &b);
     *a.host.callout.borrow_mut() = (vec![(":status".into(), b"200".to_vec())], Vec::new());
-    let key = a.worker.borrow().fetches[&token].key;
+    let key = a.worker.borrow().flights.sent_fetch(token).unwrap().key;
     a.host.begin_callback();
     crate::worker::root::callouts::on_callout(&mut a.cx(), token, 3, 1_000_000);
     assert!(
@@ -1155,8 +1159,8 @@ fn an_answer_over_max_entry_bytes_never_enters_the_vm_and_everyone_goes_upstream
         "the leader too: the router streams it"
     );
     assert_eq!(
-        a.worker.borrow().outcomes.get(&1),
-        Some(&crate::worker::state::Outcome::Released(
+        a.worker.borrow().flights.outcome_of(1),
+        Some(&crate::worker::flights::Outcome::Released(
             crate::coalesce::release::Release::TooLarge
         ))
     );

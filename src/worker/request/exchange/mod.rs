@@ -44,6 +44,7 @@ use crate::request::key::CacheKey;
 use crate::request::operations::Operations;
 use crate::worker::callout::Returned;
 use crate::worker::ctx::Ctx;
+use crate::worker::flights::Outcome;
 use crate::worker::l2::entities as l2_entities;
 use crate::worker::l2::write::queue_store;
 use crate::worker::operation_counts::{count_operation, operation_of, Tally};
@@ -62,7 +63,6 @@ use crate::worker::request::shadow::Shadowed;
 use crate::worker::root::answer::{CACHE_HEADER, KEY_HEADER, REASON_HEADER};
 use crate::worker::root::prefetch as root_prefetch;
 use crate::worker::root::shared_fetch::request_dispatch;
-use crate::worker::state::Outcome;
 use crate::worker::store::account_store;
 use crate::worker::watchdog::{BodyArrival, OPTION_OFF_LOG};
 use std::rc::Rc;
@@ -252,7 +252,7 @@ impl Exchange {
                 // Let go by the watchdog: the request is upstream already, whatever comes now.
                 let context = self.context;
                 let (released, watching) =
-                    cx.worker(|w| (w.outcomes.remove(&context).is_some(), w.watchdog.watching()));
+                    cx.worker(|w| (w.flights.outcome(context).is_some(), w.watchdog.watching()));
                 if watching {
                     let now_ms = cx.host().now_ms();
                     let arrival = cx.worker(|w| w.watchdog.body_arrived(context, now_ms, released));
@@ -360,10 +360,10 @@ impl Exchange {
             w.held_purges.remove(&context);
             w.held_commits.forget(context);
             if waiting {
-                w.waiters.remove_waiter(context);
+                w.flights.stop_waiting(context);
                 w.prefetch.take_waiting(context);
             }
-            w.outcomes.remove(&context);
+            w.flights.forget(context);
             w.watchdog.forget(context);
         });
     }

@@ -23,7 +23,7 @@ impl Exchange {
         }
         if let State::Waiting { key } = self.state {
             let context = self.context;
-            let outcome = cx.try_worker(|w| w.outcomes.remove(&context)).flatten();
+            let outcome = cx.try_worker(|w| w.flights.outcome(context)).flatten();
             let reason = match outcome {
                 Some(Outcome::Answered { cache, reason }) => {
                     self.state = State::Served;
@@ -33,7 +33,7 @@ impl Exchange {
                 Some(Outcome::Released(reason)) => reason,
                 // A response while still waiting comes from Envoy itself (e.g. a timeout).
                 None => {
-                    cx.try_worker(|w| w.waiters.remove_waiter(context));
+                    cx.try_worker(|w| w.flights.stop_waiting(context));
                     Release::EnvoyReply
                 }
             };

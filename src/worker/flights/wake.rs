@@ -1,0 +1,40 @@
+//! Telling the roots: asking this worker's root to send what requests claimed, and waking the
+//! workers that watch a flight when it ends.
+
+use crate::coalesce::wakeup::Message;
+use crate::effects::host::Host;
+use crate::request::key::CacheKey;
+use crate::worker::ctx::Ctx;
+
+/// Asks the root to dispatch what this worker's requests claimed (a callout made by a request
+/// dies with that request).
+pub fn request_dispatch(cx: &mut Ctx<'_, impl Host>) -> bool {
+    let queue = cx.worker(|w| w.queue);
+    queue.is_some_and(|q| cx.host().enqueue(q, &Message::Dispatch.encode()))
+}
+
+/// Wakes the workers watching `key`, with the shareable answer when there is one.
+pub fn wake(host: &impl Host, watchers: &[u32], key: &CacheKey, answer: Option<&[u8]>) {
+    wake_by(
+        |queue, message| host.enqueue(queue, message),
+        watchers,
+        key,
+        answer,
+    );
+}
+
+/// [`wake`], through whatever can reach the queues.
+pub fn wake_by(
+    enqueue: impl Fn(u32, &[u8]) -> bool,
+    watchers: &[u32],
+    key: &CacheKey,
+    answer: Option<&[u8]>,
+) {
+    if watchers.is_empty() {
+        return;
+    }
+    let message = Message::Wake { key: *key, answer }.encode();
+    for &queue in watchers {
+        enqueue(queue, &message);
+    }
+}
