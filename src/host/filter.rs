@@ -1,10 +1,10 @@
-//! The HTTP context: one per request, each callback handed to `crate::worker::request::exchange`.
+//! The HTTP context: one per request, each callback handed to `crate::worker::exchange`.
 
 use super::envoy::{Envoy, Request};
 use super::metrics::Metrics;
 use crate::worker::callout::Returned;
 use crate::worker::ctx::Ctx;
-use crate::worker::request::exchange::{Exchange, Flow};
+use crate::worker::exchange::{Exchange, Flow};
 use crate::worker::state::{Plugin, Worker};
 use proxy_wasm::traits::{Context, HttpContext};
 use proxy_wasm::types::Action;

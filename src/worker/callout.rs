@@ -1,5 +1,5 @@
 //! What came back for a callout, read once by the root (`root::callouts`) whoever sent it: the
-//! origin fetch (`root::shared_fetch`) and the L2 calls (`l2`) read it the same way.
+//! origin fetch (`flights::shared_fetch`) and the L2 calls (`fleet`) read it the same way.
 
 use crate::effects::host::{status, RequestHost, RootHost};
 

@@ -1,40 +1,47 @@
 //! One worker's decisions, written against `crate::effects` so they run natively in tests.
 //!
-//! Grouped by the context that runs the code, because Envoy's contexts differ in what they may do
-//! (a request's callout dies with the request; only the root may answer a paused request):
-//! - `request`: a request's own callbacks. `exchange` (one per request: `read` the head, classify,
-//!   `lookup` and serve a hit, `join` the shared fetch for a miss, `capture` a plain miss),
-//!   `shadow` (shadow mode) and `purge` (the purge API and mutation purges; `marks::mark` applies
-//!   every purge, the fleet's log's too).
-//! - `root`: the root context's work. `dispatch` sends what requests queued, `callouts` routes
-//!   what comes back, `shared_fetch` (the leader's fetch; `stale` serves stale instead of an
-//!   error), `followers` (other workers' wake-ups), `answer` lets paused requests go, `tick` is
-//!   the fallback timer, `configure` loads a configuration.
-//! - `l2`: the fleet L2, run from the root: `ask` (a leader asks L2 before the origin, and says
-//!   what the root does next), `write` (stores, releases, purge records) and `feed` (other
-//!   Envoys' purges, applied here).
-//! - at the top, what every side uses: `state` (the worker's two kinds of state), `ctx` (the
-//!   context every function runs with: the plugin, the worker and the host, lent so that no borrow
-//!   of the worker is held across a host call), `marks` (the purge marks as this worker sees them,
-//!   asked before any stored entry is handed out), `store` (storing an upstream answer, for the
-//!   shared fetch and a plain miss), `callout` (a callout's answer, as the root reads it) and
-//!   `watchdog` (the body-hold guard: a request holds, the root's timer lets go).
+//! In wings by feature, each owning its part of the worker and exposing verbs; imports go one
+//! way, down this list (a wing uses those below it and the top, never one above):
+//! - `root`: the root context's callbacks, each routed to its wing: `callouts` (a callout came
+//!   back), `queue` (the wake-up queue), `dispatch` (sending what requests queued), `tick` (the
+//!   timer's periodic work), `configure`. It hands the entities wing to the flights wing.
+//! - `exchange`: one request's way through the filter (an HTTP context's callbacks), routed by
+//!   kind to its machine: `hit` (a keyed query), `entity` (`_entities` in entity mode), `admin`
+//!   (purge, explain), `mutation`, `shadowing`; then `response` and `report`.
+//! - `admin`: the operator's routes behind the purge token (`purge`, `explain`) and mutation
+//!   purges.
+//! - `entities`: entity mode on the subgraph hop: batches looked up entity by entity, partial
+//!   fetches, single-entity flights, prefetches, splitting answers into entries; plugged into
+//!   the flights wing through `flights::kinds` (`entities::plug`).
+//! - `flights`: one shared fetch per key across the workers: `Flights` (who waits, what is
+//!   queued and sent, how each paused request was let go), `join`, the lead `permit`, the
+//!   leader's `shared_fetch`, `followers`, `answer` (letting paused requests go), `wake`.
+//! - `fleet`: the L2 shared by the Envoys: `ask`, `write`, `feed` (other Envoys' purges), `vet`.
+//! - `serving`: the L1 over shared data: `lookup` and serve, `marks` (purges, asked before any
+//!   entry is handed out), `stale`, `store`, `capture`, `shadow`, `labels` (the `x-cache`
+//!   headers).
+//! - at the top, what every wing uses: `ctx` (the context a function runs with, lent so that no
+//!   borrow of the worker is held across a host call; its host is a `RootHost` only in the
+//!   root's callbacks), `state` (the plugin, and the worker composed of the wings' state),
+//!   `read` (a request's head), `callout` (a callout's answer), `to_root` (asking the root to
+//!   send), `timer` (asking it to tick soon), `watchdog` (the body-hold guard) and
+//!   `operation_counts`.
 //! - `tests` plays whole requests through fake hosts.
-//!
-//! Imports go one way: `request` may use `root` (to queue work for it) and `l2`, `root` may use
-//! `l2`, `l2` uses only the top, and the top uses no side.
 
+pub mod admin;
 pub mod callout;
 pub mod ctx;
-pub mod entity_store;
+pub mod entities;
+pub mod exchange;
+pub mod fleet;
 pub mod flights;
-pub mod l2;
-pub mod marks;
 pub mod operation_counts;
-pub mod request;
+pub mod read;
 pub mod root;
+pub mod serving;
 pub mod state;
-pub mod store;
+pub mod timer;
+pub mod to_root;
 pub mod watchdog;
 
 #[cfg(test)]

@@ -135,7 +135,7 @@ pub struct Worker {
     pub deferred_splits: DeferredSplits,
     /// Entity mode: what the gateway's batches taught, and the batches waiting for prefetches.
     pub prefetch: Prefetches,
-    /// The root's timer is set to fire soon, for the held answers (see `root::timer`).
+    /// The root's timer is set to fire soon, for the held answers (see `timer`).
     pub quick_tick: bool,
     /// When the root's timer last did its periodic work.
     pub last_housekeeping_ms: u64,

@@ -1,11 +1,17 @@
 //! The flights wing: one fetch per key shared by every request that misses it, on this worker
 //! and the others. [`Flights`] is this worker's side of them (who waits, what is queued for the
 //! root and sent, what was published, how each paused request was let go), reached only through
-//! its verbs. `permit` is a worker's lead from its claim until the root holds the fetch; `wake`
-//! asks this worker's root to send what was claimed and wakes the workers that watch a flight
-//! when it ends.
+//! its verbs. A miss `join`s a flight (this worker's wait, another worker's fetch, or a lead of
+//! its own); `permit` is a lead from its claim until the root holds the fetch; `shared_fetch` is
+//! the leader's fetch and its end; `followers` are other workers' wake-ups; `kinds` is what entity mode adds to a fetch (plugged in by the root); `answer` lets paused
+//! requests go; `wake` wakes the workers that watch a flight when it ends.
 
+pub mod answer;
+pub mod followers;
+pub mod join;
+pub mod kinds;
 pub mod permit;
+pub mod shared_fetch;
 pub mod wake;
 
 use crate::cache::status::CacheStatus;

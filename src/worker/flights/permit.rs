@@ -12,8 +12,9 @@ use crate::coalesce::upstream::SharedFetch;
 use crate::effects::host::Host;
 use crate::request::key::CacheKey;
 use crate::worker::ctx::{Ctx, SharedOnly};
-use crate::worker::flights::wake::{request_dispatch, wake_by};
+use crate::worker::flights::wake::wake_by;
 use crate::worker::state::Plugin;
+use crate::worker::to_root::request_dispatch;
 
 /// What this worker records for the flights once the root holds their fetch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

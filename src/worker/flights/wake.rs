@@ -1,17 +1,8 @@
-//! Telling the roots: asking this worker's root to send what requests claimed, and waking the
-//! workers that watch a flight when it ends.
+//! Waking the workers that watch a flight when it ends.
 
 use crate::coalesce::wakeup::Message;
 use crate::effects::host::Host;
 use crate::request::key::CacheKey;
-use crate::worker::ctx::Ctx;
-
-/// Asks the root to dispatch what this worker's requests claimed (a callout made by a request
-/// dies with that request).
-pub fn request_dispatch(cx: &mut Ctx<'_, impl Host>) -> bool {
-    let queue = cx.worker(|w| w.queue);
-    queue.is_some_and(|q| cx.host().enqueue(q, &Message::Dispatch.encode()))
-}
 
 /// Wakes the workers watching `key`, with the shareable answer when there is one.
 pub fn wake(host: &impl Host, watchers: &[u32], key: &CacheKey, answer: Option<&[u8]>) {

@@ -6,11 +6,12 @@ use crate::effects::host::RootHost;
 use crate::fleet::calls::Call;
 use crate::worker::callout::Returned;
 use crate::worker::ctx::Ctx;
-use crate::worker::l2::ask::{on_answer, AfterLookup};
-use crate::worker::l2::feed::{on_page, on_snapshot};
-use crate::worker::l2::write::on_written;
-use crate::worker::root::answer::{Label, Labels};
-use crate::worker::root::shared_fetch::{finish, on_fetch_callout, to_origin_or_refused};
+use crate::worker::entities::plug::Entities;
+use crate::worker::fleet::ask::{on_answer, AfterLookup};
+use crate::worker::fleet::feed::{on_page, on_snapshot};
+use crate::worker::fleet::write::on_written;
+use crate::worker::flights::answer::{Label, Labels};
+use crate::worker::flights::shared_fetch::{finish, on_fetch_callout, to_origin_or_refused};
 
 pub fn on_callout(
     cx: &mut Ctx<'_, impl RootHost>,
@@ -21,7 +22,7 @@ pub fn on_callout(
     let call = cx.worker(|w| w.l2.take(token));
     let returned = Returned::read(cx.host(), num_headers, body_size);
     let Some(call) = call else {
-        return on_fetch_callout(cx, token, returned);
+        return on_fetch_callout(cx, &Entities, token, returned);
     };
     match call {
         Call::Lookup(fetch) => {
@@ -52,8 +53,8 @@ fn after_lookup(cx: &mut Ctx<'_, impl RootHost>, next: AfterLookup) {
             } else {
                 Label::L2_HIT
             };
-            finish(cx, &fetch, Ok(response), &Labels::all(label));
+            finish(cx, &Entities, &fetch, Ok(response), &Labels::all(label));
         }
-        AfterLookup::Origin(fetch) => to_origin_or_refused(cx, fetch),
+        AfterLookup::Origin(fetch) => to_origin_or_refused(cx, &Entities, fetch),
     }
 }

@@ -4,11 +4,13 @@
 
 use crate::coalesce::upstream::L2Role;
 use crate::effects::host::RootHost;
+use crate::worker::admin::mutation_purge;
+use crate::worker::admin::purge;
 use crate::worker::ctx::Ctx;
-use crate::worker::l2::ask::ask;
-use crate::worker::l2::write::flush;
-use crate::worker::request::{mutation_purge, purge};
-use crate::worker::root::shared_fetch::{refused, to_origin};
+use crate::worker::entities::plug::Entities;
+use crate::worker::fleet::ask::ask;
+use crate::worker::fleet::write::flush;
+use crate::worker::flights::shared_fetch::{refused, to_origin};
 
 pub fn dispatch_pending(cx: &mut Ctx<'_, impl RootHost>) {
     let pending = cx.worker(|w| w.flights.take_queued());
@@ -30,6 +32,6 @@ pub fn dispatch_pending(cx: &mut Ctx<'_, impl RootHost>) {
     mutation_purge::apply_owed(cx);
     purge::answer_held(cx, now_ms);
     for fetch in refusals {
-        refused(cx, &fetch);
+        refused(cx, &Entities, &fetch);
     }
 }

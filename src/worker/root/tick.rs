@@ -6,16 +6,18 @@ use crate::coalesce::liveness::{self, HEARTBEAT_MS};
 use crate::coalesce::release::Release;
 use crate::effects::counters::Counter;
 use crate::effects::host::RootHost;
+use crate::worker::admin::mutation_purge;
+use crate::worker::admin::purge;
 use crate::worker::ctx::Ctx;
+use crate::worker::entities::fetch as entity_fetch;
+use crate::worker::entities::plug::Entities;
+use crate::worker::fleet::feed;
+use crate::worker::fleet::write::flush;
+use crate::worker::flights::answer::release;
+use crate::worker::flights::followers::check;
 use crate::worker::flights::permit::give_up;
-use crate::worker::l2::feed;
-use crate::worker::l2::write::flush;
 use crate::worker::operation_counts;
-use crate::worker::request::{mutation_purge, purge};
-use crate::worker::root::answer::release;
-use crate::worker::root::entity_fetch;
-use crate::worker::root::followers::check;
-use crate::worker::root::timer::{back_to_normal, HOUSEKEEPING_DUE_MS};
+use crate::worker::timer::{back_to_normal, HOUSEKEEPING_DUE_MS};
 
 /// How long a finished flight record stays for other workers' timers before it is emptied.
 pub const DONE_GRACE_MS: u64 = 1000;
@@ -109,7 +111,7 @@ fn check_unwoken(cx: &mut Ctx<'_, impl RootHost>, now_ms: u64) {
     let unwoken = cx.worker(|w| w.flights.followed_for(now_ms, LOST_WAKEUP_MS));
     for key in unwoken {
         // Resolved by the timer rather than a wake-up: a lost or late wake-up, worth counting.
-        if check(cx, &key) {
+        if check(cx, &Entities, &key) {
             cx.host().count(Counter::LateWakeups);
         }
     }

@@ -9,7 +9,7 @@ use crate::effects::counters::Counter;
 use crate::effects::fake::FakeHost;
 use crate::effects::host::Callout;
 use crate::worker::callout::Returned;
-use crate::worker::request::exchange::{Exchange, Flow};
+use crate::worker::exchange::{Exchange, Flow};
 use l2_proto::batch::{self, decode_mget, decode_mstore, encode_mget_answer, Key};
 use serde_json::json;
 use std::collections::HashMap;

@@ -6,7 +6,7 @@
 use super::scenarios::{envoy, Node};
 use crate::effects::fake::Reply;
 use crate::worker::callout::Returned;
-use crate::worker::request::exchange::Flow;
+use crate::worker::exchange::Flow;
 use serde_json::json;
 
 const QUERY: &str = "query($representations:[_Any!]!){_entities(representations:$representations){...on Product{name}}}";
@@ -328,7 +328,7 @@ fn a_mutation_at_the_gateway_side_purges_the_entities_it_returns() {
 fn root_answer(
     body: &str,
     extra: &[(&str, &str)],
-) -> crate::worker::root::shared_fetch::FetchResult {
+) -> crate::worker::flights::shared_fetch::FetchResult {
     let mut headers = vec![("content-type", "application/json")];
     headers.extend_from_slice(extra);
     super::scenarios::answer(200, &headers, body)
@@ -583,7 +583,7 @@ fn a_failed_partial_fetch_is_answered_from_entries_within_their_stale_if_error_w
     fetched_by_root(&a, 1, &[1, 2]);
     a.host.advance(1500);
     fetched_by_root(&a, 2, &[3]);
-    let failed = |x: &mut crate::worker::request::exchange::Exchange, status: &str| {
+    let failed = |x: &mut crate::worker::exchange::Exchange, status: &str| {
         let (token, _) = a.host.dispatched.borrow().last().cloned().unwrap();
         let headers = vec![(":status".to_string(), status.as_bytes().to_vec())];
         *a.host.callout.borrow_mut() = (headers.clone(), b"upstream".to_vec());
@@ -631,7 +631,7 @@ fn a_failed_partial_fetch_is_answered_from_entries_within_their_stale_if_error_w
 
 #[test]
 fn a_failed_shared_fetch_of_a_batch_answers_every_waiter_from_stale_entities() {
-    use crate::worker::root::shared_fetch::FetchResult;
+    use crate::worker::flights::shared_fetch::FetchResult;
     let (a, b) = envoy(r#"{"entities":{"ttl_seconds":1,"stale_if_error_seconds":60}}"#);
     fetched_by_root(&a, 1, &[1, 2]);
     a.host.advance(1500);

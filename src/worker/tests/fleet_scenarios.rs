@@ -387,7 +387,7 @@ fn a_failed_read_of_the_log_stops_l2_hits_until_the_next_one() {
         2,
         "retried later, not at once"
     );
-    y.host.advance(crate::worker::l2::feed::RETRY_MS);
+    y.host.advance(crate::worker::fleet::feed::RETRY_MS);
     y.reads_log(EMPTY_LOG);
     let lookup = y.asks(2, r#"{"query":"{ users { id name } }"}"#);
     y.l2_answers(lookup, 503, &[], b"");
@@ -641,7 +641,7 @@ fn a_plain_miss_stored_in_l1_goes_to_l2_too() {
     x.asks(1, QUERY);
     // The flight has its one waiter: the next request goes upstream itself.
     let (mut plain, flow) = x.post(2, QUERY, &[]);
-    assert_eq!(flow, crate::worker::request::exchange::Flow::Continue);
+    assert_eq!(flow, crate::worker::exchange::Flow::Continue);
     *x.host.response_headers.borrow_mut() = vec![
         (":status".into(), b"200".to_vec()),
         ("content-type".into(), b"application/json".to_vec()),

@@ -5,7 +5,7 @@
 use super::entity_scenarios::batch;
 use super::scenarios::Node;
 use crate::effects::fake::FakeHost;
-use crate::worker::request::exchange::Flow;
+use crate::worker::exchange::Flow;
 
 const ROUTE: &str = "xds.route_metadata.filter_metadata.gc.entities";
 

@@ -9,10 +9,11 @@ use crate::effects::fake::{FakeHost, Reply};
 use crate::effects::host::LogLevel;
 use crate::effects::store::SharedStore;
 use crate::worker::ctx::Ctx;
-use crate::worker::request::exchange::{Exchange, Flow};
+use crate::worker::entities::plug::Entities;
+use crate::worker::exchange::{Exchange, Flow};
+use crate::worker::flights::shared_fetch::{on_fetch_response, FetchResult};
 use crate::worker::root::configure::configure;
-use crate::worker::root::followers::on_messages;
-use crate::worker::root::shared_fetch::{on_fetch_response, FetchResult};
+use crate::worker::root::queue::on_messages;
 use crate::worker::root::tick::{on_tick, LOST_WAKEUP_MS};
 use crate::worker::state::{Plugin, Worker};
 use std::cell::RefCell;
@@ -92,7 +93,7 @@ impl Node {
 
     pub(super) fn callout_answers(&self, token: u32, result: FetchResult) {
         self.host.begin_callback();
-        on_fetch_response(&mut self.cx(), token, result);
+        on_fetch_response(&mut self.cx(), &Entities, token, result);
     }
 
     pub(super) fn tick(&self) {

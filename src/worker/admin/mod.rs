@@ -1,0 +1,8 @@
+//! The admin wing: the routes an operator calls, behind the purge token. `purge` is the purge
+//! API (and applies every purge, the fleet's log's too, through `serving::marks`),
+//! `mutation_purge` purges what a mutation changed, and `explain` says what the cache would do
+//! with a request.
+
+pub mod explain;
+pub mod mutation_purge;
+pub mod purge;

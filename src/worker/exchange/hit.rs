@@ -1,0 +1,219 @@
+//! A keyed request's lookup: served from an entry (`HIT`, `STALE`), or a miss that joins or
+//! leads the shared fetch, or goes upstream labelled `MISS`; and a request that is not cached.
+
+use super::*;
+
+impl Exchange {
+    pub(super) fn bypass<H: RequestHost>(&mut self, cx: &mut Ctx<'_, H>, reason: Bypass) -> Flow {
+        cx.host().count(Counter::Bypasses);
+        if reason.is_rejected_input() {
+            cx.host().count(Counter::RejectedInputs);
+        }
+        // A mutation's answer is read for what it changed: uncompressed (the compressor in front
+        // still encodes it for its client). Shadow mode changes no request.
+        let config = cx.config();
+        if reason == Bypass::Mutation
+            && config.mutation_invalidation != MutationInvalidation::Off
+            && !config.shadow
+        {
+            cx.host().set_request_header("accept-encoding", IDENTITY);
+        }
+        self.state = State::Bypassed(reason);
+        Flow::Continue
+    }
+
+    /// Looks up a classified request, after scoping private ones to the caller.
+    pub(super) fn lookup_scoped<H: RequestHost>(
+        &mut self,
+        cx: &mut Ctx<'_, H>,
+        decided: Result<Decided, Bypassed>,
+        head: &RequestHead,
+        body: Option<Vec<u8>>,
+    ) -> Flow {
+        let config = cx.config();
+        let scoped = decided.and_then(|d| match d.policy.scope {
+            Scope::Public => Ok(d),
+            Scope::Private => {
+                let operation = Some(Rc::clone(&d.operation));
+                let identity = read_identity(config, cx.host(), head);
+                scope_key(d, identity.as_deref()).map_err(|reason| Bypassed { reason, operation })
+            }
+        });
+        match scoped {
+            Ok(d) => self.lookup(cx, d, head, body),
+            Err(Bypassed { reason, operation }) => {
+                self.operation = operation;
+                if reason == Bypass::Mutation {
+                    self.map_mutation(cx, head, body.as_deref());
+                }
+                self.bypass(cx, reason)
+            }
+        }
+    }
+
+    /// Serves the key from the cache, or handles the miss.
+    pub(super) fn lookup<H: RequestHost>(
+        &mut self,
+        cx: &mut Ctx<'_, H>,
+        decided: Decided,
+        head: &RequestHead,
+        body: Option<Vec<u8>>,
+    ) -> Flow {
+        let key = decided.key;
+        // One clock read: the entry's birth needs microseconds (see `invalidate::marks`).
+        let now_us = cx.host().now_us();
+        let now_ms = now_us / 1000;
+        let asked = asked(&decided, now_us);
+        self.asked = Some(asked.clone());
+        self.operation = Some(Rc::clone(&decided.operation));
+        let config = cx.config();
+        if config.shadow {
+            return self.shadow_lookup(cx, key, now_ms);
+        }
+        let scope = decided.policy.scope;
+        let names_caller = key_names_caller(scope, &config.vary_headers, &head.vary);
+        let context = self.context;
+        let miss = |body: Option<Vec<u8>>| Miss {
+            context,
+            key,
+            head,
+            body,
+            asked: asked.clone(),
+            key_names_caller: names_caller,
+            scope,
+            now_ms,
+            entities: None,
+            trigger: trigger::trigger(config, head),
+        };
+        // A hash-only persisted query resolved here sends the hash alone: an origin that does not
+        // know it would answer `PersistedQueryNotFound` for everyone, so it never fetches for
+        // others.
+        let may_fetch_for_others = config.coalesce && !decided.hash_only;
+        let asking = Asking {
+            key: &key,
+            head,
+            now_ms,
+        };
+        let served = match find(cx, &key, now_ms) {
+            Found::Fresh(entry) => self.answer_from(cx, &asking, &entry, HIT),
+            // Stale only while a refresh runs (or has just been started): otherwise a miss.
+            Found::Stale(entry)
+                if may_fetch_for_others
+                    && refresh(cx, miss(body.clone())) != Refresh::Impossible =>
+            {
+                self.answer_from(cx, &asking, &entry, STALE)
+            }
+            Found::Stale(_) => self.not_served(MissReason::Expired),
+            Found::Nothing(why) => self.not_served(why),
+        };
+        if served {
+            return Flow::Pause;
+        }
+        cx.host().count(Counter::Misses);
+        // The origin answers what may be stored uncompressed (see `coalesce::upstream`).
+        cx.host().set_request_header("accept-encoding", IDENTITY);
+        // A conditional request goes alone: its answer may be a 304 meant for its validators.
+        let too_large = cx.worker(|w| w.too_large.contains(&key));
+        if may_fetch_for_others
+            && !head.conditional()
+            && !too_large
+            && join(cx, miss(body)) == Joined::Waiting
+        {
+            self.state = State::Waiting { key };
+            return Flow::Pause;
+        }
+        self.state = State::Missed {
+            key,
+            capture: None,
+            reason: None,
+        };
+        Flow::Continue
+    }
+
+    /// Remembers why the lookup served nothing (for the per-operation counters); `false`.
+    pub(super) fn not_served(&mut self, why: MissReason) -> bool {
+        self.missed = Some(why);
+        false
+    }
+
+    /// Answers from `entry`, labelled ([`HIT`] or [`STALE`]) and counted as `as_`; `false` if it
+    /// does not decode.
+    pub(super) fn answer_from<H: RequestHost>(
+        &mut self,
+        cx: &mut Ctx<'_, H>,
+        asking: &Asking<'_>,
+        entry: &[u8],
+        as_: (CacheStatus, Counter),
+    ) -> bool {
+        let (cache, counter) = as_;
+        let Some(served) = serve(cx.plugin(), cx.host(), asking, entry, cache) else {
+            return false;
+        };
+        cx.host().count(counter);
+        self.served = Some(served);
+        self.state = State::Served;
+        true
+    }
+
+    pub(super) fn label_miss<H: RequestHost>(&mut self, cx: &mut Ctx<'_, H>, end_of_stream: bool) {
+        let debug = cx.config().debug_headers;
+        let State::Missed { key, reason, .. } = &self.state else {
+            return;
+        };
+        let (key, reason) = (*key, *reason);
+        cx.host()
+            .set_response_header(CACHE_HEADER, CacheStatus::Miss.as_str());
+        if debug {
+            cx.host().set_response_header(KEY_HEADER, &key.hex());
+        }
+        let lifetimes = self.asked.as_ref().map(|a| a.lifetimes).unwrap_or_default();
+        let not_stored = match Capture::start(cx.plugin(), cx.host(), &lifetimes, end_of_stream) {
+            Ok(capture) => {
+                self.state = State::Missed {
+                    key,
+                    capture: Some(capture),
+                    reason,
+                };
+                reason.map(Release::as_str)
+            }
+            Err(why) => {
+                cx.host().count(Counter::StoreSkipped);
+                self.not_stored(cx, &key, why);
+                Some(reason.map_or(why.as_str(), Release::as_str))
+            }
+        };
+        if let (true, Some(r)) = (debug, not_stored) {
+            cx.host().set_response_header(REASON_HEADER, r);
+        }
+    }
+}
+
+/// Classifies through the per-worker memos: an identical recent request is not parsed again, nor
+/// an operation read recently (with other variables, say).
+pub(super) fn decide<H: RequestHost>(
+    cx: &mut Ctx<'_, H>,
+    head: &RequestHead,
+    body: &[u8],
+    classify: impl FnOnce(&H, &mut Operations) -> Result<Classified, Bypassed>,
+) -> Result<Decided, Bypassed> {
+    let input = memo_input(head, body);
+    if let Some(known) = cx.worker(|w| w.memo.get(&input)) {
+        return known;
+    }
+    // Out of the worker while classifying: nothing in classification touches the worker.
+    let mut operations = cx.worker(|w| std::mem::take(&mut w.operations_read));
+    let decided = classify(cx.host(), &mut operations).map(Decided::from);
+    cx.worker(|w| w.operations_read = operations);
+    // An unknown persisted query may be taught any moment: asked again, not remembered.
+    if !matches!(&decided, Err(b) if b.reason == Bypass::PersistedQueryUnknown) {
+        let remembered = decided.clone();
+        cx.worker(|w| w.memo.insert(input, remembered));
+    }
+    if let Ok(Decided {
+        teaches: Some(t), ..
+    }) = &decided
+    {
+        cx.plugin().apq.learn(cx.host(), &t.0, &t.1);
+    }
+    decided
+}

@@ -1,0 +1,272 @@
+//! Finding a fresh entry for a key (this worker's copy first, then shared data) and serving it.
+//! With invalidation on, every lookup first reads the purge epoch (the host's purge signal, else
+//! the epoch in shared data): a purge answered on any worker is seen by the next lookup
+//! everywhere. Copies checked at the current epoch are served as they are; others are checked
+//! against the marks once, then kept or dropped.
+
+use crate::cache::conditional::not_modified;
+use crate::cache::entry::Entry;
+use crate::cache::status::CacheStatus;
+use crate::cache::table::{Lookup, MissKind};
+use crate::effects::counters::Counter;
+use crate::effects::host::RequestHost;
+use crate::invalidate::marks::Verdict;
+use crate::request::classify::RequestHead;
+use crate::request::key::CacheKey;
+use crate::worker::ctx::Ctx;
+use crate::worker::serving::labels::{cdn_headers, CACHE_HEADER, KEY_HEADER, TAGS_HEADER};
+use crate::worker::serving::marks::{refresh_marks, verdict};
+use crate::worker::state::Plugin;
+use std::rc::Rc;
+
+/// What a lookup found.
+#[derive(Debug)]
+pub enum Found {
+    Fresh(Rc<[u8]>),
+    /// Expired (or soft-purged) but within its stale-while-revalidate window: served `STALE`
+    /// while one refresh runs.
+    Stale(Rc<[u8]>),
+    Nothing(MissReason),
+}
+
+/// Why a lookup found nothing to serve.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MissReason {
+    /// Not in the cache, and not asked for here lately: a first request.
+    Cold,
+    /// Not in the cache, though asked for here lately: evicted, refused by admission, or its
+    /// last answer was not stored.
+    Evicted,
+    /// Its place holds another key's entry.
+    Collision,
+    /// Expired (past any stale window that would serve it).
+    Expired,
+    /// Purged (or soft-purged with no stale window).
+    Purged,
+    /// Entity mode: some of the batch's entities came from entries, the rest were fetched.
+    Partial,
+    /// Entity mode: none of the batch's entities was found.
+    NoEntity,
+}
+
+impl MissReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            MissReason::Cold => "cold",
+            MissReason::Evicted => "evicted",
+            MissReason::Collision => "collision",
+            MissReason::Expired => "expired",
+            MissReason::Purged => "purged",
+            MissReason::Partial => "partial",
+            MissReason::NoEntity => "no-entity",
+        }
+    }
+
+    fn of(kind: MissKind, asked_before: bool) -> MissReason {
+        match kind {
+            MissKind::Empty if asked_before => MissReason::Evicted,
+            MissKind::Empty => MissReason::Cold,
+            MissKind::Expired => MissReason::Expired,
+            MissKind::Collision | MissKind::Foreign => MissReason::Collision,
+        }
+    }
+}
+
+/// A fresh entry for `key`: this worker's copy, else shared data (then copied here); or a stale
+/// one that may be served while refreshing.
+pub fn find(cx: &mut Ctx<'_, impl RequestHost>, key: &CacheKey, now_ms: u64) -> Found {
+    let invalidation = cx.config().invalidation_on();
+    if invalidation {
+        refresh_marks(cx);
+    }
+    let hash = cx.plugin().table.hash(key);
+    let (epoch, copy, due) = cx.worker(|w| {
+        // Every request counts, those a copy answers too: they are the hottest.
+        w.seen.count(hash);
+        (w.purges.epoch, w.hot.get(key, now_ms), w.seen.due(hash))
+    });
+    if let Some((entry, checked)) = copy {
+        let fresh = cx.worker(|w| {
+            // Checked against the marks in force: served without decoding.
+            if !invalidation || checked == epoch || verdict(w, &entry) == Verdict::Fresh {
+                w.hot.checked(key, epoch);
+                return true;
+            }
+            // Purged here; shared data may hold a newer answer already.
+            w.hot.remove(key);
+            false
+        });
+        if fresh {
+            if due {
+                record_frequency(cx, hash);
+            }
+            return Found::Fresh(entry);
+        }
+    }
+    let table = &cx.plugin().table;
+    let found =
+        cx.worker_and_shared(|w, shared| table.lookup(shared, &mut w.seen, key, hash, now_ms));
+    let (bytes, expired) = match found {
+        Lookup::Hit(bytes) => (bytes, false),
+        Lookup::Stale(bytes) => (bytes, true),
+        Lookup::Miss(kind) => {
+            // Counted once already, by this request.
+            let asked_before = cx.worker(|w| w.seen.frequency(hash) > 1);
+            return Found::Nothing(MissReason::of(kind, asked_before));
+        }
+    };
+    record_frequency(cx, hash);
+    let marks = if invalidation {
+        cx.worker(|w| verdict(w, &bytes))
+    } else {
+        Verdict::Fresh
+    };
+    let host = cx.host();
+    if marks == Verdict::Purged {
+        host.count(Counter::PurgedMisses);
+        return Found::Nothing(MissReason::Purged);
+    }
+    if expired || marks == Verdict::Stale {
+        return match may_serve_stale(&bytes, now_ms) {
+            true => Found::Stale(bytes.into()),
+            false => {
+                if marks == Verdict::Stale {
+                    host.count(Counter::StaleMisses);
+                    return Found::Nothing(MissReason::Purged);
+                }
+                Found::Nothing(MissReason::Expired)
+            }
+        };
+    }
+    let expires = Entry::peek(&bytes)
+        .map(|p| p.expires_at_ms)
+        .unwrap_or_default();
+    let entry: Rc<[u8]> = bytes.into();
+    cx.worker(|w| w.hot.insert(*key, Rc::clone(&entry), expires, epoch));
+    Found::Fresh(entry)
+}
+
+/// Tells the other workers, in the key's set index, how often this worker is asked for an entry
+/// it was served, once its count has run ahead of the record (`Seen::due`): each worker sees
+/// only its share of the traffic, and weighs entries by the record when it admits new ones.
+fn record_frequency(cx: &mut Ctx<'_, impl RequestHost>, hash: u64) {
+    let table = &cx.plugin().table;
+    cx.worker_and_shared(|w, shared| {
+        if w.seen.due(hash) {
+            // A failed write loses a hint, not an answer.
+            let _ = table.record(shared, &mut w.seen, hash);
+        }
+    });
+}
+
+/// Within stale-while-revalidate: expired less than its window ago, or soft-purged (stale from
+/// then on) with its window not yet over.
+fn may_serve_stale(bytes: &[u8], now_ms: u64) -> bool {
+    Entry::decode(bytes).is_ok_and(|e| e.within_stale_window(now_ms))
+}
+
+/// `n` in decimal, without `fmt` (a noticeable share of a hit in wasm).
+fn decimal(mut n: u64, buf: &mut [u8; 20]) -> &str {
+    let mut at = buf.len();
+    loop {
+        at -= 1;
+        buf[at] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    std::str::from_utf8(&buf[at..]).unwrap_or("0")
+}
+
+/// What a 304 repeats of the full answer (RFC 9110 15.4.5).
+const NOT_MODIFIED_HEADERS: &[&str] = &[
+    "cache-control",
+    "content-location",
+    "etag",
+    "expires",
+    "last-modified",
+    "vary",
+];
+
+/// The running request a stored entry answers.
+#[derive(Debug, Clone, Copy)]
+pub struct Asking<'a> {
+    pub key: &'a CacheKey,
+    pub head: &'a RequestHead,
+    pub now_ms: u64,
+}
+
+/// What an answer served from an entry was, for the access log.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Served {
+    pub cache: CacheStatus,
+    pub key: CacheKey,
+    pub age_s: u64,
+    pub bytes: usize,
+    /// How long the origin took to produce the entry: what serving it saved.
+    pub origin_ms: u64,
+}
+
+/// Answers the running request from a stored entry, labelled `cache` (`HIT` or `STALE`);
+/// `None` if the entry does not decode.
+pub fn serve(
+    plugin: &Plugin,
+    host: &impl RequestHost,
+    asking: &Asking<'_>,
+    bytes: &[u8],
+    cache: CacheStatus,
+) -> Option<Served> {
+    let Asking { key, head, now_ms } = *asking;
+    let entry = Entry::decode(bytes).ok()?;
+    let served = Served {
+        cache,
+        key: *key,
+        age_s: entry.age_s(now_ms),
+        bytes: bytes.len(),
+        origin_ms: entry.stored_at_ms.saturating_sub(entry.born_us / 1000),
+    };
+    let mut digits = [0u8; 20];
+    let age = decimal(served.age_s, &mut digits);
+    if not_modified(head, &entry) {
+        let mut headers: Vec<(&str, &str)> = entry
+            .headers
+            .iter()
+            .copied()
+            .filter(|(n, _)| NOT_MODIFIED_HEADERS.contains(n))
+            .collect();
+        headers.push(("age", age));
+        headers.push((CACHE_HEADER, cache.as_str()));
+        host.respond(304, headers, b"");
+        return Some(served);
+    }
+    let mut headers: Vec<(&str, &str)> = Vec::with_capacity(entry.headers.len() + 5);
+    headers.extend(entry.headers.iter().copied());
+    headers.push(("age", age));
+    headers.push((CACHE_HEADER, cache.as_str()));
+    let hex;
+    if plugin.config.debug_headers {
+        hex = key.hex();
+        headers.push((KEY_HEADER, &hex));
+        if !entry.tags.is_empty() {
+            headers.push((TAGS_HEADER, entry.tags));
+        }
+    }
+    let cdn = cdn_headers(&plugin.config, entry.tags, host);
+    headers.extend(cdn.iter().map(|(n, v)| (n.as_str(), v.as_str())));
+    host.respond(entry.status, headers, entry.body);
+    Some(served)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ages_print_in_decimal() {
+        let mut buf = [0u8; 20];
+        for n in [0, 7, 10, 59, 86_400, u64::MAX] {
+            assert_eq!(decimal(n, &mut buf), n.to_string());
+        }
+    }
+}

@@ -1,0 +1,224 @@
+//! Storing an upstream answer in the cache: the one place, for the shared fetch and for a plain
+//! miss captured as it streamed to its client.
+
+use crate::cache::entry::Entry;
+use crate::cache::not_stored::NotStored;
+use crate::cache::refusals;
+use crate::cache::storable::{storable_entry, Answer, Asked, Stamp};
+use crate::cache::table;
+use crate::effects::counters::Counter;
+use crate::effects::host::Host;
+use crate::effects::operation_stats::OpCounter;
+use crate::effects::store::StoreError;
+use crate::invalidate::marks::Verdict;
+use crate::invalidate::tags::OperationTags;
+use crate::request::key::CacheKey;
+use crate::worker::ctx::Ctx;
+use crate::worker::operation_counts::{count_operation, operation_of, Tally};
+use crate::worker::serving::marks::{refresh_marks, verdict};
+
+/// What storing did, for the debug headers.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Stored {
+    /// Why the answer was not stored (`None`: stored).
+    pub not_stored: Option<NotStored>,
+    /// The stored entry's tags, comma-separated (with `debug_headers` only).
+    pub tags: String,
+    /// The entry (empty when it may not be stored at all), for the fleet's L2: also when this
+    /// table did not admit it, since the L2 is larger and shared by the fleet.
+    pub entry: Vec<u8>,
+    /// A purge made since the request that fetched it was asked covers this answer: it may be
+    /// older than the purge, so nobody who joined the fetch (perhaps after the purge) shares it.
+    pub overtaken: bool,
+}
+
+impl Stored {
+    /// Nothing stored, for this reason.
+    pub fn not(why: NotStored) -> Stored {
+        Stored {
+            not_stored: Some(why),
+            ..Stored::default()
+        }
+    }
+}
+
+/// Stores the answer under `key` if policy allows, counting what happened; otherwise says why
+/// not (the debug reason).
+pub fn store_answer(
+    cx: &mut Ctx<'_, impl Host>,
+    key: &CacheKey,
+    answer: Answer<'_>,
+    asked: &Asked,
+) -> Stored {
+    let (plugin, host) = (cx.plugin(), cx.host());
+    let now_ms = host.now_ms();
+    let stamp = Stamp {
+        born_us: asked.born_us,
+        now_ms,
+        operation: &asked.operation,
+    };
+    let entry = storable_entry(key, &answer, &plugin.config, &asked.lifetimes, &stamp);
+    let bytes = match entry {
+        Ok(bytes) => bytes,
+        Err(why) => {
+            host.count(Counter::StoreSkipped);
+            account_store(cx, key, Some(&asked.operation), Some(why));
+            return Stored::not(why);
+        }
+    };
+    refresh_marks(cx);
+    let overtaken = cx.worker(|w| verdict(w, &bytes)) == Verdict::Purged;
+    let outcome = insert(cx, key, &bytes, now_ms);
+    let not_stored = match outcome {
+        Ok(stored) if stored.rejected => Some(NotStored::NotAdmitted),
+        Ok(_) => None,
+        Err(_) => Some(NotStored::StoreFailed),
+    };
+    account_store(cx, key, Some(&asked.operation), not_stored);
+    if outcome.is_err() {
+        return Stored::not(NotStored::StoreFailed);
+    }
+    let tags = Entry::decode(&bytes)
+        .map(|e| e.tags.to_string())
+        .unwrap_or_default();
+    Stored {
+        not_stored,
+        tags,
+        entry: bytes,
+        overtaken,
+    }
+}
+
+/// Accounts for what storing the answer for `key` did (`None`: stored): counted for its
+/// operation and, when not stored, remembered for the explain endpoint.
+pub fn account_store(
+    cx: &mut Ctx<'_, impl Host>,
+    key: &CacheKey,
+    operation: Option<&OperationTags>,
+    not_stored: Option<NotStored>,
+) {
+    let tally = match not_stored {
+        None => Tally::one(OpCounter::Stores),
+        Some(why) => Tally::because(OpCounter::NotStored, why.as_str()),
+    };
+    count_operation(cx, operation_of(operation), &[tally]);
+    if let (Some(why), Some(_)) = (not_stored, &cx.config().purge) {
+        let host = cx.host();
+        refusals::remember(host, key, why.as_str(), host.now_ms());
+    }
+}
+
+/// Puts an encoded entry in the table, counting what that did (admitted or not, what it
+/// displaced): the one place the table is written, for answers from the origin and the L2.
+pub fn insert(
+    cx: &mut Ctx<'_, impl Host>,
+    key: &CacheKey,
+    bytes: &[u8],
+    now_ms: u64,
+) -> Result<table::Inserted, StoreError> {
+    let table = &cx.plugin().table;
+    let outcome =
+        cx.worker_and_shared(|w, shared| table.insert(shared, &mut w.seen, key, bytes, now_ms));
+    let host = cx.host();
+    match outcome {
+        Ok(stored) => {
+            host.count(match stored.rejected {
+                true => Counter::AdmissionsRejected,
+                false => Counter::Stores,
+            });
+            (0..stored.evicted_capacity).for_each(|_| host.count(Counter::Evictions));
+            (0..stored.evicted_expired).for_each(|_| host.count(Counter::EvictionsExpired));
+        }
+        Err(_) => host.count(Counter::StoreFailures),
+    }
+    outcome
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cache::table::{Lookup, Seen};
+    use crate::invalidate::tags::OperationTags;
+    use crate::worker::state::{Plugin, Worker};
+    use std::cell::RefCell;
+    use std::rc::Rc;
+
+    fn asked() -> Asked {
+        Asked {
+            lifetimes: crate::config::Lifetimes {
+                ttl_seconds: 60,
+                ..Default::default()
+            },
+            born_us: 0,
+            operation: Rc::new(OperationTags::default()),
+        }
+    }
+    use crate::effects::fake::FakeHost;
+    use crate::effects::host::status;
+
+    fn json() -> Vec<(String, Vec<u8>)> {
+        vec![
+            (":status".into(), b"200".to_vec()),
+            ("content-type".into(), b"application/json".to_vec()),
+        ]
+    }
+
+    #[test]
+    fn status_is_read_once_and_strictly() {
+        assert_eq!(status(&json()), Some(200));
+        assert_eq!(status(&[(":status".into(), b"2x".to_vec())]), None);
+        assert_eq!(status(&[]), None);
+    }
+
+    #[test]
+    fn stores_counts_and_explains() {
+        let host = FakeHost::new();
+        let plugin = Plugin::default();
+        let worker = RefCell::new(Worker::new(1, &plugin.config));
+        let cx = &mut Ctx::new(&plugin, &worker, &host);
+        let key = CacheKey { digest: [1; 32] };
+        let headers = json();
+        let ok = Answer {
+            status: 200,
+            headers: &headers,
+            body: br#"{"data":{}}"#,
+        };
+        assert_eq!(store_answer(cx, &key, ok, &asked()).not_stored, None);
+        assert_eq!(host.counted(Counter::Stores), 1);
+        let now_ms = host.now_ms();
+        let hash = plugin.table.hash(&key);
+        let mut seen = Seen::new(plugin.table.layout());
+        assert!(matches!(
+            plugin.table.lookup(&host, &mut seen, &key, hash, now_ms),
+            Lookup::Hit(_)
+        ));
+        let errors = Answer {
+            status: 200,
+            headers: &headers,
+            body: br#"{"errors":[]}"#,
+        };
+        assert_eq!(
+            store_answer(cx, &key, errors, &asked()).not_stored,
+            Some(NotStored::GraphqlErrors)
+        );
+        assert_eq!(host.counted(Counter::StoreSkipped), 1);
+    }
+
+    #[test]
+    fn a_failed_write_is_counted_not_fatal() {
+        let host = FakeHost::new();
+        host.fail_writes.set(true);
+        let headers = json();
+        let answer = Answer {
+            status: 200,
+            headers: &headers,
+            body: br#"{"data":{}}"#,
+        };
+        let plugin = Plugin::default();
+        let worker = RefCell::new(Worker::new(1, &plugin.config));
+        let cx = &mut Ctx::new(&plugin, &worker, &host);
+        let why = store_answer(cx, &CacheKey { digest: [2; 32] }, answer, &asked());
+        assert_eq!(why.not_stored, Some(NotStored::StoreFailed));
+        assert_eq!(host.counted(Counter::StoreFailures), 1);
+    }
+}
