@@ -15,7 +15,7 @@ impl Exchange {
         if purge::at_headers(admin, cx.host(), end_of_stream) == AtHeaders::Answered {
             return Flow::Pause;
         }
-        self.state = State::AdminBody(admin.0);
+        self.state = State::Admin(admin.0);
         let context = self.context;
         let watching = cx.worker(|w| {
             w.held_purges.insert(context);

@@ -119,14 +119,14 @@ impl Exchange {
             && !too_large
             && join(cx, miss(body)) == Joined::Waiting
         {
-            self.state = State::Waiting { key };
+            self.state = State::Keyed(Keyed::Waiting { key });
             return Flow::Pause;
         }
-        self.state = State::Missed {
+        self.state = State::Keyed(Keyed::Missed {
             key,
             capture: None,
             reason: None,
-        };
+        });
         Flow::Continue
     }
 
@@ -157,7 +157,7 @@ impl Exchange {
 
     pub(super) fn label_miss<H: RequestHost>(&mut self, cx: &mut Ctx<'_, H>, end_of_stream: bool) {
         let debug = cx.config().debug_headers;
-        let State::Missed { key, reason, .. } = &self.state else {
+        let State::Keyed(Keyed::Missed { key, reason, .. }) = &self.state else {
             return;
         };
         let (key, reason) = (*key, *reason);
@@ -169,11 +169,11 @@ impl Exchange {
         let lifetimes = self.asked.as_ref().map(|a| a.lifetimes).unwrap_or_default();
         let not_stored = match Capture::start(cx.plugin(), cx.host(), &lifetimes, end_of_stream) {
             Ok(capture) => {
-                self.state = State::Missed {
+                self.state = State::Keyed(Keyed::Missed {
                     key,
                     capture: Some(capture),
                     reason,
-                };
+                });
                 reason.map(Release::as_str)
             }
             Err(why) => {
@@ -216,4 +216,98 @@ pub(super) fn decide<H: RequestHost>(
         cx.plugin().apq.learn(cx.host(), &t.0, &t.1);
     }
     decided
+}
+
+/// A keyed query's answer on its way back.
+impl Exchange {
+    /// A paused query learns how it was let go: answered here (reported), or released to go
+    /// upstream; one gone upstream is labelled `MISS`, and its answer captured for the cache.
+    pub(super) fn keyed_response_headers<H: RequestHost>(
+        &mut self,
+        cx: &mut Ctx<'_, H>,
+        end_of_stream: bool,
+    ) {
+        if let State::Keyed(Keyed::Waiting { key }) = self.state {
+            let context = self.context;
+            let outcome = cx.try_worker(|w| w.flights.outcome(context)).flatten();
+            let reason = match outcome {
+                Some(Outcome::Answered { cache, reason }) => {
+                    self.state = State::Served;
+                    self.report(cx, cache, reason, Some(key));
+                    return;
+                }
+                Some(Outcome::Released(reason)) => reason,
+                // A response while still waiting comes from Envoy itself (e.g. a timeout).
+                None => {
+                    cx.try_worker(|w| w.flights.stop_waiting(context));
+                    Release::EnvoyReply
+                }
+            };
+            self.state = State::Keyed(Keyed::Missed {
+                key,
+                capture: None,
+                reason: Some(reason),
+            });
+        }
+        self.label_miss(cx, end_of_stream);
+        self.report_outcome(cx);
+    }
+
+    /// A chunk of the answer to a query gone upstream: captured, stored at its end (and what it
+    /// names prefetched).
+    pub(super) fn keyed_response_body<H: RequestHost>(
+        &mut self,
+        cx: &mut Ctx<'_, H>,
+        body_size: usize,
+        end_of_stream: bool,
+    ) {
+        let State::Keyed(Keyed::Missed { key, capture, .. }) = &mut self.state else {
+            return;
+        };
+        let Some(c) = capture else {
+            return;
+        };
+        if c.chunk(cx.plugin(), cx.host(), body_size) == Chunk::TooLarge {
+            *capture = None;
+            let key = *key;
+            self.not_stored(cx, &key, NotStored::TooLarge);
+            return;
+        }
+        if !end_of_stream {
+            return;
+        }
+        if let (Some(c), Some(asked)) = (capture.take(), &self.asked) {
+            if let (Some(body), Some(trigger)) = (c.answer(), self.trigger.as_deref()) {
+                root_prefetch::after_answer(cx, trigger, body);
+            }
+            let mut stored = c.finish(cx, key, asked);
+            if queue_store(cx, key, &mut stored) {
+                request_dispatch(cx);
+            }
+        }
+    }
+
+    /// An answer that ends in trailers is not stored.
+    pub(super) fn keyed_response_trailers<H: RequestHost>(&mut self, cx: &mut Ctx<'_, H>) {
+        if let State::Keyed(Keyed::Missed { capture, key, .. }) = &mut self.state {
+            if capture.take().is_some() {
+                cx.host().count(Counter::StoreSkipped);
+                let key = *key;
+                self.not_stored(cx, &key, NotStored::Trailers);
+            }
+        }
+    }
+}
+
+/// A keyed query's states past its lookup.
+#[derive(Debug)]
+pub(super) enum Keyed {
+    /// Paused, waiting for a shared fetch (its own or another request's).
+    Waiting { key: CacheKey },
+    /// Sent upstream; the answer is stored if it qualifies.
+    Missed {
+        key: CacheKey,
+        capture: Option<Capture>,
+        reason: Option<Release>,
+    },
 }

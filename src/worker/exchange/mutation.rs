@@ -13,11 +13,11 @@ impl Exchange {
             n == "content-encoding" && !v.trim_ascii().eq_ignore_ascii_case(b"identity")
         });
         if status == 200 && !encoded {
-            self.state = State::Mutation {
+            self.state = State::Mutation(Watched {
                 body: Some(Vec::new()),
                 status,
                 declared: header_tags(&cx.config().mutation_purges.tags_from, &headers),
-            };
+            });
         }
     }
 
@@ -43,11 +43,11 @@ impl Exchange {
         size: usize,
         end: bool,
     ) {
-        let State::Mutation {
+        let State::Mutation(Watched {
             body,
             status,
             declared,
-        } = &mut self.state
+        }) = &mut self.state
         else {
             return;
         };
@@ -73,4 +73,14 @@ impl Exchange {
         }
         *body = None;
     }
+}
+
+/// A mutation going upstream: its answer is read (up to `max_entry_bytes`) for what it changed,
+/// and purged before its last byte reaches the client.
+#[derive(Debug)]
+pub(super) struct Watched {
+    body: Option<Vec<u8>>,
+    status: u16,
+    /// The tags its configured headers declare.
+    declared: Vec<String>,
 }

@@ -17,11 +17,11 @@ impl Exchange {
                 None => return,
             },
             State::Bypassed(reason) => (CacheStatus::Bypass, Some(reason.as_str()), None),
-            State::Mutation { .. } => (CacheStatus::Bypass, Some(Bypass::Mutation.as_str()), None),
-            State::Missed { reason, key, .. } => {
+            State::Mutation(_) => (CacheStatus::Bypass, Some(Bypass::Mutation.as_str()), None),
+            State::Keyed(Keyed::Missed { reason, key, .. }) => {
                 (CacheStatus::Miss, reason.map(Release::as_str), Some(*key))
             }
-            State::Shadow { key, .. } => (CacheStatus::Shadow, None, Some(*key)),
+            State::Shadow(shadow) => (CacheStatus::Shadow, None, Some(shadow.key())),
             _ => return,
         };
         self.report(cx, status, reason, key);

@@ -22,10 +22,10 @@ impl Exchange {
         } else {
             Counter::ShadowMisses
         });
-        self.state = State::Shadow {
+        self.state = State::Shadow(Shadow {
             key,
             shadowed: Box::new(shadowed),
-        };
+        });
         Flow::Continue
     }
 
@@ -35,7 +35,7 @@ impl Exchange {
         end_of_stream: bool,
     ) {
         let lifetimes = self.asked.as_ref().map(|a| a.lifetimes).unwrap_or_default();
-        let State::Shadow { shadowed, .. } = &mut self.state else {
+        let State::Shadow(Shadow { shadowed, .. }) = &mut self.state else {
             return;
         };
         if cx.config().debug_headers {
@@ -58,14 +58,15 @@ impl Exchange {
         size: usize,
         end: bool,
     ) {
-        let State::Shadow { shadowed, .. } = &mut self.state else {
+        let State::Shadow(Shadow { shadowed, .. }) = &mut self.state else {
             return;
         };
         shadowed.chunk(cx.plugin(), cx.host(), size);
         if !end {
             return;
         }
-        let State::Shadow { key, shadowed } = std::mem::replace(&mut self.state, State::Served)
+        let State::Shadow(Shadow { key, shadowed }) =
+            std::mem::replace(&mut self.state, State::Served)
         else {
             return;
         };
@@ -73,5 +74,18 @@ impl Exchange {
             // Shadow mode changes nothing others see: L1 only.
             capture.finish(cx, &key, asked);
         }
+    }
+}
+
+/// Shadow mode's one state: looked up, sent upstream, its answer compared and stored.
+#[derive(Debug)]
+pub(super) struct Shadow {
+    key: CacheKey,
+    shadowed: Box<Shadowed>,
+}
+
+impl Shadow {
+    pub(super) fn key(&self) -> CacheKey {
+        self.key
     }
 }
