@@ -7,6 +7,7 @@
 
 pub mod conditional;
 pub mod entry;
+pub mod fates;
 pub mod freshness;
 pub mod headers;
 pub mod hot;

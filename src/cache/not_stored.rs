@@ -30,6 +30,41 @@ pub enum NotStored {
 }
 
 impl NotStored {
+    /// Every reason, in the order of [`NotStored::code`].
+    pub const ALL: [NotStored; 19] = [
+        NotStored::TtlZero,
+        NotStored::Status,
+        NotStored::SetCookie,
+        NotStored::NoStore,
+        NotStored::Private,
+        NotStored::NoCache,
+        NotStored::MaxAgeZero,
+        NotStored::ContentEncoding,
+        NotStored::ContentType,
+        NotStored::Vary,
+        NotStored::GraphqlErrors,
+        NotStored::NotJson,
+        NotStored::TooLarge,
+        NotStored::NonUtf8Header,
+        NotStored::NotAdmitted,
+        NotStored::StoreFailed,
+        NotStored::FetchFailed,
+        NotStored::Trailers,
+        NotStored::EntityNotStored,
+    ];
+
+    /// A number for the reason, stable within one build (see `cache::fates`).
+    pub fn code(self) -> u8 {
+        NotStored::ALL
+            .iter()
+            .position(|&w| w == self)
+            .map_or(u8::MAX, |i| i as u8)
+    }
+
+    pub fn from_code(code: u8) -> Option<NotStored> {
+        NotStored::ALL.get(usize::from(code)).copied()
+    }
+
     pub fn as_str(self) -> &'static str {
         match self {
             NotStored::TtlZero => "ttl-zero",

@@ -106,6 +106,11 @@ pub(super) fn per_worker(raw: &RawConfig, d: PerWorker) -> Result<PerWorker, Con
     })
 }
 
+/// `miss_reason_keys` (0 turns exact miss reasons off: see `cache::fates`).
+pub(super) fn miss_reason_keys(raw: Option<u64>, default: u32) -> Result<u32, ConfigError> {
+    bounded("miss_reason_keys", raw, u64::from(default), 0, 1 << 20).map(to_u32)
+}
+
 /// `apq_slots` (0 turns persisted queries off).
 pub(super) fn apq_slots(raw: Option<u64>, default: u32) -> Result<u32, ConfigError> {
     bounded("apq_slots", raw, u64::from(default), 0, 65_536).map(to_u32)

@@ -129,6 +129,9 @@ pub struct Config {
     pub tag_slots: u32,
     /// Persisted queries (hash to text) remembered in shared data; 0 turns APQ off.
     pub apq_slots: u32,
+    /// Keys whose last answer's fate (stored, refused by admission, not stored and why) shared
+    /// data remembers, so that a miss says exactly why it missed; 0 turns it off.
+    pub miss_reason_keys: u32,
     /// `shadow`: look up, store and count, but always forward and never change an answer.
     pub shadow: bool,
     /// The fleet's shared cache (`graphql-cache-l2`), when configured.
@@ -176,6 +179,7 @@ impl Default for Config {
             mutation_purges: MutationPurges::default(),
             tag_slots: 4096,
             apq_slots: 1024,
+            miss_reason_keys: 16_384,
             shadow: false,
             l2: None,
         }
@@ -233,6 +237,7 @@ impl Config {
         let per_worker = memory::per_worker(&raw, d.per_worker(cache.bytes))?;
         let invalidation = purge::invalidation(&raw, d.tag_slots, env)?;
         let apq_slots = memory::apq_slots(raw.apq_slots, d.apq_slots)?;
+        let miss_reason_keys = memory::miss_reason_keys(raw.miss_reason_keys, d.miss_reason_keys)?;
         let shadow = requests::shadow(raw.mode.as_deref())?;
         let coalesce = raw.coalesce.unwrap_or(d.coalesce);
         let l2 = l2::parse(raw.l2.clone(), coalesce, env)?;
@@ -273,6 +278,7 @@ impl Config {
             mutation_purges,
             tag_slots: invalidation.tag_slots,
             apq_slots,
+            miss_reason_keys,
             shadow,
             l2,
         })

@@ -93,6 +93,10 @@ fn invalidation_fields() {
         "mutation_invalidation"
     );
     assert_eq!(err(r#"{"tag_slots":0}"#).field, "tag_slots");
+    assert_eq!(
+        err(r#"{"miss_reason_keys":2000000}"#).field,
+        "miss_reason_keys"
+    );
     let m = Config::parse(
         br#"{"mutation_tags_from":["header:X-Tags","extensions:tags"],
             "mutation_purges_per_second":5,"mutation_purge_burst":7}"#,

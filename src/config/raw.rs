@@ -51,6 +51,7 @@ pub(super) struct RawConfig {
     pub(super) mutation_purge_burst: Option<u64>,
     pub(super) tag_slots: Option<u64>,
     pub(super) apq_slots: Option<u64>,
+    pub(super) miss_reason_keys: Option<u64>,
     pub(super) mode: Option<String>,
     pub(super) l2: Option<RawL2>,
 }

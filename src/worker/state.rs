@@ -2,6 +2,7 @@
 //! shared read-only by every context of the VM, and [`Worker`], everything that changes while
 //! requests run, in one place (shared by the root and HTTP contexts through a `RefCell`).
 
+use crate::cache::fates::Fates;
 use crate::cache::hot::HotCache;
 use crate::cache::table::{Layout, Seen, SetTable};
 use crate::coalesce::flights::FlightTable;
@@ -45,6 +46,7 @@ pub struct Plugin {
     pub flights: FlightTable,
     pub purges: PurgeTable,
     pub apq: ApqTable,
+    pub fates: Fates,
 }
 
 impl Plugin {
@@ -54,6 +56,7 @@ impl Plugin {
             flights: FlightTable::new(config.flight_slots, secret),
             purges: PurgeTable::new(config.tag_slots),
             apq: ApqTable::new(config.apq_slots, config.max_body_bytes, secret),
+            fates: Fates::new(config.miss_reason_keys),
             config,
         }
     }

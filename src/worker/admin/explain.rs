@@ -23,6 +23,7 @@ use crate::request::rules::rule_matches;
 use crate::worker::admin::purge::{json_headers, refuse};
 use crate::worker::ctx::Ctx;
 use crate::worker::read::{header_identity, issued_identity};
+use crate::worker::serving::lookup::MissReason;
 use crate::worker::serving::marks::{refresh_marks, verdict};
 use serde_json::{json, Map, Value};
 use std::rc::Rc;
@@ -223,7 +224,7 @@ fn entry_state(cx: &mut Ctx<'_, impl RequestHost>, key: &CacheKey, now_ms: u64) 
     };
     let bytes = match peeked {
         Ok(bytes) => bytes,
-        Err(MissKind::Empty) => return miss("absent"),
+        Err(MissKind::Empty) => return miss(absent_because(cx, key, now_ms)),
         Err(MissKind::Expired) => return miss("expired"),
         Err(_) => return miss("collision"),
     };
@@ -256,6 +257,14 @@ fn entry_state(cx: &mut Ctx<'_, impl RequestHost>, key: &CacheKey, now_ms: u64) 
         miss_reason,
         stored_at_ms: Some(e.stored_at_ms),
     }
+}
+
+/// Why a key the table does not hold would miss, in the words the counters use: what became of
+/// its last answer, if remembered (else `cold`: this endpoint does not know what a worker saw).
+fn absent_because(cx: &mut Ctx<'_, impl RequestHost>, key: &CacheKey, now_ms: u64) -> &'static str {
+    let fate = cx.plugin().fates.recall(cx.host(), key).map(|r| r.fate);
+    let now_s = u32::try_from(now_ms / 1000).unwrap_or(u32::MAX);
+    MissReason::of(MissKind::Empty, fate, false, now_s).as_str()
 }
 
 /// An entry's state, what a request would be answered with, and why not from the entry.

@@ -14,6 +14,8 @@ pub struct LogRecord<'a> {
     /// What `x-cache` says.
     pub status: CacheStatus,
     pub reason: Option<&'static str>,
+    /// Why the lookup missed (`MISS` and `PARTIAL` only): `MissReason`'s words.
+    pub miss: Option<&'static str>,
     pub operation: Option<&'a str>,
     pub key: Option<&'a CacheKey>,
     /// Seconds, of an answer served from an entry.
@@ -28,6 +30,7 @@ impl LogRecord<'_> {
         LogRecord {
             status,
             reason: None,
+            miss: None,
             operation: None,
             key: None,
             age_s: None,
@@ -41,6 +44,10 @@ impl LogRecord<'_> {
         out.push_str(self.status.as_str());
         out.push_str(" reason=");
         out.push_str(self.reason.unwrap_or("-"));
+        if let Some(miss) = self.miss {
+            out.push_str(" miss=");
+            out.push_str(miss);
+        }
         out.push_str(" operation=");
         match self.operation.map(operation_name) {
             Some(name) if !name.is_empty() => out.push_str(&name),
@@ -85,6 +92,7 @@ mod tests {
         let r = LogRecord {
             status: CacheStatus::Hit,
             reason: None,
+            miss: None,
             operation: Some("GetUser"),
             key: Some(&key),
             age_s: Some(12),
@@ -111,6 +119,14 @@ mod tests {
             ..LogRecord::new(CacheStatus::Miss)
         };
         assert!(odd.render().contains(" operation=abcd "));
+        let missed = LogRecord {
+            miss: Some("not-stored"),
+            ..LogRecord::new(CacheStatus::Miss)
+        };
+        assert_eq!(
+            missed.render(),
+            "status=MISS reason=- miss=not-stored operation=- key=- age=- bytes=-"
+        );
         let long = "x".repeat(500);
         let r = LogRecord {
             operation: Some(&long),

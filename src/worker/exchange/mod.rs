@@ -26,6 +26,7 @@ use mutation::Watched;
 use shadowing::Shadow;
 
 use crate::cache::entry::Entry;
+use crate::cache::fates::Fate;
 use crate::cache::not_stored::NotStored;
 use crate::cache::status::CacheStatus;
 use crate::cache::storable::Asked;

@@ -76,9 +76,14 @@ impl Exchange {
         if !cx.config().access_log {
             return;
         }
+        let miss = match status {
+            CacheStatus::Miss | CacheStatus::Partial => self.missed.map(MissReason::as_str),
+            _ => None,
+        };
         let record = LogRecord {
             status,
             reason,
+            miss,
             operation: self.operation.as_ref().and_then(|o| o.name.as_deref()),
             key: key.as_ref(),
             age_s: self.served.map(|s| s.age_s),
@@ -94,6 +99,6 @@ impl Exchange {
         key: &CacheKey,
         why: NotStored,
     ) {
-        account_store(cx, key, self.operation.as_deref(), Some(why));
+        account_store(cx, key, self.operation.as_deref(), Fate::NotStored(why));
     }
 }

@@ -2,6 +2,7 @@
 //! and when the answer (or a failure) comes back it stores it if it may, tells watching workers,
 //! and answers or releases this worker's waiters.
 
+use crate::cache::fates::Fate;
 use crate::cache::not_stored::NotStored;
 use crate::cache::storable::Answer;
 use crate::coalesce::relay::Response;
@@ -135,7 +136,7 @@ pub fn on_fetch_response(
         }
         FetchResult::TooLarge { status } => {
             cx.host().count(Counter::StoreSkipped);
-            let too_large = Some(NotStored::TooLarge);
+            let too_large = Fate::NotStored(NotStored::TooLarge);
             account_store(cx, &fetch.key, Some(&fetch.asked.operation), too_large);
             // Remembered for answers the key gives normally; one large error page proves nothing.
             if status == Some(200) {

@@ -6,6 +6,8 @@
 
 use crate::cache::conditional::not_modified;
 use crate::cache::entry::Entry;
+use crate::cache::fates::Fate;
+use crate::cache::not_stored::NotStored;
 use crate::cache::status::CacheStatus;
 use crate::cache::table::{Lookup, MissKind};
 use crate::effects::counters::Counter;
@@ -32,11 +34,16 @@ pub enum Found {
 /// Why a lookup found nothing to serve.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum MissReason {
-    /// Not in the cache, and not asked for here lately: a first request.
+    /// Not in the cache, and nothing known of an answer for it: a first request.
     Cold,
-    /// Not in the cache, though asked for here lately: evicted, refused by admission, or its
-    /// last answer was not stored.
+    /// Stored, then displaced for room before it expired (or, its fate forgotten, asked for
+    /// here lately and not found).
     Evicted,
+    /// Its last answer was storable, but the admission policy kept what the store held.
+    NotAdmitted,
+    /// Its last answer could not be stored (errors, `no-store`, `set-cookie`, too large...:
+    /// the store's `not_stored` counters say which).
+    NotStored,
     /// Its place holds another key's entry.
     Collision,
     /// Expired (past any stale window that would serve it).
@@ -54,6 +61,8 @@ impl MissReason {
         match self {
             MissReason::Cold => "cold",
             MissReason::Evicted => "evicted",
+            MissReason::NotAdmitted => "not-admitted",
+            MissReason::NotStored => "not-stored",
             MissReason::Collision => "collision",
             MissReason::Expired => "expired",
             MissReason::Purged => "purged",
@@ -62,12 +71,25 @@ impl MissReason {
         }
     }
 
-    fn of(kind: MissKind, asked_before: bool) -> MissReason {
-        match kind {
-            MissKind::Empty if asked_before => MissReason::Evicted,
-            MissKind::Empty => MissReason::Cold,
-            MissKind::Expired => MissReason::Expired,
-            MissKind::Collision | MissKind::Foreign => MissReason::Collision,
+    /// Why a key the table does not hold missed: from what became of its last answer
+    /// (`fate`, if remembered), else from whether it was asked for here lately.
+    pub fn of(kind: MissKind, fate: Option<Fate>, asked_before: bool, now_s: u32) -> MissReason {
+        match (kind, fate) {
+            (MissKind::Expired, _) => MissReason::Expired,
+            (MissKind::Collision | MissKind::Foreign, _) => MissReason::Collision,
+            (MissKind::Empty, Some(Fate::NotStored(NotStored::NotAdmitted))) => {
+                MissReason::NotAdmitted
+            }
+            (MissKind::Empty, Some(Fate::NotStored(_))) => MissReason::NotStored,
+            // Gone because it could be served no longer (the table makes room with those first).
+            (MissKind::Empty, Some(Fate::Stored { until_s }))
+                if until_s != 0 && now_s >= until_s =>
+            {
+                MissReason::Expired
+            }
+            (MissKind::Empty, Some(Fate::Stored { .. })) => MissReason::Evicted,
+            (MissKind::Empty, None) if asked_before => MissReason::Evicted,
+            (MissKind::Empty, None) => MissReason::Cold,
         }
     }
 }
@@ -112,7 +134,13 @@ pub fn find(cx: &mut Ctx<'_, impl RequestHost>, key: &CacheKey, now_ms: u64) -> 
         Lookup::Miss(kind) => {
             // Counted once already, by this request.
             let asked_before = cx.worker(|w| w.seen.frequency(hash) > 1);
-            return Found::Nothing(MissReason::of(kind, asked_before));
+            let fates = &cx.plugin().fates;
+            let fate = match kind {
+                MissKind::Empty => fates.recall(cx.host(), key).map(|r| r.fate),
+                _ => None,
+            };
+            let now_s = u32::try_from(now_ms / 1000).unwrap_or(u32::MAX);
+            return Found::Nothing(MissReason::of(kind, fate, asked_before, now_s));
         }
     };
     record_frequency(cx, hash);
@@ -261,6 +289,29 @@ pub fn serve(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_miss_says_what_became_of_the_key_s_last_answer() {
+        use MissReason as M;
+        let of = |fate, asked_before| MissReason::of(MissKind::Empty, fate, asked_before, 100);
+        let not = |why| Some(Fate::NotStored(why));
+        assert_eq!(of(None, false), M::Cold);
+        assert_eq!(of(None, true), M::Evicted, "fate forgotten, asked for here");
+        assert_eq!(of(not(NotStored::GraphqlErrors), false), M::NotStored);
+        assert_eq!(of(not(NotStored::NoStore), true), M::NotStored);
+        assert_eq!(of(not(NotStored::NotAdmitted), true), M::NotAdmitted);
+        assert_eq!(of(Some(Fate::Stored { until_s: 200 }), false), M::Evicted);
+        assert_eq!(of(Some(Fate::Stored { until_s: 100 }), true), M::Expired);
+        assert_eq!(of(Some(Fate::Stored { until_s: 0 }), true), M::Evicted);
+        let expired = MissReason::of(MissKind::Expired, not(NotStored::NoStore), true, 1);
+        assert_eq!(expired, M::Expired);
+        assert_eq!(
+            MissReason::of(MissKind::Foreign, None, true, 1),
+            M::Collision
+        );
+        let words: Vec<_> = [M::NotStored, M::NotAdmitted].map(M::as_str).to_vec();
+        assert_eq!(words, ["not-stored", "not-admitted"]);
+    }
 
     #[test]
     fn ages_print_in_decimal() {

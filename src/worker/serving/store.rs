@@ -2,6 +2,7 @@
 //! miss captured as it streamed to its client.
 
 use crate::cache::entry::Entry;
+use crate::cache::fates::Fate;
 use crate::cache::not_stored::NotStored;
 use crate::cache::refusals;
 use crate::cache::storable::{storable_entry, Answer, Asked, Stamp};
@@ -62,7 +63,7 @@ pub fn store_answer(
         Ok(bytes) => bytes,
         Err(why) => {
             host.count(Counter::StoreSkipped);
-            account_store(cx, key, Some(&asked.operation), Some(why));
+            account_store(cx, key, Some(&asked.operation), Fate::NotStored(why));
             return Stored::not(why);
         }
     };
@@ -74,7 +75,13 @@ pub fn store_answer(
         Ok(_) => None,
         Err(_) => Some(NotStored::StoreFailed),
     };
-    account_store(cx, key, Some(&asked.operation), not_stored);
+    let fate = match not_stored {
+        Some(why) => Fate::NotStored(why),
+        None => Fate::Stored {
+            until_s: serving_until_s(&bytes),
+        },
+    };
+    account_store(cx, key, Some(&asked.operation), fate);
     if outcome.is_err() {
         return Stored::not(NotStored::StoreFailed);
     }
@@ -89,23 +96,43 @@ pub fn store_answer(
     }
 }
 
-/// Accounts for what storing the answer for `key` did (`None`: stored): counted for its
-/// operation and, when not stored, remembered for the explain endpoint.
+/// Accounts for what storing the answer for `key` did: counted for its operation, remembered
+/// for its next miss and, when not stored, for the explain endpoint.
 pub fn account_store(
     cx: &mut Ctx<'_, impl Host>,
     key: &CacheKey,
     operation: Option<&OperationTags>,
-    not_stored: Option<NotStored>,
+    fate: Fate,
 ) {
-    let tally = match not_stored {
-        None => Tally::one(OpCounter::Stores),
-        Some(why) => Tally::because(OpCounter::NotStored, why.as_str()),
+    let tally = match fate {
+        Fate::Stored { .. } => Tally::one(OpCounter::Stores),
+        Fate::NotStored(why) => Tally::because(OpCounter::NotStored, why.as_str()),
     };
     count_operation(cx, operation_of(operation), &[tally]);
-    if let (Some(why), Some(_)) = (not_stored, &cx.config().purge) {
+    remember_fate(cx, key, fate);
+    if let (Fate::NotStored(why), Some(_)) = (fate, &cx.config().purge) {
         let host = cx.host();
         refusals::remember(host, key, why.as_str(), host.now_ms());
     }
+}
+
+/// Remembers what became of the answer for `key`, for the exact reason of its next miss (see
+/// `cache::fates`).
+pub fn remember_fate(cx: &mut Ctx<'_, impl Host>, key: &CacheKey, fate: Fate) {
+    let fates = &cx.plugin().fates;
+    if fates.is_on() {
+        let host = cx.host();
+        fates.remember(host, key, fate, seconds(host.now_ms()));
+    }
+}
+
+/// Until when (seconds since the epoch) an entry may be served, stale windows included.
+pub fn serving_until_s(entry: &[u8]) -> u32 {
+    Entry::peek(entry).map_or(0, |p| seconds(p.keep_until_ms))
+}
+
+fn seconds(ms: u64) -> u32 {
+    u32::try_from(ms / 1000).unwrap_or(u32::MAX)
 }
 
 /// Puts an encoded entry in the table, counting what that did (admitted or not, what it
