@@ -429,7 +429,7 @@ def check_promql(dash, promtool, errors):
 # Synthetic counters, one sample a minute for ten minutes (promtool's `a+bxn`: from a, b more each
 # minute): per second, globally 1 hit, 0.5 stale, 1.5 misses (of them 0.5 coalesced, 0.25 from the
 # L2), 1/3 bypass; per operation: Home 1 hit, 1 stale, 0.5 coalesced, 1.5 misses (0.5 cold,
-# 1 expired), 1 bypass; Search only misses (1 cold); Cached only hits (1).
+# 1 expired), 1 bypass; Search only misses (1 cold, 1 evicted); Cached only hits (1).
 SYNTHETIC = {
     'graphql_cache_hits{instance="envoy-a"}': "0+60x10",
     'graphql_cache_stale_served{instance="envoy-a"}': "0+30x10",
@@ -444,6 +444,7 @@ SYNTHETIC = {
     'graphql_cache_op_misses{instance="envoy-a",graphql_operation="Home",graphql_cache_reason="expired"}': "0+60x10",
     'graphql_cache_op_bypasses{instance="envoy-a",graphql_operation="Home",graphql_cache_reason="mutation"}': "0+60x10",
     'graphql_cache_op_misses{instance="envoy-a",graphql_operation="Search",graphql_cache_reason="cold"}': "0+60x10",
+    'graphql_cache_op_misses{instance="envoy-a",graphql_operation="Search",graphql_cache_reason="evicted"}': "0+60x10",
     'graphql_cache_op_hits{instance="envoy-a",graphql_operation="Cached"}': "0+60x10",
 }
 PER_OP = lambda home, search, cached: [  # noqa: E731
@@ -460,9 +461,14 @@ EXPECTED = {
     ("timeseries", "Hit ratio per operation", "A"): PER_OP(0.5, 0, 1),
     ("bargauge", "Hit ratio per operation, time range", "A"): PER_OP(0.5, 0, 1),
     ("timeseries", "Served without an origin trip per operation", "A"): PER_OP(0.625, 0, 1),
-    ("timeseries", "Requests per operation", "A"): PER_OP(5, 1, 1),
+    ("timeseries", "Requests per operation", "A"): PER_OP(5, 2, 1),
     ("timeseries", "Miss reasons", "A"): [('{graphql_cache_reason="cold"}', 1.5),
+                                          ('{graphql_cache_reason="evicted"}', 1),
                                           ('{graphql_cache_reason="expired"}', 1)],
+    # Search's evicted misses are the store's to win: its ceiling is half its requests.
+    ("bargauge", "Hit ratio and cacheable ceiling per operation, time range", "A"): PER_OP(0.5, 0, 1),
+    ("bargauge", "Hit ratio and cacheable ceiling per operation, time range", "B"):
+        PER_OP(0.5, 0.5, 1),
 }
 
 
