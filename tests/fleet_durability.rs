@@ -225,7 +225,7 @@ fn one_cluster_master_down_is_not_a_dead_l2() {
         "the L2 service was taken out of load balancing: {flags:?}"
     );
     // Keys on the masters that are up are still served by the L2. A lookup may still miss its
-    // 50 ms budget on a loaded machine (the L2 service's Cluster client is re-reading the slot
+    // budget on a loaded machine (the L2 service's Cluster client is re-reading the slot
     // map): then it is a counted L2 failure and a MISS, never anything else.
     let mut from_l2 = 0;
     for n in &kept {
