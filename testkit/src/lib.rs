@@ -85,8 +85,52 @@ pub fn l2_bin() -> PathBuf {
     )
 }
 
-/// A port nobody listens on now, whose Redis Cluster bus twin (+10000) is free too.
+/// The first port the kernel may hand an outgoing connection as its local port (the start of
+/// `ip_local_port_range`); ports below it are taken only by a bind.
+fn ephemeral_floor() -> u16 {
+    std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse().ok())
+        .unwrap_or(32_768)
+}
+
+/// Whether nobody listens on `port` (nor, for a Redis Cluster node, on its bus port + 10000).
+fn bindable(port: u16) -> bool {
+    TcpListener::bind(("127.0.0.1", port)).is_ok()
+        && TcpListener::bind(("127.0.0.1", port + 10_000)).is_ok()
+}
+
+/// A port nobody listens on now, whose Redis Cluster bus twin (+10000) is free too. Both lie
+/// below the kernel's ephemeral range: a port picked inside it (as the kernel picks for a bind to
+/// port 0) may become an outgoing connection's local port before the server binds it. That
+/// happened under load, with two suites and a build beside each other: redis-server could not
+/// bind the port the harness had picked, and `trust::the_service_refuses_to_start_without_a_secret_unless_told_to`
+/// waited 10 s for it. Processes start at different places in the range (their pid, the clock).
 pub fn free_port() -> u16 {
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    const LOW: u32 = 10_000;
+    let high = u32::from(ephemeral_floor()).saturating_sub(10_000);
+    if high <= LOW + 1_000 {
+        return free_port_from_the_kernel();
+    }
+    let span = high - LOW;
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos());
+    let start = std::process::id().wrapping_mul(7_919).wrapping_add(nanos);
+    for _ in 0..1_000 {
+        let n = NEXT.fetch_add(1, Ordering::SeqCst) as u32;
+        let port = LOW + start.wrapping_add(n.wrapping_mul(104_729)) % span;
+        let port = u16::try_from(port).unwrap();
+        if bindable(port) {
+            return port;
+        }
+    }
+    panic!("no free port below {high}");
+}
+
+/// The old way, for a machine whose ephemeral range leaves no room below it.
+fn free_port_from_the_kernel() -> u16 {
     for _ in 0..200 {
         let l = TcpListener::bind("127.0.0.1:0").unwrap();
         let p = l.local_addr().unwrap().port();
