@@ -304,8 +304,15 @@ fn a_cluster_answers_a_batch_spread_over_every_master() {
         "cluster: one mstore of {} items, per master (_, socket reads): {stores:?}",
         items.len()
     );
+    // A client that waits for each reply needs a read per SET at least; a pipelined one needs
+    // far fewer, but how many depends on how the kernel cuts the burst, which the machine's load
+    // decides: 3 a master idle, 9 under two busy loops and two builds beside the suite (where a
+    // third of a read per SET was asked before, and failed). The bound tells the two apart.
     let store_reads = stores.iter().map(|(_, r)| r).sum::<u64>() as usize;
-    assert!(store_reads * 3 <= items.len(), "not pipelined: {stores:?}");
+    assert!(
+        store_reads * 3 <= items.len() * 2,
+        "not pipelined: {stores:?}"
+    );
     let mut want: Vec<Option<Vec<u8>>> = values.into_iter().map(Some).collect();
     want.push(None);
     assert_eq!(got, want, "in the request's order");
