@@ -19,9 +19,20 @@ pub trait StartL2 {
     fn single(redis: &Redis, extra: &[&str]) -> L2;
 }
 
+/// The Redis round-trip cap the tests give the service unless they set their own. The shipped
+/// 200 ms is a latency choice; on a machine loaded past its cores (two suites, a CI build and two
+/// busy loops beside each other) one Lua script of marks outlasted it, and the service answered
+/// 424 where `marks::snapshot_pages_hold_every_field_with_the_tip_and_sequence_of_the_log`
+/// asserts what it stores. Tests of the cap itself pass `--redis-timeout-ms`.
+const TEST_REDIS_TIMEOUT_MS: &str = "2000";
+
 impl StartL2 for L2 {
     fn start(args: &[&str]) -> L2 {
-        L2::start_bin(Path::new(BIN), args)
+        let mut args = args.to_vec();
+        if !args.contains(&"--redis-timeout-ms") {
+            args.extend_from_slice(&["--redis-timeout-ms", TEST_REDIS_TIMEOUT_MS]);
+        }
+        L2::start_bin(Path::new(BIN), &args)
     }
 
     fn single(redis: &Redis, extra: &[&str]) -> L2 {
