@@ -19,6 +19,11 @@ const RECORD: usize = 8 + 1 + 4 + 4;
 /// The fate code of an answer stored; the others are `NotStored::code() + 1`.
 const STORED: u8 = 0;
 
+/// A time in ms since the epoch as the pages keep it: seconds, in 32 bits.
+pub fn seconds(ms: u64) -> u32 {
+    u32::try_from(ms / 1000).unwrap_or(u32::MAX)
+}
+
 /// What became of a key's last answer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Fate {

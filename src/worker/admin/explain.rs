@@ -3,6 +3,7 @@
 //! forwarded, no lookup is counted, no frequency recorded, no statistic moved.
 
 use crate::cache::entry::Entry;
+use crate::cache::fates::seconds;
 use crate::cache::refusals;
 use crate::cache::status::CacheStatus;
 use crate::cache::table::MissKind;
@@ -263,8 +264,7 @@ fn entry_state(cx: &mut Ctx<'_, impl RequestHost>, key: &CacheKey, now_ms: u64) 
 /// its last answer, if remembered (else `cold`: this endpoint does not know what a worker saw).
 fn absent_because(cx: &mut Ctx<'_, impl RequestHost>, key: &CacheKey, now_ms: u64) -> &'static str {
     let fate = cx.plugin().fates.recall(cx.host(), key).map(|r| r.fate);
-    let now_s = u32::try_from(now_ms / 1000).unwrap_or(u32::MAX);
-    MissReason::of(MissKind::Empty, fate, false, now_s).as_str()
+    MissReason::of(MissKind::Empty, fate, false, seconds(now_ms)).as_str()
 }
 
 /// An entry's state, what a request would be answered with, and why not from the entry.

@@ -6,7 +6,7 @@
 
 use crate::cache::conditional::not_modified;
 use crate::cache::entry::Entry;
-use crate::cache::fates::Fate;
+use crate::cache::fates::{seconds, Fate};
 use crate::cache::not_stored::NotStored;
 use crate::cache::status::CacheStatus;
 use crate::cache::table::{Lookup, MissKind};
@@ -139,8 +139,7 @@ pub fn find(cx: &mut Ctx<'_, impl RequestHost>, key: &CacheKey, now_ms: u64) -> 
                 MissKind::Empty => fates.recall(cx.host(), key).map(|r| r.fate),
                 _ => None,
             };
-            let now_s = u32::try_from(now_ms / 1000).unwrap_or(u32::MAX);
-            return Found::Nothing(MissReason::of(kind, fate, asked_before, now_s));
+            return Found::Nothing(MissReason::of(kind, fate, asked_before, seconds(now_ms)));
         }
     };
     record_frequency(cx, hash);

@@ -2,7 +2,7 @@
 //! miss captured as it streamed to its client.
 
 use crate::cache::entry::Entry;
-use crate::cache::fates::Fate;
+use crate::cache::fates::{seconds, Fate};
 use crate::cache::not_stored::NotStored;
 use crate::cache::refusals;
 use crate::cache::storable::{storable_entry, Answer, Asked, Stamp};
@@ -129,10 +129,6 @@ pub fn remember_fate(cx: &mut Ctx<'_, impl Host>, key: &CacheKey, fate: Fate) {
 /// Until when (seconds since the epoch) an entry may be served, stale windows included.
 pub fn serving_until_s(entry: &[u8]) -> u32 {
     Entry::peek(entry).map_or(0, |p| seconds(p.keep_until_ms))
-}
-
-fn seconds(ms: u64) -> u32 {
-    u32::try_from(ms / 1000).unwrap_or(u32::MAX)
 }
 
 /// Puts an encoded entry in the table, counting what that did (admitted or not, what it
