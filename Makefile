@@ -16,7 +16,7 @@ export GRAPHQL_CACHE_WASM := $(CURDIR)/$(WASM)
 export ORIGIN_BIN := $(CURDIR)/$(ORIGIN)
 export L2_BIN := $(CURDIR)/$(L2)
 
-.PHONY: help tools redis compose build wasm origin l2 test lint unit integration validate demo demo-check demo-cluster demo-cluster-check demo-federation demo-federation-check bench bench-micro bench-ab bench-hostcalls bench-hitratio bench-entities bench-entities-pinned bench-entities-hops bench-entities-paired bench-entities-hop-floor fuzz soak clean
+.PHONY: help tools redis compose build wasm origin l2 test lint unit integration ceilings-check validate demo demo-check demo-cluster demo-cluster-check demo-federation demo-federation-check bench bench-micro bench-ab bench-hostcalls bench-hitratio bench-entities bench-entities-pinned bench-entities-hops bench-entities-paired bench-entities-hop-floor fuzz soak clean
 
 help:
 	@echo "make demo   - build, start the origin and Envoy with the filter, and walk through it with curl"
@@ -169,8 +169,13 @@ integration: tools build $(REDIS) tests/apollo/node_modules tests/federation/nod
 demo-check: tools build
 	DEMO_SECONDS=0 ENVOY=$(ENVOY) WASM=$(WASM) ORIGIN=$(ORIGIN) envoy/demo.sh >/dev/null
 
-test: lint unit validate k8s-check integration demo-check demo-cluster-check demo-federation-check
+test: lint unit validate k8s-check integration ceilings-check demo-check demo-cluster-check demo-federation-check
 	@echo "make test: all passed"
+
+# The ceilings the filter reports (hit ratio at 2x memory, cacheable ceiling) against the hit
+# ratio measured by replaying the same traces at twice the memory (tests/ceilings/ceilings.py).
+ceilings-check: tools build
+	ENVOY_BIN=$(ENVOY) GRAPHQL_CACHE_WASM=$(WASM) ORIGIN_BIN=$(ORIGIN) python3 tests/ceilings/ceilings.py
 
 # The fleet demo's walkthrough asserts MISS on A, HIT from the L2 on B, and a purge sent to A
 # honoured on B within a second.

@@ -28,12 +28,15 @@ WASM = os.environ.get("GRAPHQL_CACHE_WASM", str(ROOT / "target/wasm32-wasip1/rel
 ORIGIN = os.environ.get("ORIGIN_BIN", str(ROOT / "target/release/graphql-origin"))
 ANSWER_BYTES = 1024
 QUERY = "query HitRatio($k: String!, $n: Int!) { echo(value: $k) big(size: $n) }"
+# A key named `err/...` asks for `fail` too: its answer carries `errors` and is never stored.
+QUERY_ERR = "query HitRatio($k: String!, $n: Int!) { echo(value: $k) big(size: $n) fail }"
 
 
 def body(key):
     # {"data":{"echo":"<k>","big":"<n x>"}} is 29 bytes besides the key and the padding.
     pad = ANSWER_BYTES - 29 - len(json.dumps(key)) + 2
-    return json.dumps({"query": QUERY, "variables": {"k": key, "n": pad}}).encode()
+    query = QUERY_ERR if key.startswith("err/") else QUERY
+    return json.dumps({"query": query, "variables": {"k": key, "n": pad}}).encode()
 
 
 def get(url, timeout=5):
@@ -115,7 +118,7 @@ class Envoy:
 
     def filter_counters(self):
         return {name.rsplit(".", 1)[1]: v for name, v in
-                self.stats(r"^wasmcustom\.graphql_cache\.(hits|misses|stores|bypasses)$").items()}
+                self.stats(r"^wasmcustom\.graphql_cache\.(hits|misses|stores|bypasses|evictions|admissions_rejected|would_hit_2x|would_hit_4x)$").items()}
 
     def worker_connections(self):
         """worker index -> downstream connections it has open on the listener."""

@@ -91,12 +91,14 @@ impl Layout {
 }
 
 /// What storing did besides storing.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Inserted {
     /// Not stored: everything it would have displaced is asked for at least as often.
     pub rejected: bool,
     /// Live entries displaced to make room (in the set, or for the byte budget).
     pub evicted_capacity: u32,
+    /// Those entries, as their ways recorded them (their ghosts are kept: `cache::ghosts`).
+    pub victims: Vec<Way>,
     /// Entries past their last serving instant whose space was taken back.
     pub evicted_expired: u32,
 }
@@ -390,6 +392,7 @@ impl SetTable {
             }
             Placement::Displace { way, victim } => {
                 stored.evicted_capacity += 1;
+                stored.victims.push(victim);
                 (way, victim)
             }
         };
@@ -467,7 +470,10 @@ impl SetTable {
             }
             if self.evict(store, set, way, victim)? {
                 match live {
-                    true => stored.evicted_capacity += 1,
+                    true => {
+                        stored.evicted_capacity += 1;
+                        stored.victims.push(victim);
+                    }
                     false => stored.evicted_expired += 1,
                 }
             }

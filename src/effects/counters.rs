@@ -15,6 +15,10 @@ pub enum Counter {
     EvictionsExpired,
     /// Answers not stored: everything they would have displaced is asked for more often.
     AdmissionsRejected,
+    /// Misses a store of twice `cache_bytes` would have served (`cache::ghosts`).
+    WouldHit2x,
+    /// Misses a store of four times `cache_bytes` would have served (those of 2x among them).
+    WouldHit4x,
     Coalesced,
     Leaders,
     WaitTimeouts,
@@ -60,7 +64,7 @@ pub enum Counter {
 
 impl Counter {
     /// Every counter, in the order of its index.
-    pub const ALL: [Counter; 45] = [
+    pub const ALL: [Counter; 47] = [
         Counter::Hits,
         Counter::Misses,
         Counter::Bypasses,
@@ -71,6 +75,8 @@ impl Counter {
         Counter::Evictions,
         Counter::EvictionsExpired,
         Counter::AdmissionsRejected,
+        Counter::WouldHit2x,
+        Counter::WouldHit4x,
         Counter::Coalesced,
         Counter::Leaders,
         Counter::WaitTimeouts,
@@ -125,6 +131,8 @@ impl Counter {
             Counter::Evictions => "graphql_cache.evictions",
             Counter::EvictionsExpired => "graphql_cache.evictions_expired",
             Counter::AdmissionsRejected => "graphql_cache.admissions_rejected",
+            Counter::WouldHit2x => "graphql_cache.would_hit_2x",
+            Counter::WouldHit4x => "graphql_cache.would_hit_4x",
             Counter::Coalesced => "graphql_cache.coalesced",
             Counter::Leaders => "graphql_cache.leaders",
             Counter::WaitTimeouts => "graphql_cache.wait_timeouts",

@@ -56,6 +56,8 @@ pub enum OpCounter {
     Stores,
     /// An origin answer that was not (by reason: why not).
     NotStored,
+    /// A miss a larger store would have served (by reason: `2x`, `4x` its `cache_bytes`).
+    WouldHit,
     /// Milliseconds the origin took to produce the entries hits were served from.
     OriginMsSaved,
 }
@@ -78,6 +80,7 @@ impl OpCounter {
             OpCounter::Bypasses => "bypasses",
             OpCounter::Stores => "stores",
             OpCounter::NotStored => "not_stored",
+            OpCounter::WouldHit => "would_hit",
             OpCounter::OriginMsSaved => "origin_ms_saved",
         }
     }

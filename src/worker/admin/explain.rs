@@ -4,7 +4,6 @@
 
 use crate::cache::entry::Entry;
 use crate::cache::fates::seconds;
-use crate::cache::refusals;
 use crate::cache::status::CacheStatus;
 use crate::cache::table::MissKind;
 use crate::config::Matcher;
@@ -176,13 +175,10 @@ fn looked_up(
     out.insert("x_cache".into(), found.x_cache.as_str().into());
     out.insert("miss_reason".into(), found.miss_reason.into());
     out.insert("entry".into(), found.entry);
-    let refused = cx.worker_and_shared(|_, shared| refusals::recall(shared, &decided.key));
-    let last = refused
-        .filter(|r| found.stored_at_ms.is_none_or(|at| r.at_ms > at))
-        .map(
-            |r| json!({ "reason": r.reason, "seconds_ago": now_ms.saturating_sub(r.at_ms) / 1000 }),
-        );
-    out.insert("last_not_stored".into(), last.into());
+    out.insert(
+        "last_not_stored".into(),
+        last_not_stored(cx, &decided.key, now_ms).into(),
+    );
 }
 
 fn rule_json(index: usize, r: &Rule) -> Value {
@@ -210,7 +206,6 @@ struct Held {
     entry: Value,
     x_cache: CacheStatus,
     miss_reason: Option<&'static str>,
-    stored_at_ms: Option<u64>,
 }
 
 fn entry_state(cx: &mut Ctx<'_, impl RequestHost>, key: &CacheKey, now_ms: u64) -> Held {
@@ -221,7 +216,6 @@ fn entry_state(cx: &mut Ctx<'_, impl RequestHost>, key: &CacheKey, now_ms: u64) 
         entry: Value::Null,
         x_cache: CacheStatus::Miss,
         miss_reason: Some(why),
-        stored_at_ms: None,
     };
     let bytes = match peeked {
         Ok(bytes) => bytes,
@@ -256,15 +250,32 @@ fn entry_state(cx: &mut Ctx<'_, impl RequestHost>, key: &CacheKey, now_ms: u64) 
         entry,
         x_cache,
         miss_reason,
-        stored_at_ms: Some(e.stored_at_ms),
     }
 }
 
 /// Why a key the table does not hold would miss, in the words the counters use: what became of
 /// its last answer, if remembered (else `cold`: this endpoint does not know what a worker saw).
 fn absent_because(cx: &mut Ctx<'_, impl RequestHost>, key: &CacheKey, now_ms: u64) -> &'static str {
-    let fate = cx.plugin().fates.recall(cx.host(), key).map(|r| r.fate);
+    let plugin = cx.plugin();
+    let fate = plugin
+        .fates
+        .recall(cx.host(), plugin.table.hash(key))
+        .map(|r| r.fate);
     MissReason::of(MissKind::Empty, fate, false, seconds(now_ms)).as_str()
+}
+
+/// Why the key's last answer was not stored, and how long ago, if that is the newest thing known
+/// of it (a later store would have replaced that fate).
+fn last_not_stored(
+    cx: &mut Ctx<'_, impl RequestHost>,
+    key: &CacheKey,
+    now_ms: u64,
+) -> Option<Value> {
+    let plugin = cx.plugin();
+    let recalled = plugin.fates.recall(cx.host(), plugin.table.hash(key))?;
+    let why = recalled.fate.not_stored()?;
+    let ago = seconds(now_ms).saturating_sub(recalled.at_s);
+    Some(json!({ "reason": why.as_str(), "seconds_ago": ago }))
 }
 
 /// An entry's state, what a request would be answered with, and why not from the entry.

@@ -103,8 +103,8 @@ impl Exchange {
             {
                 self.answer_from(cx, &asking, &entry, STALE)
             }
-            Found::Stale(_) => self.not_served(MissReason::Expired),
-            Found::Nothing(why) => self.not_served(why),
+            Found::Stale(_) => self.not_served(MissReason::Expired, None),
+            Found::Nothing(why, larger) => self.not_served(why, larger),
         };
         if served {
             return Flow::Pause;
@@ -130,9 +130,11 @@ impl Exchange {
         Flow::Continue
     }
 
-    /// Remembers why the lookup served nothing (for the per-operation counters); `false`.
-    pub(super) fn not_served(&mut self, why: MissReason) -> bool {
+    /// Remembers why the lookup served nothing, and which larger store would have (for the
+    /// per-operation counters); `false`.
+    pub(super) fn not_served(&mut self, why: MissReason, larger: Option<WouldHit>) -> bool {
         self.missed = Some(why);
+        self.would_hit = larger;
         false
     }
 

@@ -27,6 +27,7 @@ use shadowing::Shadow;
 
 use crate::cache::entry::Entry;
 use crate::cache::fates::Fate;
+use crate::cache::ghosts::WouldHit;
 use crate::cache::not_stored::NotStored;
 use crate::cache::status::CacheStatus;
 use crate::cache::storable::Asked;
@@ -129,6 +130,8 @@ pub struct Exchange {
     operation: Option<Rc<OperationTags>>,
     /// Why the lookup found nothing to serve.
     missed: Option<MissReason>,
+    /// The smallest larger store that would have served what this one missed.
+    would_hit: Option<WouldHit>,
     /// On a route that prefetches entities: what its answer may start (see `entities::trigger`).
     trigger: Option<Rc<Trigger>>,
 }
@@ -156,6 +159,7 @@ impl Exchange {
             mutation_shape: None,
             operation: None,
             missed: None,
+            would_hit: None,
             trigger: None,
         }
     }

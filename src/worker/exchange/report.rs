@@ -62,8 +62,16 @@ impl Exchange {
             amount: self.served.map_or(0, |s| s.origin_ms),
             ..Tally::one(OpCounter::OriginMsSaved)
         };
-        let tallies = [counted, saved];
-        count_operation(cx, operation_of(self.operation.as_deref()), &tallies);
+        // A miss a larger store would have served counts for each multiple that would have.
+        let larger = match (status, self.would_hit) {
+            (CacheStatus::Miss, Some(would)) => would.labels(),
+            _ => &[],
+        };
+        let at =
+            |i: usize| Tally::because(OpCounter::WouldHit, larger.get(i).copied().unwrap_or(""));
+        let tallies = [counted, saved, at(0), at(1)];
+        let used = &tallies[..2 + larger.len().min(2)];
+        count_operation(cx, operation_of(self.operation.as_deref()), used);
     }
 
     pub(super) fn log<H: RequestHost>(

@@ -6,8 +6,6 @@
 //! the fetch: L2 sits below the root and never answers a request itself.
 
 use crate::cache::entry::Entry;
-use crate::cache::fates::Fate;
-use crate::cache::not_stored::NotStored;
 use crate::coalesce::relay::Response;
 use crate::coalesce::upstream::{L2Role, SharedFetch};
 use crate::config::L2;
@@ -21,7 +19,7 @@ use crate::worker::callout::Returned;
 use crate::worker::ctx::Ctx;
 use crate::worker::fleet::vet;
 use crate::worker::serving::marks::{refresh_marks, verdict};
-use crate::worker::serving::store::{insert, remember_fate, serving_until_s};
+use crate::worker::serving::store::{insert, remember_fate};
 
 /// Root: sends `fetch`'s lookup (or, with `wait`, its long-poll); gives the fetch back, no
 /// longer asking L2, if Envoy refused the call (circuit breaker open, every host ejected).
@@ -147,13 +145,7 @@ fn usable(cx: &mut Ctx<'_, impl RootHost>, fetch: &SharedFetch, sealed: &[u8]) -
         return None;
     }
     // Counted by `insert`; a failure only means the next request asks the L2 again.
-    if let Ok(inserted) = insert(cx, &fetch.key, &bytes, now_ms) {
-        let fate = match inserted.rejected {
-            true => Fate::NotStored(NotStored::NotAdmitted),
-            false => Fate::Stored {
-                until_s: serving_until_s(&bytes),
-            },
-        };
+    if let Ok(fate) = insert(cx, &fetch.key, &bytes, now_ms) {
         remember_fate(cx, &fetch.key, fate);
     }
     if verdict == Verdict::Stale || entry.expires_at_ms <= now_ms {

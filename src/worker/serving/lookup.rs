@@ -7,6 +7,7 @@
 use crate::cache::conditional::not_modified;
 use crate::cache::entry::Entry;
 use crate::cache::fates::{seconds, Fate};
+use crate::cache::ghosts::{self, WouldHit};
 use crate::cache::not_stored::NotStored;
 use crate::cache::status::CacheStatus;
 use crate::cache::table::{Lookup, MissKind};
@@ -28,7 +29,8 @@ pub enum Found {
     /// Expired (or soft-purged) but within its stale-while-revalidate window: served `STALE`
     /// while one refresh runs.
     Stale(Rc<[u8]>),
-    Nothing(MissReason),
+    /// Why not, and the smallest larger store that would have served it.
+    Nothing(MissReason, Option<WouldHit>),
 }
 
 /// Why a lookup found nothing to serve.
@@ -77,17 +79,18 @@ impl MissReason {
         match (kind, fate) {
             (MissKind::Expired, _) => MissReason::Expired,
             (MissKind::Collision | MissKind::Foreign, _) => MissReason::Collision,
-            (MissKind::Empty, Some(Fate::NotStored(NotStored::NotAdmitted))) => {
-                MissReason::NotAdmitted
-            }
-            (MissKind::Empty, Some(Fate::NotStored(_))) => MissReason::NotStored,
-            // Gone because it could be served no longer (the table makes room with those first).
-            (MissKind::Empty, Some(Fate::Stored { until_s }))
-                if until_s != 0 && now_s >= until_s =>
-            {
+            // Gone, or refused, but it could be served no longer anyway: no memory would help.
+            (MissKind::Empty, Some(f)) if f.until_s() != 0 && now_s >= f.until_s() => {
                 MissReason::Expired
             }
-            (MissKind::Empty, Some(Fate::Stored { .. })) => MissReason::Evicted,
+            (
+                MissKind::Empty,
+                Some(Fate::Refused { .. } | Fate::NotStored(NotStored::NotAdmitted)),
+            ) => MissReason::NotAdmitted,
+            (MissKind::Empty, Some(Fate::NotStored(_))) => MissReason::NotStored,
+            (MissKind::Empty, Some(Fate::Stored { .. } | Fate::Evicted { .. })) => {
+                MissReason::Evicted
+            }
             (MissKind::Empty, None) if asked_before => MissReason::Evicted,
             (MissKind::Empty, None) => MissReason::Cold,
         }
@@ -136,10 +139,12 @@ pub fn find(cx: &mut Ctx<'_, impl RequestHost>, key: &CacheKey, now_ms: u64) -> 
             let asked_before = cx.worker(|w| w.seen.frequency(hash) > 1);
             let fates = &cx.plugin().fates;
             let fate = match kind {
-                MissKind::Empty => fates.recall(cx.host(), key).map(|r| r.fate),
+                MissKind::Empty => fates.recall(cx.host(), hash).map(|r| r.fate),
                 _ => None,
             };
-            return Found::Nothing(MissReason::of(kind, fate, asked_before, seconds(now_ms)));
+            let now_s = seconds(now_ms);
+            let why = MissReason::of(kind, fate, asked_before, now_s);
+            return Found::Nothing(why, fate.and_then(|f| larger_store(cx, f, now_s)));
         }
     };
     record_frequency(cx, hash);
@@ -151,7 +156,7 @@ pub fn find(cx: &mut Ctx<'_, impl RequestHost>, key: &CacheKey, now_ms: u64) -> 
     let host = cx.host();
     if marks == Verdict::Purged {
         host.count(Counter::PurgedMisses);
-        return Found::Nothing(MissReason::Purged);
+        return Found::Nothing(MissReason::Purged, None);
     }
     if expired || marks == Verdict::Stale {
         return match may_serve_stale(&bytes, now_ms) {
@@ -159,9 +164,9 @@ pub fn find(cx: &mut Ctx<'_, impl RequestHost>, key: &CacheKey, now_ms: u64) -> 
             false => {
                 if marks == Verdict::Stale {
                     host.count(Counter::StaleMisses);
-                    return Found::Nothing(MissReason::Purged);
+                    return Found::Nothing(MissReason::Purged, None);
                 }
-                Found::Nothing(MissReason::Expired)
+                Found::Nothing(MissReason::Expired, None)
             }
         };
     }
@@ -171,6 +176,20 @@ pub fn find(cx: &mut Ctx<'_, impl RequestHost>, key: &CacheKey, now_ms: u64) -> 
     let entry: Rc<[u8]> = bytes.into();
     cx.worker(|w| w.hot.insert(*key, Rc::clone(&entry), expires, epoch));
     Found::Fresh(entry)
+}
+
+/// The smallest larger store that would still hold the entry a miss's `fate` says left the
+/// table (`cache::ghosts`), counted.
+fn larger_store(cx: &mut Ctx<'_, impl RequestHost>, fate: Fate, now_s: u32) -> Option<WouldHit> {
+    let (left_at, until_s) = fate.ghost()?;
+    let host = cx.host();
+    let budget = cx.plugin().table.layout().budget_bytes;
+    let would = ghosts::would_hit(left_at, until_s, ghosts::total(host), now_s, budget)?;
+    host.count(Counter::WouldHit4x);
+    if would == WouldHit::At2x {
+        host.count(Counter::WouldHit2x);
+    }
+    Some(would)
 }
 
 /// Tells the other workers, in the key's set index, how often this worker is asked for an entry
@@ -302,6 +321,22 @@ mod tests {
         assert_eq!(of(Some(Fate::Stored { until_s: 200 }), false), M::Evicted);
         assert_eq!(of(Some(Fate::Stored { until_s: 100 }), true), M::Expired);
         assert_eq!(of(Some(Fate::Stored { until_s: 0 }), true), M::Evicted);
+        let evicted = |until_s| {
+            Some(Fate::Evicted {
+                until_s,
+                left_at: 5,
+            })
+        };
+        let refused = |until_s| {
+            Some(Fate::Refused {
+                until_s,
+                left_at: 5,
+            })
+        };
+        assert_eq!(of(evicted(200), false), M::Evicted);
+        assert_eq!(of(refused(200), false), M::NotAdmitted);
+        assert_eq!(of(evicted(100), true), M::Expired, "no memory would help");
+        assert_eq!(of(refused(90), true), M::Expired);
         let expired = MissReason::of(MissKind::Expired, not(NotStored::NoStore), true, 1);
         assert_eq!(expired, M::Expired);
         assert_eq!(

@@ -3,10 +3,10 @@
 
 use crate::cache::entry::Entry;
 use crate::cache::fates::{seconds, Fate};
+use crate::cache::ghosts;
 use crate::cache::not_stored::NotStored;
-use crate::cache::refusals;
+use crate::cache::set_index::Way;
 use crate::cache::storable::{storable_entry, Answer, Asked, Stamp};
-use crate::cache::table;
 use crate::effects::counters::Counter;
 use crate::effects::host::Host;
 use crate::effects::operation_stats::OpCounter;
@@ -70,16 +70,9 @@ pub fn store_answer(
     refresh_marks(cx);
     let overtaken = cx.worker(|w| verdict(w, &bytes)) == Verdict::Purged;
     let outcome = insert(cx, key, &bytes, now_ms);
-    let not_stored = match outcome {
-        Ok(stored) if stored.rejected => Some(NotStored::NotAdmitted),
-        Ok(_) => None,
-        Err(_) => Some(NotStored::StoreFailed),
-    };
-    let fate = match not_stored {
-        Some(why) => Fate::NotStored(why),
-        None => Fate::Stored {
-            until_s: serving_until_s(&bytes),
-        },
+    let fate = match outcome {
+        Ok(fate) => fate,
+        Err(_) => Fate::NotStored(NotStored::StoreFailed),
     };
     account_store(cx, key, Some(&asked.operation), fate);
     if outcome.is_err() {
@@ -89,40 +82,39 @@ pub fn store_answer(
         .map(|e| e.tags.to_string())
         .unwrap_or_default();
     Stored {
-        not_stored,
+        not_stored: fate.not_stored(),
         tags,
         entry: bytes,
         overtaken,
     }
 }
 
-/// Accounts for what storing the answer for `key` did: counted for its operation, remembered
-/// for its next miss and, when not stored, for the explain endpoint.
+/// Accounts for what storing the answer for `key` did: counted for its operation, and
+/// remembered for its next miss and for the explain endpoint.
 pub fn account_store(
     cx: &mut Ctx<'_, impl Host>,
     key: &CacheKey,
     operation: Option<&OperationTags>,
     fate: Fate,
 ) {
-    let tally = match fate {
-        Fate::Stored { .. } => Tally::one(OpCounter::Stores),
-        Fate::NotStored(why) => Tally::because(OpCounter::NotStored, why.as_str()),
+    let tally = match fate.not_stored() {
+        None => Tally::one(OpCounter::Stores),
+        Some(why) => Tally::because(OpCounter::NotStored, why.as_str()),
     };
     count_operation(cx, operation_of(operation), &[tally]);
     remember_fate(cx, key, fate);
-    if let (Fate::NotStored(why), Some(_)) = (fate, &cx.config().purge) {
-        let host = cx.host();
-        refusals::remember(host, key, why.as_str(), host.now_ms());
-    }
 }
 
 /// Remembers what became of the answer for `key`, for the exact reason of its next miss (see
 /// `cache::fates`).
 pub fn remember_fate(cx: &mut Ctx<'_, impl Host>, key: &CacheKey, fate: Fate) {
-    let fates = &cx.plugin().fates;
-    if fates.is_on() {
+    let plugin = cx.plugin();
+    if plugin.fates.is_on() {
         let host = cx.host();
-        fates.remember(host, key, fate, seconds(host.now_ms()));
+        let hash = plugin.table.hash(key);
+        plugin
+            .fates
+            .remember(host, hash, fate, seconds(host.now_ms()));
     }
 }
 
@@ -132,29 +124,67 @@ pub fn serving_until_s(entry: &[u8]) -> u32 {
 }
 
 /// Puts an encoded entry in the table, counting what that did (admitted or not, what it
-/// displaced): the one place the table is written, for answers from the origin and the L2.
+/// displaced, the ghosts of what left): the one place the table is written, for answers from
+/// the origin and the L2. The entry's fate: stored, or refused by admission (not remembered:
+/// the caller does, or not).
 pub fn insert(
     cx: &mut Ctx<'_, impl Host>,
     key: &CacheKey,
     bytes: &[u8],
     now_ms: u64,
-) -> Result<table::Inserted, StoreError> {
+) -> Result<Fate, StoreError> {
     let table = &cx.plugin().table;
     let outcome =
         cx.worker_and_shared(|w, shared| table.insert(shared, &mut w.seen, key, bytes, now_ms));
     let host = cx.host();
-    match outcome {
-        Ok(stored) => {
-            host.count(match stored.rejected {
-                true => Counter::AdmissionsRejected,
-                false => Counter::Stores,
-            });
-            (0..stored.evicted_capacity).for_each(|_| host.count(Counter::Evictions));
-            (0..stored.evicted_expired).for_each(|_| host.count(Counter::EvictionsExpired));
+    let stored = match outcome {
+        Ok(stored) => stored,
+        Err(e) => {
+            host.count(Counter::StoreFailures);
+            return Err(e);
         }
-        Err(_) => host.count(Counter::StoreFailures),
+    };
+    host.count(match stored.rejected {
+        true => Counter::AdmissionsRejected,
+        false => Counter::Stores,
+    });
+    (0..stored.evicted_capacity).for_each(|_| host.count(Counter::Evictions));
+    (0..stored.evicted_expired).for_each(|_| host.count(Counter::EvictionsExpired));
+    keep_ghosts(cx, &stored.victims);
+    let until_s = serving_until_s(bytes);
+    if !stored.rejected {
+        return Ok(Fate::Stored { until_s });
     }
-    outcome
+    let size = u32::try_from(bytes.len()).unwrap_or(u32::MAX);
+    Ok(Fate::Refused {
+        until_s,
+        left_at: leave(cx, size),
+    })
+}
+
+/// Remembers the entries an insert displaced as ghosts (`cache::ghosts`): evicted, stamped.
+fn keep_ghosts(cx: &mut Ctx<'_, impl Host>, victims: &[Way]) {
+    let fates = &cx.plugin().fates;
+    if !fates.is_on() {
+        return;
+    }
+    let now_s = seconds(cx.host().now_ms());
+    for victim in victims {
+        let fate = Fate::Evicted {
+            until_s: seconds(victim.keep_until_ms),
+            left_at: leave(cx, victim.size),
+        };
+        fates.remember(cx.host(), victim.fingerprint, fate, now_s);
+    }
+}
+
+/// Counts `size` bytes leaving the table; the leaver's ghost stamp (0 with the fates off, or
+/// when the count could not be written: a ghost that then counts as old as the Envoy).
+fn leave(cx: &mut Ctx<'_, impl Host>, size: u32) -> u64 {
+    if !cx.plugin().fates.is_on() {
+        return 0;
+    }
+    ghosts::leave(cx.host(), size).unwrap_or(0)
 }
 
 #[cfg(test)]
