@@ -173,9 +173,11 @@ test: lint unit validate k8s-check integration ceilings-check demo-check demo-cl
 	@echo "make test: all passed"
 
 # The ceilings the filter reports (hit ratio at 2x memory, cacheable ceiling) against the hit
-# ratio measured by replaying the same traces at twice the memory (tests/ceilings/ceilings.py).
+# ratio measured by replaying the same traces at twice the memory (tests/ceilings/ceilings.py), and
+# the what-if route's prediction for a TTL change against a replay with it (what_if.py).
 ceilings-check: tools build
 	ENVOY_BIN=$(ENVOY) GRAPHQL_CACHE_WASM=$(WASM) ORIGIN_BIN=$(ORIGIN) python3 tests/ceilings/ceilings.py
+	ENVOY_BIN=$(ENVOY) GRAPHQL_CACHE_WASM=$(WASM) ORIGIN_BIN=$(ORIGIN) python3 tests/ceilings/what_if.py
 
 # The fleet demo's walkthrough asserts MISS on A, HIT from the L2 on B, and a purge sent to A
 # honoured on B within a second.

@@ -37,6 +37,7 @@ pub mod fleet;
 pub mod invalidate;
 pub mod json;
 pub mod request;
+pub mod whatif;
 pub mod worker;
 
 #[cfg(target_arch = "wasm32")]

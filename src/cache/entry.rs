@@ -36,6 +36,7 @@ pub struct Entry<'a> {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Peeked {
     pub digest: [u8; 32],
+    pub stored_at_ms: u64,
     pub expires_at_ms: u64,
     pub keep_until_ms: u64,
 }
@@ -205,11 +206,12 @@ impl<'a> Entry<'a> {
         let mut r = ByteReader { bytes, pos: 5 };
         let mut digest = [0u8; 32];
         digest.copy_from_slice(r.take(32)?);
-        let _stored = r.u64()?;
+        let stored_at_ms = r.u64()?;
         let expires_at_ms = r.u64()?;
         let keep_until_ms = r.u64()?;
         Ok(Peeked {
             digest,
+            stored_at_ms,
             expires_at_ms,
             keep_until_ms,
         })

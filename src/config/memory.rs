@@ -106,9 +106,25 @@ pub(super) fn per_worker(raw: &RawConfig, d: PerWorker) -> Result<PerWorker, Con
     })
 }
 
-/// `miss_reason_keys` (0 turns exact miss reasons off: see `cache::fates`).
-pub(super) fn miss_reason_keys(raw: Option<u64>, default: u32) -> Result<u32, ConfigError> {
-    bounded("miss_reason_keys", raw, u64::from(default), 0, 1 << 20).map(to_u32)
+/// What the filter keeps to explain its hit ratio: `miss_reason_keys` (0 turns exact miss
+/// reasons off: see `cache::fates`) and `what_if_records` (0 turns the what-if route's
+/// recording off: see `whatif::ring`).
+pub(super) fn insight(raw: &RawConfig, defaults: (u32, u32)) -> Result<(u32, u32), ConfigError> {
+    let fates = bounded(
+        "miss_reason_keys",
+        raw.miss_reason_keys,
+        u64::from(defaults.0),
+        0,
+        1 << 20,
+    )?;
+    let records = bounded(
+        "what_if_records",
+        raw.what_if_records,
+        u64::from(defaults.1),
+        0,
+        1 << 20,
+    )?;
+    Ok((to_u32(fates), to_u32(records)))
 }
 
 /// `apq_slots` (0 turns persisted queries off).

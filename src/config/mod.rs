@@ -132,6 +132,9 @@ pub struct Config {
     /// Keys whose last answer's fate (stored, refused by admission, not stored and why) shared
     /// data remembers, so that a miss says exactly why it missed; 0 turns it off.
     pub miss_reason_keys: u32,
+    /// Records of recent lookups and origin answers each worker keeps for the what-if route
+    /// (`whatif::ring`); 0 turns it off.
+    pub what_if_records: u32,
     /// `shadow`: look up, store and count, but always forward and never change an answer.
     pub shadow: bool,
     /// The fleet's shared cache (`graphql-cache-l2`), when configured.
@@ -180,6 +183,7 @@ impl Default for Config {
             tag_slots: 4096,
             apq_slots: 1024,
             miss_reason_keys: 16_384,
+            what_if_records: 8_192,
             shadow: false,
             l2: None,
         }
@@ -237,7 +241,7 @@ impl Config {
         let per_worker = memory::per_worker(&raw, d.per_worker(cache.bytes))?;
         let invalidation = purge::invalidation(&raw, d.tag_slots, env)?;
         let apq_slots = memory::apq_slots(raw.apq_slots, d.apq_slots)?;
-        let miss_reason_keys = memory::miss_reason_keys(raw.miss_reason_keys, d.miss_reason_keys)?;
+        let (miss_reason_keys, what_if_records) = memory::insight(&raw, d.insight())?;
         let shadow = requests::shadow(raw.mode.as_deref())?;
         let coalesce = raw.coalesce.unwrap_or(d.coalesce);
         let l2 = l2::parse(raw.l2.clone(), coalesce, env)?;
@@ -279,6 +283,7 @@ impl Config {
             tag_slots: invalidation.tag_slots,
             apq_slots,
             miss_reason_keys,
+            what_if_records,
             shadow,
             l2,
         })
@@ -321,6 +326,11 @@ impl Config {
     }
 
     /// The configured lifetimes, before rules and routes.
+    /// `miss_reason_keys` and `what_if_records`.
+    fn insight(&self) -> (u32, u32) {
+        (self.miss_reason_keys, self.what_if_records)
+    }
+
     pub fn lifetimes(&self) -> Lifetimes {
         Lifetimes {
             ttl_seconds: self.ttl_seconds,

@@ -61,6 +61,7 @@ fn invalidation_fields() {
         Some(PurgeApi {
             path: "/graphql-cache/purge".into(),
             explain_path: "/graphql-cache/explain".into(),
+            what_if_path: "/graphql-cache/what-if".into(),
             token: Secret::new("0123456789abcdef".into())
         })
     );
@@ -670,4 +671,34 @@ fn a_purge_is_kept_as_long_as_the_longest_lived_entry() {
     .unwrap();
     // The rule's 600 + the default 5; an entity type's 900 + 60: the longest.
     assert_eq!(c.longest_life_ms(), 960_000);
+}
+
+#[test]
+fn the_what_if_path_sits_beside_the_purge_path_unless_given_and_records_are_bounded() {
+    let token = r#""purge_token":"0123456789abcdef""#;
+    let what_if = |extra: &str| {
+        let json = format!(r#"{{{token},{extra}}}"#);
+        Config::parse(json.as_bytes()).map(|c| c.purge.unwrap().what_if_path)
+    };
+    assert_eq!(
+        what_if(r#""purge_path":"/admin/purge""#).unwrap(),
+        "/admin/what-if"
+    );
+    assert_eq!(
+        what_if(r#""purge_path":"/p","what_if_path":"/w""#).unwrap(),
+        "/w"
+    );
+    for bad in [
+        r#""purge_path":"/p","what_if_path":"/p""#,
+        r#""purge_path":"/p","explain_path":"/e","what_if_path":"/e""#,
+        r#""purge_path":"/p","what_if_path":"w""#,
+    ] {
+        assert_eq!(what_if(bad).unwrap_err().field, "what_if_path", "{bad}");
+    }
+    assert_eq!(err(r#"{"what_if_path":"/w"}"#).field, "what_if_path");
+    assert_eq!(Config::default().what_if_records, 8_192);
+    assert_eq!(
+        err(r#"{"what_if_records": 2000000}"#).field,
+        "what_if_records"
+    );
 }

@@ -13,6 +13,8 @@ pub struct PurgeApi {
     pub path: String,
     /// The explain endpoint (same token): `explain_path`, else `explain` beside the purge path.
     pub explain_path: String,
+    /// The what-if route (same token): `what_if_path`, else `what-if` beside the purge path.
+    pub what_if_path: String,
     pub token: Secret,
 }
 
@@ -135,9 +137,13 @@ pub(super) fn invalidation(
     )?;
     let purge = parse_purge(raw.purge_path.clone(), token)?
         .map(|api| with_explain_path(api, raw.explain_path.clone()))
+        .map(|api| api.and_then(|a| with_what_if_path(a, raw.what_if_path.clone())))
         .transpose()?;
     if purge.is_none() && raw.explain_path.is_some() {
         return Err(field_error("explain_path", "only applies with purge_path"));
+    }
+    if purge.is_none() && raw.what_if_path.is_some() {
+        return Err(field_error("what_if_path", "only applies with purge_path"));
     }
     let mutation_invalidation = match raw.mutation_invalidation.as_deref() {
         None | Some("entity") => MutationInvalidation::Entity,
@@ -236,6 +242,7 @@ fn parse_purge(
             }
             Ok(Some(PurgeApi {
                 explain_path: String::new(),
+                what_if_path: String::new(),
                 path,
                 token: Secret::new(token),
             }))
@@ -246,23 +253,43 @@ fn parse_purge(
 /// The explain endpoint's path: as given, else the purge path's last segment replaced by
 /// `explain` (`/graphql-cache/purge` gives `/graphql-cache/explain`).
 fn with_explain_path(mut api: PurgeApi, given: Option<String>) -> Result<PurgeApi, ConfigError> {
+    api.explain_path = admin_path(&api, given, "explain_path", "explain", &[])?;
+    Ok(api)
+}
+
+/// The what-if route's path: as given, else `what-if` beside the purge path.
+fn with_what_if_path(mut api: PurgeApi, given: Option<String>) -> Result<PurgeApi, ConfigError> {
+    let taken = [api.explain_path.clone()];
+    api.what_if_path = admin_path(&api, given, "what_if_path", "what-if", &taken)?;
+    Ok(api)
+}
+
+/// An admin route's path (`field`): as given, else the purge path's last segment replaced by
+/// `leaf`; it must differ from the purge path and from the routes already `taken`.
+fn admin_path(
+    api: &PurgeApi,
+    given: Option<String>,
+    field: &str,
+    leaf: &str,
+    taken: &[String],
+) -> Result<String, ConfigError> {
     let path = match given {
         Some(p) => p,
         None => {
             let parent = api.path.rsplit_once('/').map_or("", |(parent, _)| parent);
-            format!("{parent}/explain")
+            format!("{parent}/{leaf}")
         }
     };
-    if !path.starts_with('/') || path.contains('?') || path.contains('#') || path == api.path {
+    let clash = path == api.path || taken.contains(&path);
+    if !path.starts_with('/') || path.contains('?') || path.contains('#') || clash {
         return Err(field_error(
-            "explain_path",
+            field,
             format!(
-                "{path:?} must start with '/', contain no '?' or '#', and differ from purge_path"
+                "{path:?} must start with '/', contain no '?' or '#', and differ from the other admin paths"
             ),
         ));
     }
-    api.explain_path = path;
-    Ok(api)
+    Ok(path)
 }
 
 #[cfg(test)]

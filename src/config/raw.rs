@@ -52,6 +52,8 @@ pub(super) struct RawConfig {
     pub(super) tag_slots: Option<u64>,
     pub(super) apq_slots: Option<u64>,
     pub(super) miss_reason_keys: Option<u64>,
+    pub(super) what_if_records: Option<u64>,
+    pub(super) what_if_path: Option<String>,
     pub(super) mode: Option<String>,
     pub(super) l2: Option<RawL2>,
 }

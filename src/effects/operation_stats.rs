@@ -121,6 +121,15 @@ fn decode(registry: &[u8]) -> impl Iterator<Item = &str> {
         .filter(|n| !n.is_empty())
 }
 
+/// Every bucket's operation name, by bucket, from the registry's value: `None` for the special
+/// buckets (`other`, `anonymous`, `unknown`).
+pub fn bucket_names(registry: &[u8]) -> Vec<Option<String>> {
+    let special = SPECIAL.iter().map(|_| None);
+    special
+        .chain(decode(registry).map(|n| Some(n.to_string())))
+        .collect()
+}
+
 /// A stat id as far as this worker knows: not defined yet, refused by the host, or defined.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum StatId {

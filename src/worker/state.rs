@@ -23,6 +23,7 @@ use crate::request::classify::{Bypassed, Decided};
 use crate::request::key::{CacheKey, SlotKey};
 use crate::request::memo::Memo;
 use crate::request::operations::Operations;
+use crate::whatif::ring::Ring;
 use crate::worker::flights::Flights;
 use crate::worker::watchdog::BodyWatchdog;
 
@@ -142,6 +143,19 @@ pub struct Worker {
     pub quick_tick: bool,
     /// When the root's timer last did its periodic work.
     pub last_housekeeping_ms: u64,
+    /// Recent lookups and origin answers, for the what-if route (`serving::recent`).
+    pub recent: Ring,
+    /// Whether this worker's ring is listed in shared data yet.
+    pub recent_listed: bool,
+}
+
+/// The what-if ring a configuration asks for: none without the admin routes.
+fn recent(config: &Config) -> Ring {
+    let records = match config.purge {
+        Some(_) => config.what_if_records as usize,
+        None => 0,
+    };
+    Ring::new(records)
 }
 
 /// At most `capacity` keys, the oldest forgotten first.
@@ -203,6 +217,8 @@ impl Worker {
             prefetch: Prefetches::default(),
             quick_tick: false,
             last_housekeeping_ms: 0,
+            recent: recent(config),
+            recent_listed: false,
         }
     }
 
@@ -217,6 +233,7 @@ impl Worker {
         self.operations = OperationCounters::new(config.operation_stats);
         self.entity_shapes = Shapes::default();
         self.prefetch.forget_templates();
+        self.recent = recent(config);
     }
 }
 

@@ -34,6 +34,7 @@ pub fn purge_api<'a>(config: &'a Config, raw_path: &[u8]) -> Option<&'a PurgeApi
 pub enum Admin {
     Purge,
     Explain,
+    WhatIf,
 }
 
 impl Admin {
@@ -41,6 +42,7 @@ impl Admin {
         match self {
             Admin::Purge => "the purge API",
             Admin::Explain => "the explain endpoint",
+            Admin::WhatIf => "the what-if route",
         }
     }
 
@@ -48,6 +50,7 @@ impl Admin {
         match self {
             Admin::Purge => "a JSON array of selectors",
             Admin::Explain => "a JSON object describing a request",
+            Admin::WhatIf => "a JSON object of candidate settings",
         }
     }
 }
@@ -58,6 +61,9 @@ pub fn admin_api<'a>(config: &'a Config, raw_path: &[u8]) -> Option<(Admin, &'a 
     let path = split_path(std::str::from_utf8(raw_path).ok()?).0;
     if path == api.path {
         return Some((Admin::Purge, api));
+    }
+    if path == api.what_if_path {
+        return Some((Admin::WhatIf, api));
     }
     (path == api.explain_path).then_some((Admin::Explain, api))
 }

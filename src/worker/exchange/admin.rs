@@ -50,6 +50,7 @@ impl Exchange {
         match call {
             Admin::Purge => purge::with_body(cx, context, &body),
             Admin::Explain => explain(cx, &body),
+            Admin::WhatIf => what_if(cx, &body),
         }
         Flow::Pause
     }

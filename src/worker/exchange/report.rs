@@ -8,7 +8,8 @@ impl Exchange {
     /// the per-operation counters.
     pub(super) fn report_outcome<H: RequestHost>(&self, cx: &mut Ctx<'_, H>) {
         let config = cx.config();
-        if !config.access_log && !config.operation_stats.on() {
+        let recording = cx.worker(|w| w.recent.is_on());
+        if !config.access_log && !config.operation_stats.on() && !recording {
             return;
         }
         let (status, reason, key) = match &self.state {
@@ -27,6 +28,22 @@ impl Exchange {
         self.report(cx, status, reason, key);
     }
 
+    /// Keeps the lookup for the what-if route (`serving::recent`).
+    fn record<H: RequestHost>(&self, cx: &mut Ctx<'_, H>, status: CacheStatus, key: &CacheKey) {
+        if !cx.worker(|w| w.recent.is_on()) {
+            return;
+        }
+        let kind = match (status, self.missed) {
+            (CacheStatus::Hit | CacheStatus::Stale, _) => Kind::Hit,
+            (CacheStatus::Coalesced, _) => Kind::Coalesced,
+            (CacheStatus::Miss, Some(MissReason::Purged)) => Kind::Purged,
+            (CacheStatus::Miss, _) => Kind::Miss,
+            _ => return,
+        };
+        let served = self.served.map(|s| (s.bytes, s.lifetime_s));
+        recent::lookup(cx, key, self.operation.as_deref(), kind, served);
+    }
+
     pub(super) fn report<H: RequestHost>(
         &self,
         cx: &mut Ctx<'_, H>,
@@ -36,6 +53,9 @@ impl Exchange {
     ) {
         self.log(cx, status, reason, key);
         self.tally(cx, status, reason);
+        if let Some(key) = key {
+            self.record(cx, status, &key);
+        }
     }
 
     /// Counts the request for its operation, by what `x-cache` says.
@@ -107,6 +127,12 @@ impl Exchange {
         key: &CacheKey,
         why: NotStored,
     ) {
-        account_store(cx, key, self.operation.as_deref(), Fate::NotStored(why));
+        account_store(
+            cx,
+            key,
+            self.operation.as_deref(),
+            Fate::NotStored(why),
+            None,
+        );
     }
 }

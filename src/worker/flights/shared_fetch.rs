@@ -136,8 +136,8 @@ pub fn on_fetch_response(
         }
         FetchResult::TooLarge { status } => {
             cx.host().count(Counter::StoreSkipped);
-            let too_large = Fate::NotStored(NotStored::TooLarge);
-            account_store(cx, &fetch.key, Some(&fetch.asked.operation), too_large);
+            let (key, op) = (&fetch.key, Some(&*fetch.asked.operation));
+            account_store(cx, key, op, Fate::NotStored(NotStored::TooLarge), None);
             // Remembered for answers the key gives normally; one large error page proves nothing.
             if status == Some(200) {
                 cx.worker(|w| w.too_large.insert(fetch.key));

@@ -17,6 +17,7 @@ use crate::worker::flights::answer::release;
 use crate::worker::flights::followers::check;
 use crate::worker::flights::permit::give_up;
 use crate::worker::operation_counts;
+use crate::worker::serving::recent;
 use crate::worker::timer::{back_to_normal, HOUSEKEEPING_DUE_MS};
 
 /// How long a finished flight record stays for other workers' timers before it is emptied.
@@ -42,6 +43,7 @@ pub fn on_tick(cx: &mut Ctx<'_, impl RootHost>) {
     feed::poll(cx, now_ms);
     flush(cx);
     operation_counts::flush(cx);
+    recent::flush(cx);
     heartbeat(cx, now_ms);
     release_hung_bodies(cx, now_ms);
     release_expired(cx, now_ms);

@@ -252,6 +252,8 @@ pub struct Served {
     pub bytes: usize,
     /// How long the origin took to produce the entry: what serving it saved.
     pub origin_ms: u64,
+    /// The entry's freshness lifetime, in seconds (for the what-if route).
+    pub lifetime_s: u32,
 }
 
 /// Answers the running request from a stored entry, labelled `cache` (`HIT` or `STALE`);
@@ -271,6 +273,8 @@ pub fn serve(
         age_s: entry.age_s(now_ms),
         bytes: bytes.len(),
         origin_ms: entry.stored_at_ms.saturating_sub(entry.born_us / 1000),
+        lifetime_s: u32::try_from(entry.expires_at_ms.saturating_sub(entry.stored_at_ms) / 1000)
+            .unwrap_or(u32::MAX),
     };
     let mut digits = [0u8; 20];
     let age = decimal(served.age_s, &mut digits);

@@ -17,6 +17,7 @@ use crate::request::key::CacheKey;
 use crate::worker::ctx::Ctx;
 use crate::worker::operation_counts::{count_operation, operation_of, Tally};
 use crate::worker::serving::marks::{refresh_marks, verdict};
+use crate::worker::serving::recent;
 
 /// What storing did, for the debug headers.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -63,7 +64,7 @@ pub fn store_answer(
         Ok(bytes) => bytes,
         Err(why) => {
             host.count(Counter::StoreSkipped);
-            account_store(cx, key, Some(&asked.operation), Fate::NotStored(why));
+            account_store(cx, key, Some(&asked.operation), Fate::NotStored(why), None);
             return Stored::not(why);
         }
     };
@@ -74,7 +75,7 @@ pub fn store_answer(
         Ok(fate) => fate,
         Err(_) => Fate::NotStored(NotStored::StoreFailed),
     };
-    account_store(cx, key, Some(&asked.operation), fate);
+    account_store(cx, key, Some(&asked.operation), fate, Some(&bytes));
     if outcome.is_err() {
         return Stored::not(NotStored::StoreFailed);
     }
@@ -89,13 +90,15 @@ pub fn store_answer(
     }
 }
 
-/// Accounts for what storing the answer for `key` did: counted for its operation, and
-/// remembered for its next miss and for the explain endpoint.
+/// Accounts for what storing the answer for `key` did: counted for its operation, remembered
+/// for its next miss and for the explain endpoint, and kept for the what-if route (with the
+/// `entry` it was encoded as, if it could be stored).
 pub fn account_store(
     cx: &mut Ctx<'_, impl Host>,
     key: &CacheKey,
     operation: Option<&OperationTags>,
     fate: Fate,
+    entry: Option<&[u8]>,
 ) {
     let tally = match fate.not_stored() {
         None => Tally::one(OpCounter::Stores),
@@ -103,6 +106,7 @@ pub fn account_store(
     };
     count_operation(cx, operation_of(operation), &[tally]);
     remember_fate(cx, key, fate);
+    recent::answer(cx, key, operation, fate, entry);
 }
 
 /// Remembers what became of the answer for `key`, for the exact reason of its next miss (see

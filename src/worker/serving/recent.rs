@@ -1,0 +1,104 @@
+//! What this worker keeps of its recent traffic for the what-if route (`whatif::ring`): a record
+//! per lookup (hit, miss, purged, coalesced) and per origin answer (storable with its size and
+//! lifetime, or not and why), and the timer's copy of the changed chunks to shared data.
+
+use crate::cache::entry::Entry;
+use crate::cache::fates::Fate;
+use crate::effects::host::Host;
+use crate::invalidate::tags::OperationTags;
+use crate::request::key::CacheKey;
+use crate::whatif::ring::{chunk_key, with_worker, Kind, Record, WORKERS_KEY};
+use crate::worker::ctx::Ctx;
+use crate::worker::operation_counts::operation_of;
+
+/// Records a lookup of `key` that went `kind`; `served`: the entry a hit was answered from.
+pub fn lookup(
+    cx: &mut Ctx<'_, impl Host>,
+    key: &CacheKey,
+    operation: Option<&OperationTags>,
+    kind: Kind,
+    served: Option<(usize, u32)>,
+) {
+    let (size, lifetime_s) = served.unwrap_or_default();
+    let size = u32::try_from(size).unwrap_or(u32::MAX);
+    push(cx, key, operation, (kind, 0), (size, lifetime_s));
+}
+
+/// Records the origin's answer for `key`: what became of it (`fate`), and the entry it was
+/// encoded as, if it could be stored.
+pub fn answer(
+    cx: &mut Ctx<'_, impl Host>,
+    key: &CacheKey,
+    operation: Option<&OperationTags>,
+    fate: Fate,
+    entry: Option<&[u8]>,
+) {
+    let kind = match (fate, entry) {
+        (Fate::NotStored(why), _) => (Kind::NotStorable, why.code()),
+        (_, Some(_)) => (Kind::Storable, 0),
+        (_, None) => return,
+    };
+    let shape = entry.map_or((0, 0), |bytes| {
+        let size = u32::try_from(bytes.len()).unwrap_or(u32::MAX);
+        (size, lifetime_s(bytes))
+    });
+    push(cx, key, operation, kind, shape);
+}
+
+/// An entry's freshness lifetime in seconds (0 if it does not read).
+pub fn lifetime_s(entry: &[u8]) -> u32 {
+    Entry::peek(entry).map_or(0, |p| {
+        let ms = p.expires_at_ms.saturating_sub(p.stored_at_ms);
+        u32::try_from(ms / 1000).unwrap_or(u32::MAX)
+    })
+}
+
+fn push(
+    cx: &mut Ctx<'_, impl Host>,
+    key: &CacheKey,
+    operation: Option<&OperationTags>,
+    (kind, why): (Kind, u8),
+    (size, lifetime_s): (u32, u32),
+) {
+    if !cx.worker(|w| w.recent.is_on()) {
+        return;
+    }
+    let hash = cx.plugin().table.hash(key);
+    let at_ms = cx.host().now_ms();
+    cx.worker_and_shared(|w, shared| {
+        let op = w.operations.bucket(shared, operation_of(operation));
+        w.recent.push(Record {
+            at_ms,
+            hash,
+            op,
+            kind,
+            why,
+            size,
+            lifetime_s,
+        });
+    });
+}
+
+/// Root, on its timer: copies the ring's changed chunks to shared data (listing this worker
+/// first), where a what-if asked on any worker reads them.
+pub fn flush(cx: &mut Ctx<'_, impl Host>) {
+    let (id, listed, dirty) = cx.worker(|w| (w.id, w.recent_listed, w.recent.take_dirty()));
+    if dirty.is_empty() {
+        return;
+    }
+    let host = cx.host();
+    if !listed {
+        // A failed write is tried again at the next flush.
+        let written = crate::effects::store::update(host, WORKERS_KEY, |old| {
+            with_worker(old.unwrap_or_default(), id)
+        });
+        if written.is_ok() {
+            cx.worker(|w| w.recent_listed = true);
+        }
+    }
+    let host = cx.host();
+    for (chunk, value) in dirty {
+        // A chunk that could not be written is missing from the next what-if, nothing more.
+        let _ = host.set(&chunk_key(id, chunk), &value);
+    }
+}

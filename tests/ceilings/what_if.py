@@ -1,0 +1,141 @@
+#!/usr/bin/env python3
+"""The what-if route's prediction for a TTL change on one operation, checked against a replay
+with that TTL (`make test`, through `make ceilings-check`).
+
+A timed trace (keys repeated at fixed gaps of 0.9, 3.3, 4.6 and 8.1 s, over 16 s) is replayed in
+real time through a real Envoy with 2 workers (requests alternating between them), the
+operation's TTL 2 s. The what-if route is then asked for the operation's TTL at 6 s (a rule), and
+the same trace is replayed through a fresh Envoy configured with that rule; the hit ratio
+measured there (origin fetches counted by the origin) must be within 0.02 of the prediction. The
+TTLs are the issue's 10 s -> 60 s over 30 s gaps, scaled to seconds so the test takes half a
+minute; the gaps stay clear of the TTLs' multiples, so a few ms of timing noise cannot turn a hit
+into a miss. The time between requests is the trace's (paced to the schedule), not a wait on
+anything.
+"""
+import json
+import pathlib
+import random
+import sys
+import time
+import urllib.request
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "bench/hitratio"))
+import replay  # noqa: E402
+
+TOKEN = "what-if-test-token-0123456789"
+BASE = {"paths": ["/graphql"], "ttl_seconds": 2, "purge_path": "/graphql-cache/purge", "purge_token": TOKEN}
+CANDIDATE = {"rules": [{"operation": "HitRatio", "ttl_seconds": 6}]}
+GAPS = (0.9, 3.3, 4.6, 8.1)
+KEYS_PER_GAP = 25
+SECONDS = 16.0
+TOLERANCE = 0.02
+
+
+def schedule():
+    """(seconds from the start, key), in time order."""
+    rng = random.Random(7)
+    out = []
+    for gap in GAPS:
+        for k in range(KEYS_PER_GAP):
+            t = rng.uniform(0, 3)
+            while t < SECONDS:
+                out.append((t, f"gap{gap}/{k}"))
+                t += gap
+    return sorted(out)
+
+
+def run(config, origin, trace):
+    """Replays `trace` on schedule through a fresh Envoy (2 workers): (hit ratio, the Envoy,
+    still running: the caller stops it)."""
+    envoy = replay.Envoy(config, origin.port, 2)
+    conns = replay.connections(envoy, 2)
+    requests = {}
+    before = origin.count()
+    start = time.monotonic()
+    for i, (at, key) in enumerate(trace):
+        # The trace's own clock: request i goes at its scheduled instant.
+        time.sleep(max(0.0, start + at - time.monotonic()))
+        req = requests.get(key) or requests.setdefault(key, replay.request_bytes(key))
+        status, x = conns[i % 2].exchange(req)
+        if status != 200 or x not in ("HIT", "MISS"):
+            raise AssertionError(f"{key}: HTTP {status}, x-cache {x}")
+    for c in conns:
+        c.close()
+    return 1 - (origin.count() - before) / len(trace), envoy
+
+
+def ask(envoy, candidate):
+    req = urllib.request.Request(
+        f"http://127.0.0.1:{envoy.port}/graphql-cache/what-if", data=json.dumps(candidate).encode(),
+        headers={"authorization": f"Bearer {TOKEN}", "content-type": "application/json"}, method="POST")
+    with urllib.request.urlopen(req, timeout=30) as r:
+        return json.loads(r.read())
+
+
+def settled(envoy, candidate, lookups):
+    """The what-if answer once it holds every lookup: the other worker's records reach shared data
+    at its next timer tick, so ask until the condition holds (10 s at most)."""
+    deadline = time.time() + 10
+    while True:
+        answer = ask(envoy, candidate)
+        seen = sum(o["lookups"] for o in answer["operations"])
+        if seen >= lookups or time.time() > deadline:
+            return answer
+        time.sleep(0.05)
+
+
+def refused(envoy, body, token=TOKEN):
+    req = urllib.request.Request(
+        f"http://127.0.0.1:{envoy.port}/graphql-cache/what-if", data=body,
+        headers={"authorization": f"Bearer {token}"}, method="POST")
+    try:
+        urllib.request.urlopen(req, timeout=30)
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read()).get("error", "")
+    return 200, ""
+
+
+def main():
+    trace = schedule()
+    origin = replay.Origin()
+    try:
+        now, envoy = run(BASE, origin, trace)
+        try:
+            answer = settled(envoy, CANDIDATE, len(trace))
+            bad = [refused(envoy, b'{"vary_headers": []}'), refused(envoy, b'{"ttl_seconds": -1}'),
+                   refused(envoy, b"not json"), refused(envoy, b'{"ttl_seconds": 6}', token="wrong-token-000000")]
+            again = ask(envoy, CANDIDATE)
+        finally:
+            envoy.stop()
+        measured, envoy = run(dict(BASE, **CANDIDATE), origin, trace)
+        envoy.stop()
+    finally:
+        origin.stop()
+    op = next(o for o in answer["operations"] if o["operation"] == "HitRatio")
+    print(json.dumps(answer, indent=1))
+    print(f"{len(trace)} requests over {SECONDS:.0f} s, 2 workers")
+    print("| | TTL 2 s (now) | TTL 6 s |")
+    print("|---|---|---|")
+    print(f"| measured by replay | {now:.3f} | {measured:.3f} |")
+    print(f"| what-if | {op['hit_ratio']['now']:.3f} | {op['hit_ratio']['candidate']:.3f} |")
+    failures = []
+    if op["lookups"] != len(trace):
+        failures.append(f"the route replayed {op['lookups']} lookups of {len(trace)}")
+    if abs(op["hit_ratio"]["now"] - now) > 0.001:
+        failures.append(f"now: the route says {op['hit_ratio']['now']}, the origin's count {now:.3f}")
+    if abs(op["hit_ratio"]["candidate"] - measured) > TOLERANCE:
+        failures.append(f"candidate: predicted {op['hit_ratio']['candidate']}, measured {measured:.3f}")
+    if again != answer:
+        failures.append("a second what-if answered differently: it changed something")
+    codes = [c for c, _ in bad]
+    if codes != [400, 400, 400, 401] or not bad[0][1].startswith("vary_headers"):
+        failures.append(f"bad requests answered {bad}")
+    if failures:
+        print("FAILED:\n  " + "\n  ".join(failures))
+        sys.exit(1)
+    print("what-if: all passed")
+
+
+if __name__ == "__main__":
+    main()
