@@ -16,7 +16,7 @@ export GRAPHQL_CACHE_WASM := $(CURDIR)/$(WASM)
 export ORIGIN_BIN := $(CURDIR)/$(ORIGIN)
 export L2_BIN := $(CURDIR)/$(L2)
 
-.PHONY: help tools redis compose build wasm origin l2 test lint unit integration ceilings-check validate demo demo-check demo-cluster demo-cluster-check demo-federation demo-federation-check bench bench-micro bench-ab bench-hostcalls bench-hitratio bench-entities bench-entities-pinned bench-entities-hops bench-entities-paired bench-entities-hop-floor fuzz soak clean
+.PHONY: help tools redis compose build wasm origin l2 test lint unit integration ceilings-check what-if validate demo demo-check demo-cluster demo-cluster-check demo-federation demo-federation-check bench bench-micro bench-ab bench-hostcalls bench-hitratio bench-entities bench-entities-pinned bench-entities-hops bench-entities-paired bench-entities-hop-floor fuzz soak clean
 
 help:
 	@echo "make demo   - build, start the origin and Envoy with the filter, and walk through it with curl"
@@ -178,6 +178,11 @@ test: lint unit validate k8s-check integration ceilings-check demo-check demo-cl
 ceilings-check: tools build
 	ENVOY_BIN=$(ENVOY) GRAPHQL_CACHE_WASM=$(WASM) ORIGIN_BIN=$(ORIGIN) python3 tests/ceilings/ceilings.py
 	ENVOY_BIN=$(ENVOY) GRAPHQL_CACHE_WASM=$(WASM) ORIGIN_BIN=$(ORIGIN) python3 tests/ceilings/what_if.py
+
+# What a candidate configuration would have done with a running filter's recent traffic, per
+# operation: make what-if CANDIDATE='{"ttl_seconds": 60}' (WHAT_IF_URL, PURGE_TOKEN: the demo's).
+what-if:
+	python3 envoy/what-if.py
 
 # The fleet demo's walkthrough asserts MISS on A, HIT from the L2 on B, and a purge sent to A
 # honoured on B within a second.

@@ -104,12 +104,19 @@ echo "status codes:$codes"
 grep -q 429 <<<"$codes" || fail "the rate limit never answered 429"
 echo "(the bucket refills within a minute)"
 
+echo; echo "== 6. What-if: the same traffic with a 10-minute TTL, before changing anything"
+show "make what-if CANDIDATE='{\"ttl_seconds\": 600}'"
+w=$(python3 "$root/envoy/what-if.py" '{"ttl_seconds": 600}') || fail "the what-if route failed: $w"
+echo "$w"
+grep -q '^| all |' <<<"$w" || fail "the what-if route gave no total"
+
 show "curl -s http://127.0.0.1:9901/stats | grep -E 'graphql_cache|graphql_rate_limit|jwt_authn'"
 curl -s http://127.0.0.1:9901/stats | grep -E 'wasmcustom.graphql_cache|graphql_rate_limit.http_local_rate_limit.rate_limited|jwt_authn.allowed|jwt_authn.denied'
 echo
 echo "Demo OK. Try it yourself:"
 echo "  curl -si $URL -H 'content-type: application/json' -H \"authorization: Bearer \$(cat envoy/tokens/bob.jwt)\" -d '$PRIVATE'"
 echo "  curl -s http://127.0.0.1:9901/stats | grep graphql_cache"
+echo "  make what-if CANDIDATE='{\"cache_bytes\": 268435456}'"
 secs="${DEMO_SECONDS:-}"
 if [ "$secs" = "0" ]; then exit 0; fi
 if [ -n "$secs" ]; then sleep "$secs"; else echo "Serving until Ctrl-C."; wait; fi

@@ -429,7 +429,8 @@ def check_promql(dash, promtool, errors):
 # Synthetic counters, one sample a minute for ten minutes (promtool's `a+bxn`: from a, b more each
 # minute): per second, globally 1 hit, 0.5 stale, 1.5 misses (of them 0.5 coalesced, 0.25 from the
 # L2), 1/3 bypass; per operation: Home 1 hit, 1 stale, 0.5 coalesced, 1.5 misses (0.5 cold,
-# 1 expired), 1 bypass; Search only misses (1 cold, 1 evicted); Cached only hits (1).
+# 1 expired), 1 bypass; Search only misses (1 cold, 1 evicted, of them 0.5 would have hit at 2x
+# memory, 1 at 4x); Cached only hits (1).
 SYNTHETIC = {
     'graphql_cache_hits{instance="envoy-a"}': "0+60x10",
     'graphql_cache_stale_served{instance="envoy-a"}': "0+30x10",
@@ -437,6 +438,8 @@ SYNTHETIC = {
     'graphql_cache_coalesced{instance="envoy-a"}': "0+30x10",
     'graphql_cache_l2_hits{instance="envoy-a"}': "0+15x10",
     'graphql_cache_bypasses{instance="envoy-a"}': "0+20x10",
+    'graphql_cache_would_hit_2x{instance="envoy-a"}': "0+30x10",
+    'graphql_cache_would_hit_4x{instance="envoy-a"}': "0+45x10",
     'graphql_cache_op_hits{instance="envoy-a",graphql_operation="Home"}': "0+60x10",
     'graphql_cache_op_stale{instance="envoy-a",graphql_operation="Home"}': "0+60x10",
     'graphql_cache_op_coalesced{instance="envoy-a",graphql_operation="Home"}': "0+30x10",
@@ -445,6 +448,8 @@ SYNTHETIC = {
     'graphql_cache_op_bypasses{instance="envoy-a",graphql_operation="Home",graphql_cache_reason="mutation"}': "0+60x10",
     'graphql_cache_op_misses{instance="envoy-a",graphql_operation="Search",graphql_cache_reason="cold"}': "0+60x10",
     'graphql_cache_op_misses{instance="envoy-a",graphql_operation="Search",graphql_cache_reason="evicted"}': "0+60x10",
+    'graphql_cache_op_would_hit{instance="envoy-a",graphql_operation="Search",graphql_cache_reason="2x"}': "0+30x10",
+    'graphql_cache_op_would_hit{instance="envoy-a",graphql_operation="Search",graphql_cache_reason="4x"}': "0+60x10",
     'graphql_cache_op_hits{instance="envoy-a",graphql_operation="Cached"}': "0+60x10",
 }
 PER_OP = lambda home, search, cached: [  # noqa: E731
@@ -458,6 +463,9 @@ EXPECTED = {
     ("stat", "Bypassed share", "A"): [("{}", 0.1)],
     ("timeseries", "Hit ratio", "A"): [("{}", 0.5)],
     ("timeseries", "Hit ratio", "B"): [("{}", 0.75)],
+    # 0.5 of the 1.5 misses a second would have hit at 2x memory, 0.75 at 4x.
+    ("timeseries", "Hit ratio", "C"): [("{}", 2 / 3)],
+    ("timeseries", "Hit ratio", "D"): [("{}", 0.75)],
     ("timeseries", "Hit ratio per operation", "A"): PER_OP(0.5, 0, 1),
     ("bargauge", "Hit ratio per operation, time range", "A"): PER_OP(0.5, 0, 1),
     ("timeseries", "Served without an origin trip per operation", "A"): PER_OP(0.625, 0, 1),
@@ -469,6 +477,9 @@ EXPECTED = {
     ("bargauge", "Hit ratio and cacheable ceiling per operation, time range", "A"): PER_OP(0.5, 0, 1),
     ("bargauge", "Hit ratio and cacheable ceiling per operation, time range", "B"):
         PER_OP(0.5, 0.5, 1),
+    # Half of Search's evicted misses would have hit with twice the memory.
+    ("bargauge", "Hit ratio and cacheable ceiling per operation, time range", "C"):
+        PER_OP(0.5, 0.25, 1),
 }
 
 

@@ -40,8 +40,14 @@ impl Exchange {
             (CacheStatus::Miss, _) => Kind::Miss,
             _ => return,
         };
-        let served = self.served.map(|s| (s.bytes, s.lifetime_s));
-        recent::lookup(cx, key, self.operation.as_deref(), kind, served);
+        let lookup = recent::Lookup {
+            key,
+            operation: self.operation.as_deref(),
+            at_ms: self.asked.as_ref().map(|a| a.born_us / 1000),
+            kind,
+            served: self.served.map(|s| (s.bytes, s.lifetime_s)),
+        };
+        recent::lookup(cx, &lookup);
     }
 
     pub(super) fn report<H: RequestHost>(

@@ -11,17 +11,27 @@ use crate::whatif::ring::{chunk_key, with_worker, Kind, Record, WORKERS_KEY};
 use crate::worker::ctx::Ctx;
 use crate::worker::operation_counts::operation_of;
 
-/// Records a lookup of `key` that went `kind`; `served`: the entry a hit was answered from.
-pub fn lookup(
-    cx: &mut Ctx<'_, impl Host>,
-    key: &CacheKey,
-    operation: Option<&OperationTags>,
-    kind: Kind,
-    served: Option<(usize, u32)>,
-) {
-    let (size, lifetime_s) = served.unwrap_or_default();
+/// A lookup to record: of which key and operation, when (ms, `None`: now), how it went, and the
+/// entry a hit was answered from (bytes, lifetime in seconds).
+pub struct Lookup<'a> {
+    pub key: &'a CacheKey,
+    pub operation: Option<&'a OperationTags>,
+    pub at_ms: Option<u64>,
+    pub kind: Kind,
+    pub served: Option<(usize, u32)>,
+}
+
+/// Records a lookup (its time given, the hit path asks the host for no clock).
+pub fn lookup(cx: &mut Ctx<'_, impl Host>, l: &Lookup<'_>) {
+    let (size, lifetime_s) = l.served.unwrap_or_default();
     let size = u32::try_from(size).unwrap_or(u32::MAX);
-    push(cx, key, operation, (kind, 0), (size, lifetime_s));
+    let at_ms = l.at_ms.unwrap_or_else(|| cx.host().now_ms());
+    push(
+        cx,
+        (l.key, l.operation, at_ms),
+        (l.kind, 0),
+        (size, lifetime_s),
+    );
 }
 
 /// Records the origin's answer for `key`: what became of it (`fate`), and the entry it was
@@ -42,7 +52,8 @@ pub fn answer(
         let size = u32::try_from(bytes.len()).unwrap_or(u32::MAX);
         (size, lifetime_s(bytes))
     });
-    push(cx, key, operation, kind, shape);
+    let at_ms = cx.host().now_ms();
+    push(cx, (key, operation, at_ms), kind, shape);
 }
 
 /// An entry's freshness lifetime in seconds (0 if it does not read).
@@ -55,8 +66,7 @@ pub fn lifetime_s(entry: &[u8]) -> u32 {
 
 fn push(
     cx: &mut Ctx<'_, impl Host>,
-    key: &CacheKey,
-    operation: Option<&OperationTags>,
+    (key, operation, at_ms): (&CacheKey, Option<&OperationTags>, u64),
     (kind, why): (Kind, u8),
     (size, lifetime_s): (u32, u32),
 ) {
@@ -64,7 +74,6 @@ fn push(
         return;
     }
     let hash = cx.plugin().table.hash(key);
-    let at_ms = cx.host().now_ms();
     cx.worker_and_shared(|w, shared| {
         let op = w.operations.bucket(shared, operation_of(operation));
         w.recent.push(Record {
