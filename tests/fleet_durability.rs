@@ -1,7 +1,7 @@
 //! Purges that are never lost: 100 purges sent to Envoy A while the fleet's L2 cannot take them
 //! (Redis killed and restarted empty; a Redis Cluster master failing over to its replica) reach
-//! Envoy B once the L2 is back: within a second of that, no Envoy serves an answer fetched before
-//! its purge. And one Cluster master down is not a dead L2: Envoy keeps the L2 service in its
+//! Envoy B once the L2 is back: once B has read the log again, no Envoy serves an answer fetched
+//! before its purge. And one Cluster master down is not a dead L2: Envoy keeps the L2 service in its
 //! load balancing and every other key is still served from the L2.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
@@ -88,6 +88,23 @@ fn nothing_purged_is_served(fleet: &Fleet, warmed: &HashMap<u32, Vec<u8>>, what:
     }
 }
 
+/// The first answer from before its purge some Envoy still serves, if any.
+fn purged_still_served(fleet: &Fleet, warmed: &HashMap<u32, Vec<u8>>) -> Option<String> {
+    for (e, envoy) in fleet.envoys.iter().enumerate() {
+        for n in 1..=USERS {
+            let r = envoy.send(Req::query(&user_query(n)));
+            assert_eq!(r.status, 200, "{}", r.text());
+            if r.body == warmed[&n] {
+                return Some(format!(
+                    "Envoy {e} served query {n}'s answer ({})",
+                    r.cache()
+                ));
+            }
+        }
+    }
+    None
+}
+
 /// Waits until the L2 service answers a read of the purge log again: the L2 is back.
 fn wait_l2_back(fleet: &Fleet) -> Instant {
     let deadline = Instant::now() + Duration::from_secs(30);
@@ -116,12 +133,23 @@ fn purges_made_while_redis_is_down_reach_every_envoy() {
     println!("Redis down: at most {most} purges pending on A");
     fleet.redis.restart();
     let back = wait_l2_back(&fleet);
-    std::thread::sleep((back + Duration::from_secs(1)).saturating_duration_since(Instant::now()));
-    nothing_purged_is_served(&fleet, &warmed, "Redis restarted empty");
-    assert!(
-        fleet.envoys[1].counter("l2_purge_gaps") >= 1,
-        "B saw that the log was begun anew"
+    // B learns that the log was begun anew (its purges lost) at its next read of the log, and
+    // counts it once everything born before is marked purged: the condition, not a time (under
+    // load a read may come late). How late it came is printed, not asserted (the delay to
+    // honoured is measured by `make bench-purges`).
+    let deadline = back + Duration::from_secs(30);
+    while fleet.envoys[1].counter("l2_purge_gaps") < 1 {
+        assert!(
+            Instant::now() < deadline,
+            "B never saw that the log was begun anew"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    println!(
+        "B read the new log {:?} after the L2 was back",
+        back.elapsed()
     );
+    nothing_purged_is_served(&fleet, &warmed, "Redis restarted empty");
 }
 
 #[test]
@@ -157,8 +185,22 @@ fn purges_during_a_failover(count: u32) {
     );
     let applied_before = fleet.envoys[1].counter("l2_purges_applied");
     let back = wait_l2_back(&fleet);
-    std::thread::sleep((back + Duration::from_secs(1)).saturating_duration_since(Instant::now()));
-    nothing_purged_is_served(&fleet, &warmed, "after the failover");
+    // A sends what it owes once the log's new master takes writes, B applies it at its next read:
+    // each Envoy is asked until it serves no answer from before its purge (a purge lost would
+    // keep one there for good). How long that took is printed, not asserted (see
+    // `make bench-purges` for the delay to honoured).
+    let deadline = back + Duration::from_secs(30);
+    while let Some(stale) = purged_still_served(&fleet, &warmed) {
+        assert!(
+            Instant::now() < deadline,
+            "after the failover: {stale}, 30 s after the L2 was back"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    println!(
+        "every purge honoured {:?} after the L2 was back",
+        back.elapsed()
+    );
     assert!(
         fleet.envoys[1].counter("l2_purges_applied") > applied_before,
         "B applied the purges A kept until the log had them"

@@ -215,10 +215,13 @@ fn apply(
         .flat_map(|r| r.targets.iter().map(|&(t, soft)| (t, soft, r.at_us)))
         .collect();
     if let Some(at_us) = everything {
-        cx.host().count(Counter::L2PurgeGaps);
         timed.push((Target::All, false, at_us));
     }
     mark(cx, &timed)?;
+    // Counted once the marks hold it: whoever reads the counter may rely on the purge.
+    if everything.is_some() {
+        cx.host().count(Counter::L2PurgeGaps);
+    }
     for _ in records {
         cx.host().count(Counter::L2PurgesApplied);
     }
