@@ -175,9 +175,17 @@ test: lint unit validate k8s-check integration ceilings-check demo-check demo-cl
 # The ceilings the filter reports (hit ratio at 2x memory, cacheable ceiling) against the hit
 # ratio measured by replaying the same traces at twice the memory (tests/ceilings/ceilings.py), and
 # the what-if route's prediction for a TTL change against a replay with it (what_if.py).
-ceilings-check: tools build
+# And the miss reasons of graphql-http's conformance audits run twice through the filter
+# (conformance.py): its answers with errors are not-stored misses, not evicted ones.
+ceilings-check: tools build tests/conformance/node_modules
 	ENVOY_BIN=$(ENVOY) GRAPHQL_CACHE_WASM=$(WASM) ORIGIN_BIN=$(ORIGIN) python3 tests/ceilings/ceilings.py
 	ENVOY_BIN=$(ENVOY) GRAPHQL_CACHE_WASM=$(WASM) ORIGIN_BIN=$(ORIGIN) python3 tests/ceilings/what_if.py
+	ENVOY_BIN=$(ENVOY) GRAPHQL_CACHE_WASM=$(WASM) ORIGIN_BIN=$(ORIGIN) python3 tests/ceilings/conformance.py
+
+# graphql-http's GraphQL-over-HTTP audits, pinned.
+tests/conformance/node_modules: tests/conformance/package-lock.json
+	npm ci --prefix tests/conformance --no-audit --no-fund --loglevel=error
+	@touch $@
 
 # What a candidate configuration would have done with a running filter's recent traffic, per
 # operation: make what-if CANDIDATE='{"ttl_seconds": 60}' (WHAT_IF_URL, PURGE_TOKEN: the demo's).

@@ -213,6 +213,9 @@ def scenarios(answer, tagged_body, bodies):
     # Hits whose entries carry tags: the purge check on the hit path.
     s.append(("ttl10-tags", [], bootstrap(wasm_filter({"ttl_seconds": 10}), ORIGIN_ROUTE),
               {"BENCH_BODY_FILE": tagged_body}))
+    # With the admin routes on: every hit is also kept in the what-if ring (serving::recent).
+    admin = {"ttl_seconds": 10, "purge_path": "/graphql-cache/purge", "purge_token": "bench-purge-token-0123456789"}
+    s.append(("ttl10-admin", [], bootstrap(wasm_filter(admin), ORIGIN_ROUTE), {}))
     # The same without the cluster in the key (one property read less per request).
     s.append(("ttl10-lean", [], bootstrap(wasm_filter({"ttl_seconds": 10, "key_by_cluster": False}), ORIGIN_ROUTE), {}))
     # And without invalidation (no purge-epoch read per lookup): the hit path's two optional host
