@@ -141,10 +141,15 @@ def main():
             {"trace": r[0], "hit_ratio": r[1], "ceiling": r[2], "predicted_2x": r[3], "measured_2x": r[4],
              "misses": r[5], "counters": r[6]} for r in rows], indent=1) + "\n")
     print(f"took {time.time() - started:.0f} s")
+    verdict("ceilings", failures)
+
+
+def verdict(name, failures):
+    """Exits 1 listing `failures`, if any; else says `name` passed."""
     if failures:
         print("FAILED:\n  " + "\n  ".join(failures))
         sys.exit(1)
-    print("ceilings: all passed")
+    print(f"{name}: all passed")
 
 
 if __name__ == "__main__":

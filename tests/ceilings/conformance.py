@@ -10,7 +10,6 @@ many `not-stored` misses on the second run as the first run's answers not stored
 """
 import json
 import pathlib
-import re
 import subprocess
 import sys
 import time
@@ -19,7 +18,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "bench/hitratio"))
 sys.path.insert(0, str(ROOT / "tests/ceilings"))
 import replay  # noqa: E402
-from ceilings import op_counters  # noqa: E402
+from ceilings import op_counters, verdict  # noqa: E402
 
 CONFIG = {"paths": ["/graphql"], "ttl_seconds": 600, "cache_bytes": 64 << 20}
 
@@ -77,10 +76,7 @@ def main():
         failures.append("no miss labelled not-stored on the second run")
     if delta.get("not-stored", 0) != not_stored_first:
         failures.append(f"{delta.get('not-stored', 0)} not-stored misses for {not_stored_first} answers not stored")
-    if failures:
-        print("FAILED:\n  " + "\n  ".join(failures))
-        sys.exit(1)
-    print("conformance misses: all passed")
+    verdict("conformance misses", failures)
 
 
 if __name__ == "__main__":

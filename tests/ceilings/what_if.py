@@ -23,6 +23,9 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "bench/hitratio"))
 import replay  # noqa: E402
 
+sys.path.insert(0, str(ROOT / "tests/ceilings"))
+from ceilings import verdict  # noqa: E402
+
 TOKEN = "what-if-test-token-0123456789"
 BASE = {"paths": ["/graphql"], "ttl_seconds": 2, "purge_path": "/graphql-cache/purge", "purge_token": TOKEN}
 CANDIDATE = {"rules": [{"operation": "HitRatio", "ttl_seconds": 6}]}
@@ -131,10 +134,7 @@ def main():
     codes = [c for c, _ in bad]
     if codes != [400, 400, 400, 401] or not bad[0][1].startswith("vary_headers"):
         failures.append(f"bad requests answered {bad}")
-    if failures:
-        print("FAILED:\n  " + "\n  ".join(failures))
-        sys.exit(1)
-    print("what-if: all passed")
+    verdict("what-if", failures)
 
 
 if __name__ == "__main__":
