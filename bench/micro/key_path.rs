@@ -334,7 +334,11 @@ fn bench_insight(c: &mut Criterion) {
         at_ms: 1_000_000 + i * 7,
         hash: i.wrapping_mul(0x9E37_79B9_7F4A_7C15) % 4096,
         op: 3 + (i % 4) as u16,
-        kind: if i % 3 == 0 { Kind::Miss } else { Kind::Hit },
+        kind: if i.is_multiple_of(3) {
+            Kind::Miss
+        } else {
+            Kind::Hit
+        },
         why: 0,
         size: 1200,
         lifetime_s: 10,
