@@ -16,7 +16,7 @@ export GRAPHQL_CACHE_WASM := $(CURDIR)/$(WASM)
 export ORIGIN_BIN := $(CURDIR)/$(ORIGIN)
 export L2_BIN := $(CURDIR)/$(L2)
 
-.PHONY: help tools redis compose build wasm origin l2 test lint unit integration ceilings-check what-if validate demo demo-check demo-cluster demo-cluster-check demo-federation demo-federation-check bench bench-micro bench-ab bench-hostcalls bench-hitratio bench-entities bench-entities-pinned bench-entities-hops bench-entities-paired bench-entities-hop-floor fuzz soak clean
+.PHONY: help tools redis compose build wasm origin l2 test lint unit integration ceilings-check ceilings-picture what-if validate demo demo-check demo-cluster demo-cluster-check demo-federation demo-federation-check bench bench-micro bench-ab bench-hostcalls bench-hitratio bench-entities bench-entities-pinned bench-entities-hops bench-entities-paired bench-entities-hop-floor fuzz soak clean
 
 help:
 	@echo "make demo   - build, start the origin and Envoy with the filter, and walk through it with curl"
@@ -181,6 +181,11 @@ ceilings-check: tools build tests/conformance/node_modules
 	ENVOY_BIN=$(ENVOY) GRAPHQL_CACHE_WASM=$(WASM) ORIGIN_BIN=$(ORIGIN) python3 tests/ceilings/ceilings.py
 	ENVOY_BIN=$(ENVOY) GRAPHQL_CACHE_WASM=$(WASM) ORIGIN_BIN=$(ORIGIN) python3 tests/ceilings/what_if.py
 	ENVOY_BIN=$(ENVOY) GRAPHQL_CACHE_WASM=$(WASM) ORIGIN_BIN=$(ORIGIN) python3 tests/ceilings/conformance.py
+
+# The ceilings test's table as a picture for docs/tuning.md (docs/images/ceilings.png).
+ceilings-picture: tools build
+	@$(VENV)/bin/python -c 'import matplotlib' 2>/dev/null || $(VENV)/bin/pip install --quiet --disable-pip-version-check matplotlib
+	CEILINGS_PICTURE=docs/images/ceilings.png ENVOY_BIN=$(ENVOY) GRAPHQL_CACHE_WASM=$(WASM) ORIGIN_BIN=$(ORIGIN) $(VENV)/bin/python tests/ceilings/ceilings.py
 
 # graphql-http's GraphQL-over-HTTP audits, pinned.
 tests/conformance/node_modules: tests/conformance/package-lock.json

@@ -140,8 +140,39 @@ def main():
         pathlib.Path(out).write_text(json.dumps([
             {"trace": r[0], "hit_ratio": r[1], "ceiling": r[2], "predicted_2x": r[3], "measured_2x": r[4],
              "misses": r[5], "counters": r[6]} for r in rows], indent=1) + "\n")
+    picture = os.environ.get("CEILINGS_PICTURE")
+    if picture:
+        plot(rows, SLOTS * entry, pathlib.Path(picture))
     print(f"took {time.time() - started:.0f} s")
     verdict("ceilings", failures)
+
+
+def plot(rows, budget, path):
+    """The table as bars, per trace: hit ratio at B, 2x predicted at B, 2x measured at 2B, and the
+    cacheable ceiling (`make ceilings-picture`; matplotlib)."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    series = [("hit ratio at B", 1, "#d62728"), ("2x predicted at B", 3, "#ff9896"),
+              ("2x measured at 2B", 4, "#1f77b4"), ("cacheable ceiling", 2, "#2ca02c")]
+    fig, ax = plt.subplots(figsize=(11, 4.5))
+    width = 0.8 / len(series)
+    for j, (label, col, color) in enumerate(series):
+        xs = [i + (j - (len(series) - 1) / 2) * width for i in range(len(rows))]
+        ax.bar(xs, [r[col] for r in rows], width, label=label, color=color)
+    ax.set_xticks(range(len(rows)))
+    ax.set_xticklabels([r[0] for r in rows])
+    ax.set_ylim(0, 1.05)
+    ax.set_ylabel("hit ratio")
+    ax.grid(axis="y", alpha=0.3)
+    ax.legend(loc="upper left", fontsize=8, ncol=4)
+    ax.set_title(f"What the filter reports at B = {budget} bytes vs a replay at 2B "
+                 f"({N} requests a trace, tests/ceilings/ceilings.py)")
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=100)
+    print(f"wrote {path}")
 
 
 def verdict(name, failures):
