@@ -122,7 +122,7 @@ pub(super) fn insight(raw: &RawConfig, defaults: (u32, u32)) -> Result<(u32, u32
         raw.what_if_records,
         u64::from(defaults.1),
         0,
-        1 << 20,
+        1 << 16,
     )?;
     Ok((to_u32(fates), to_u32(records)))
 }

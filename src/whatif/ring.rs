@@ -186,23 +186,47 @@ pub fn decode_chunk(bytes: &[u8]) -> Vec<Record> {
         .collect()
 }
 
+/// Bytes of one listed worker: its id and when it last copied its ring (seconds).
+const LISTED: usize = 8 + 4;
+/// A listed worker's time is rewritten at most this often (seconds): one read per copy, not a
+/// write.
+const SEEN_EVERY_S: u32 = 10;
+
 /// The worker ids listed in `bytes` (the value under [`WORKERS_KEY`]).
 pub fn decode_workers(bytes: &[u8]) -> Vec<u64> {
+    listed(bytes).into_iter().map(|(id, _)| id).collect()
+}
+
+fn listed(bytes: &[u8]) -> Vec<(u64, u32)> {
     bytes
-        .chunks_exact(8)
-        .filter_map(|c| c.try_into().ok().map(u64::from_le_bytes))
+        .chunks_exact(LISTED)
+        .filter_map(|c| {
+            let id = u64::from_le_bytes(c.get(..8)?.try_into().ok()?);
+            let seen = u32::from_le_bytes(c.get(8..)?.try_into().ok()?);
+            Some((id, seen))
+        })
         .take(MAX_WORKERS)
         .collect()
 }
 
-/// `workers` with `id` added, if it is not listed and there is room (`None`: nothing to write).
-pub fn with_worker(workers: &[u8], id: u64) -> Option<Vec<u8>> {
-    let listed = decode_workers(workers);
-    if listed.contains(&id) || listed.len() >= MAX_WORKERS {
-        return None;
+/// `workers` with `id` listed as seen at `now_s` (`None`: nothing to write). When the list is
+/// full, the worker seen longest ago (a VM that went away with an old configuration) gives way.
+pub fn with_worker(workers: &[u8], id: u64, now_s: u32) -> Option<Vec<u8>> {
+    let mut all = listed(workers);
+    match all.iter().position(|(w, _)| *w == id) {
+        Some(i) if now_s.saturating_sub(all[i].1) < SEEN_EVERY_S => return None,
+        Some(i) => all[i].1 = now_s,
+        None if all.len() < MAX_WORKERS => all.push((id, now_s)),
+        None => {
+            let oldest = (0..all.len()).min_by_key(|&i| all[i].1)?;
+            all[oldest] = (id, now_s);
+        }
     }
-    let mut out = workers[..listed.len() * 8].to_vec();
-    out.extend_from_slice(&id.to_le_bytes());
+    let mut out = Vec::with_capacity(all.len() * LISTED);
+    for (w, seen) in all {
+        out.extend_from_slice(&w.to_le_bytes());
+        out.extend_from_slice(&seen.to_le_bytes());
+    }
     Some(out)
 }
 
@@ -275,15 +299,21 @@ mod tests {
     }
 
     #[test]
-    fn workers_are_listed_once_and_at_most_max() {
-        let one = with_worker(b"", 5).unwrap();
-        assert_eq!(with_worker(&one, 5), None);
-        let two = with_worker(&one, 6).unwrap();
+    fn workers_are_listed_once_and_the_one_seen_longest_ago_gives_way() {
+        let one = with_worker(b"", 5, 100).unwrap();
+        assert_eq!(with_worker(&one, 5, 105), None, "seen lately: no write");
+        let again = with_worker(&one, 5, 200).unwrap();
+        assert_eq!(listed(&again), [(5, 200)]);
+        let two = with_worker(&again, 6, 201).unwrap();
         assert_eq!(decode_workers(&two), [5, 6]);
         let mut full = Vec::new();
         for id in 0..MAX_WORKERS as u64 {
-            full = with_worker(&full, id + 100).unwrap();
+            full = with_worker(&full, id + 100, 1_000 + id as u32).unwrap();
         }
-        assert_eq!(with_worker(&full, 1), None);
+        let replaced = with_worker(&full, 1, 5_000).unwrap();
+        let ids = decode_workers(&replaced);
+        assert_eq!(ids.len(), MAX_WORKERS);
+        assert!(ids.contains(&1) && !ids.contains(&100), "the oldest went");
+        assert!(decode_workers(b"short").is_empty());
     }
 }

@@ -145,8 +145,6 @@ pub struct Worker {
     pub last_housekeeping_ms: u64,
     /// Recent lookups and origin answers, for the what-if route (`serving::recent`).
     pub recent: Ring,
-    /// Whether this worker's ring is listed in shared data yet.
-    pub recent_listed: bool,
 }
 
 /// The what-if ring a configuration asks for: none without the admin routes.
@@ -218,7 +216,6 @@ impl Worker {
             quick_tick: false,
             last_housekeeping_ms: 0,
             recent: recent(config),
-            recent_listed: false,
         }
     }
 

@@ -3,8 +3,9 @@
 //! lifetime, or not and why), and the timer's copy of the changed chunks to shared data.
 
 use crate::cache::entry::Entry;
-use crate::cache::fates::Fate;
+use crate::cache::fates::{seconds, Fate};
 use crate::effects::host::Host;
+use crate::effects::store::update;
 use crate::invalidate::tags::OperationTags;
 use crate::request::key::CacheKey;
 use crate::whatif::ring::{chunk_key, with_worker, Kind, Record, WORKERS_KEY};
@@ -88,24 +89,19 @@ fn push(
     });
 }
 
-/// Root, on its timer: copies the ring's changed chunks to shared data (listing this worker
-/// first), where a what-if asked on any worker reads them.
+/// Root, on its timer: copies the ring's changed chunks to shared data (listing this worker,
+/// or its time, first), where a what-if asked on any worker reads them.
 pub fn flush(cx: &mut Ctx<'_, impl Host>) {
-    let (id, listed, dirty) = cx.worker(|w| (w.id, w.recent_listed, w.recent.take_dirty()));
+    let (id, dirty) = cx.worker(|w| (w.id, w.recent.take_dirty()));
     if dirty.is_empty() {
         return;
     }
     let host = cx.host();
-    if !listed {
-        // A failed write is tried again at the next flush.
-        let written = crate::effects::store::update(host, WORKERS_KEY, |old| {
-            with_worker(old.unwrap_or_default(), id)
-        });
-        if written.is_ok() {
-            cx.worker(|w| w.recent_listed = true);
-        }
-    }
-    let host = cx.host();
+    let now_s = seconds(host.now_ms());
+    // A failed write lists this worker at the next copy: only a what-if in between misses it.
+    let _ = update(host, WORKERS_KEY, |old| {
+        with_worker(old.unwrap_or_default(), id, now_s)
+    });
     for (chunk, value) in dirty {
         // A chunk that could not be written is missing from the next what-if, nothing more.
         let _ = host.set(&chunk_key(id, chunk), &value);
