@@ -5,8 +5,8 @@ twice through a real Envoy with the filter in front of the test origin, with a 6
 holds every answer it may store many times over. Each audit's second request for a key the first
 run already asked is a miss for one reason only: its answer could not be stored (errors, a status
 that is not stored, ...). Asserted from the per-operation counters: misses labelled `not-stored`,
-none labelled `evicted` or `not-admitted` (which would read as "the cache is too small"), and as
-many `not-stored` misses on the second run as the first run's answers not stored.
+none labelled `evicted` or `not-admitted` (which would read as "the cache is too small"): every
+miss of the second run is `not-stored`.
 """
 import json
 import pathlib
@@ -29,19 +29,20 @@ def audit(url):
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def settled(envoy, before):
-    """The per-operation counters once the root's timer has added a run's counts (the counters
-    stop moving between two reads a timer tick apart; 10 s at most)."""
+def settled(envoy):
+    """The per-operation counters once they account for every lookup the filter's own counters
+    (added at once, not by the timer) say was made: the root's timer adds the per-operation ones
+    a tick later (10 s at most)."""
     deadline = time.time() + 10
-    last = None
     while True:
-        now = op_counters(envoy)
-        if now == last and now != before:
-            return now
+        c = envoy.filter_counters()
+        ops = op_counters(envoy)
+        counted = sum(v for (k, _), v in ops.items() if k in ("hits", "stale", "coalesced", "misses"))
+        if counted == c.get("hits", 0) + c.get("misses", 0):
+            return ops
         if time.time() > deadline:
-            raise AssertionError("the per-operation counters never settled")
-        last = now
-        time.sleep(0.3)
+            raise AssertionError(f"per-operation counters: {counted} lookups, the filter's: {c}")
+        time.sleep(0.1)
 
 
 def misses(ops):
@@ -55,10 +56,10 @@ def main():
         try:
             url = f"http://127.0.0.1:{envoy.port}/graphql"
             first = audit(url)
-            after_first = settled(envoy, {})
+            after_first = settled(envoy)
             second = audit(url)
-            after_second = settled(envoy, after_first)
-            not_stored_first = sum(v for (c, _), v in after_first.items() if c == "not_stored")
+            after_second = settled(envoy)
+            not_stored = sum(v for (c, _), v in after_first.items() if c == "not_stored")
         finally:
             envoy.stop()
     finally:
@@ -68,14 +69,14 @@ def main():
     print(f"audits, first run: {first}; second run: {second}")
     print(f"misses by reason, first run: {m1}")
     print(f"misses by reason, second run: {delta}")
-    print(f"answers not stored in the first run: {not_stored_first}")
+    print(f"answers not stored in the first run (as counted by then): {not_stored}")
     failures = []
     if any(delta.get(r, 0) for r in ("evicted", "not-admitted")):
         failures.append(f"second run's misses labelled evicted or not-admitted: {delta}")
     if delta.get("not-stored", 0) == 0:
         failures.append("no miss labelled not-stored on the second run")
-    if delta.get("not-stored", 0) != not_stored_first:
-        failures.append(f"{delta.get('not-stored', 0)} not-stored misses for {not_stored_first} answers not stored")
+    if sum(delta.values()) != delta.get("not-stored", 0):
+        failures.append(f"second run's misses not all not-stored: {delta}")
     verdict("conformance misses", failures)
 
 
