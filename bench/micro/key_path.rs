@@ -342,6 +342,8 @@ fn bench_insight(c: &mut Criterion) {
         why: 0,
         size: 1200,
         lifetime_s: 10,
+        entity: false,
+        variant: Default::default(),
     };
     let mut ring = Ring::new(8192);
     let mut i = 0u64;

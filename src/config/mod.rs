@@ -325,12 +325,17 @@ impl Config {
         }
     }
 
-    /// The configured lifetimes, before rules and routes.
     /// `miss_reason_keys` and `what_if_records`.
     fn insight(&self) -> (u32, u32) {
         (self.miss_reason_keys, self.what_if_records)
     }
 
+    /// Whether the what-if ring records traffic: only beside the admin routes that read it.
+    pub fn what_if_on(&self) -> bool {
+        self.purge.is_some() && self.what_if_records > 0
+    }
+
+    /// The configured lifetimes, before rules and routes.
     pub fn lifetimes(&self) -> Lifetimes {
         Lifetimes {
             ttl_seconds: self.ttl_seconds,

@@ -18,6 +18,7 @@ use crate::request::key::{build_key, CacheKey, KeyContext};
 use crate::request::memo::MemoInput;
 use crate::request::operations::{Operations, ReadOperation};
 use crate::request::rules::{request_policy, RequestPolicy, RouteOverride};
+use crate::request::variant::Variant;
 use serde::de::IgnoredAny;
 use serde::Deserialize;
 use std::rc::Rc;
@@ -96,6 +97,8 @@ pub struct Classified {
     pub teaches: Option<Rc<(String, String)>>,
     /// A persisted query sent by its hash alone (resolved from the table).
     pub hash_only: bool,
+    /// The key as the what-if replays other `vary_headers` (`None`: not recorded).
+    pub variant: Option<Variant>,
 }
 
 /// The method persisted queries are keyed with, GET or POST alike.
@@ -129,6 +132,8 @@ pub struct Decided {
     pub teaches: Option<Rc<(String, String)>>,
     /// See [`Classified::hash_only`].
     pub hash_only: bool,
+    /// See [`Classified::variant`].
+    pub variant: Option<Variant>,
 }
 
 impl From<Classified> for Decided {
@@ -142,6 +147,7 @@ impl From<Classified> for Decided {
             }),
             teaches: c.teaches,
             hash_only: c.hash_only,
+            variant: c.variant,
         }
     }
 }
@@ -157,6 +163,7 @@ pub fn scope_key(decided: Decided, identity: Option<&[u8]>) -> Result<Decided, B
                 .ok_or(Bypass::NoIdentity)?;
             Ok(Decided {
                 key: decided.key.scoped(id),
+                variant: decided.variant.map(|v| v.scoped(id)),
                 ..decided
             })
         }
@@ -449,6 +456,8 @@ fn identify(
         context.method = PERSISTED_METHOD;
     }
     let key = build_key(&context, &req, &operation);
+    let variant = (config.what_if_on() && !config.vary_headers.is_empty())
+        .then(|| Variant::of(&context, &req, &operation));
     let teaches = teaches.map(|sha256| Rc::new((sha256, req.query.clone())));
     Ok(Classified {
         key,
@@ -456,6 +465,7 @@ fn identify(
         policy,
         teaches,
         hash_only,
+        variant,
     })
 }
 

@@ -2,7 +2,8 @@
 //! key (`json`), canonical printing (`canonical`), per-operation policy (`rules`), the key
 //! (`key`), the whole decision from request head and body to key or bypass (`classify`, with its
 //! per-worker memos: `memo` of whole requests, `operations` of canonical operations), why a
-//! request passes through (`bypass`), and what the matched route says (`route_metadata`).
+//! request passes through (`bypass`), what the matched route says (`route_metadata`), and what the what-if keeps of a key to replay
+//! other `vary_headers` (`variant`).
 //!
 //! It reads the configuration's types (rules, limits) from `config`, never the other way round.
 
@@ -17,3 +18,4 @@ pub mod memo;
 pub mod operations;
 pub mod route_metadata;
 pub mod rules;
+pub mod variant;

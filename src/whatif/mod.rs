@@ -10,10 +10,10 @@ pub mod ring;
 pub mod simulate;
 
 use crate::whatif::candidate::{ByOperation, Settings};
-use crate::whatif::ring::Record;
-use crate::whatif::simulate::{replay, Figures};
+use crate::whatif::ring::{type_bucket, Record};
+use crate::whatif::simulate::{replay, Figures, Group, Keying};
 use serde_json::{json, Value};
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 /// The most records one what-if call replays (the newest): a call's work is bounded whatever
 /// the workers and `what_if_records` (about 20 ms natively for both runs of the model).
@@ -29,46 +29,60 @@ pub fn report(
 ) -> Value {
     records.sort_by_key(|r| r.at_ms);
     let records = &records[records.len().saturating_sub(MAX_REPLAYED)..];
-    let today = ByOperation {
+    let types: BTreeSet<&str> = now.entity_types().chain(candidate.entity_types()).collect();
+    let types: Vec<&str> = types.into_iter().collect();
+    let under = |settings| ByOperation {
         now,
-        settings: now,
+        settings,
         names,
+        types: &types,
     };
-    let then = ByOperation {
-        now,
-        settings: candidate,
-        names,
-    };
-    let a = replay(records, now.cache_bytes, &today);
-    let b = replay(records, candidate.cache_bytes, &then);
-    let mut ops: Vec<u16> = a.keys().copied().collect();
-    ops.sort_unstable();
+    let a = replay(records, now.cache_bytes, &under(now), Keying::AsRecorded);
+    let keying = candidate.keying(now);
+    let b = replay(records, candidate.cache_bytes, &under(candidate), keying);
+    let mut rows: BTreeMap<(bool, String), (Figures, Figures)> = BTreeMap::new();
     let mut total = (Figures::default(), Figures::default());
-    let mut rows = Vec::new();
-    for op in ops {
-        let (x, y) = (a[&op], b.get(&op).copied().unwrap_or_default());
-        total.0 = add(total.0, x);
-        total.1 = add(total.1, y);
-        let name = names.get(usize::from(op)).cloned().flatten();
-        rows.push(row(name.as_deref().unwrap_or(bucket_label(op)), x, y));
+    for (group, x) in &a {
+        let y = b.get(group).copied().unwrap_or_default();
+        total = (add(total.0, *x), add(total.1, y));
+        let sum = rows.entry(label(*group, names, &types)).or_default();
+        *sum = (add(sum.0, *x), add(sum.1, y));
     }
     let span = match (records.first(), records.last()) {
         (Some(f), Some(l)) => l.at_ms.saturating_sub(f.at_ms) / 1000,
         _ => 0,
     };
-    let (becomes, stops) = cacheable_changes(now, candidate, names);
+    let (becomes, stops) = cacheable_changes(now, candidate, names, &types);
     json!({
         "records": records.len(),
         "seconds": span,
         "now": settings_json(now),
         "candidate": settings_json(candidate),
-        "operations": rows,
+        "operations": rows.iter().map(|((_, name), (x, y))| row(name, *x, *y)).collect::<Vec<_>>(),
         "total": row("all", total.0, total.1),
         "becomes_cacheable": becomes,
         "stops_cacheable": stops,
-        "notes": notes(now, candidate),
+        "notes": notes(now, candidate, keying),
     })
 }
+
+/// A group's row name: the operation's (or its bucket's), or `entity:` and the type's name when
+/// a configuration names it (every other type in one row: they share the default TTL).
+fn label((entity, bucket): Group, names: &[Option<String>], types: &[&str]) -> (bool, String) {
+    if !entity {
+        let name = names.get(usize::from(bucket)).cloned().flatten();
+        return (
+            false,
+            name.unwrap_or_else(|| bucket_label(bucket).to_string()),
+        );
+    }
+    let name = types.iter().find(|t| type_bucket(t) == bucket);
+    let name = name.map_or("(other types)", |t| t);
+    (true, format!("{ENTITY_ROW}{name}"))
+}
+
+/// What an entity type's row name starts with.
+const ENTITY_ROW: &str = "entity:";
 
 fn add(a: Figures, b: Figures) -> Figures {
     Figures {
@@ -114,15 +128,26 @@ fn round3(x: f64) -> f64 {
 }
 
 fn settings_json(s: &Settings) -> Value {
-    json!({ "cache_bytes": s.cache_bytes, "ttl_seconds": s.ttl_seconds, "rules": s.rules.len() })
+    let types: BTreeMap<&str, u64> = s
+        .entity_types()
+        .map(|t| (t, s.entities.policy(t).0))
+        .collect();
+    json!({
+        "cache_bytes": s.cache_bytes,
+        "ttl_seconds": s.ttl_seconds,
+        "rules": s.rules.len(),
+        "vary_headers": s.vary_headers,
+        "entities": { "ttl_seconds": s.entities.ttl_seconds, "types": types },
+    })
 }
 
-/// Operations (named by a counter bucket or a rule) cached under one configuration and not the
-/// other: (becoming cacheable, ceasing to be).
+/// Operations (named by a counter bucket or a rule) and entity types (named by a configuration)
+/// cached under one configuration and not the other: (becoming cacheable, ceasing to be).
 fn cacheable_changes(
     now: &Settings,
     candidate: &Settings,
     names: &[Option<String>],
+    types: &[&str],
 ) -> (Vec<String>, Vec<String>) {
     let mut all: BTreeSet<&str> = names.iter().flatten().map(String::as_str).collect();
     for rule in now.rules.iter().chain(&candidate.rules) {
@@ -139,10 +164,18 @@ fn cacheable_changes(
             _ => {}
         }
     }
+    let entity = |s: &Settings, t: &str| s.entity_ttl(type_bucket(t), &[t]).is_some();
+    for t in types {
+        match (entity(now, t), entity(candidate, t)) {
+            (false, true) => becomes.push(format!("{ENTITY_ROW}{t}")),
+            (true, false) => stops.push(format!("{ENTITY_ROW}{t}")),
+            _ => {}
+        }
+    }
     (becomes, stops)
 }
 
-fn notes(now: &Settings, candidate: &Settings) -> Vec<&'static str> {
+fn notes(now: &Settings, candidate: &Settings, keying: Keying) -> Vec<&'static str> {
     let mut out = vec![
         "predicted = measured hits + (model under candidate - model now); stale windows, \
          route overrides and the fleet's L2 are not modelled",
@@ -158,6 +191,21 @@ fn notes(now: &Settings, candidate: &Settings) -> Vec<&'static str> {
         out.push(
             "an operation bypassed by a rule today has no lookups recorded: it is listed in \
              becomes_cacheable without a prediction",
+        );
+    }
+    if keying != Keying::AsRecorded {
+        out.push(
+            "dropping a vary header shares one entry among requests that differed only in it: \
+             the prediction counts those as hits, so make sure the origin's answer does not \
+             depend on the header (for authorization or cookie, that is one caller's data \
+             served to another); entity keys are not merged",
+        );
+    }
+    if candidate.entities != now.entities {
+        out.push(
+            "entity types are predicted by name where a configuration names them, every other \
+             type with the default ttl_seconds; a type not cached today has no answers \
+             recorded, and null_ttl_seconds and route TTLs are not modelled",
         );
     }
     out
@@ -179,6 +227,8 @@ mod tests {
             why: 0,
             size: if storable { 100 } else { 0 },
             lifetime_s: if storable { 10 } else { 0 },
+            entity: false,
+            variant: crate::request::variant::Variant::default(),
         }
     }
 
@@ -220,5 +270,92 @@ mod tests {
         let out = report(&mut [], &now, &cand, &names);
         assert_eq!(out["becomes_cacheable"], json!(["A"]));
         assert_eq!(out["stops_cacheable"], json!(["B"]));
+    }
+
+    #[test]
+    fn dropping_a_vary_header_merges_the_keys_that_differed_only_in_it() {
+        use crate::request::variant::Variant;
+        // One query asked in two languages, alternately, every second: never a hit today.
+        let variant = |lang: u32| Variant {
+            shape: 77,
+            vary: [lang, 5, 0, 0],
+        };
+        let mut records = Vec::new();
+        for i in 0..10u64 {
+            let lang = 1 + (i % 2) as u32;
+            let mut miss = rec(i * 1_000, 100 + u64::from(lang), 3, Kind::Miss);
+            miss.variant = variant(lang);
+            let mut stored = rec(i * 1_000 + 1, 100 + u64::from(lang), 3, Kind::Storable);
+            stored.lifetime_s = 1;
+            records.extend([miss, stored]);
+        }
+        let now = Settings::of(
+            &Config::parse(
+                br#"{"ttl_seconds": 1, "vary_headers": ["accept-language", "x-tenant"]}"#,
+            )
+            .unwrap(),
+        );
+        let cand = candidate::candidate(&now, br#"{"vary_headers": ["x-tenant"]}"#).unwrap();
+        assert_eq!(cand.keying(&now), Keying::Keeping(0b10));
+        let names = [None, None, None, Some("Page".to_string())];
+        let out = report(&mut records.clone(), &now, &cand, &names);
+        let op = &out["operations"][0];
+        assert_eq!(op["hit_ratio"]["now"], 0.0);
+        // Merged, but each entry lives 1 s: stored at t, expired when asked at t + 1 s.
+        assert_eq!(op["hit_ratio"]["candidate"], 0.0);
+        let longer =
+            candidate::candidate(&now, br#"{"vary_headers": ["x-tenant"], "ttl_seconds": 2}"#)
+                .unwrap();
+        let out = report(&mut records.clone(), &now, &longer, &names);
+        // Stored at 0, hit at 1, stored at 2 (expired), hit at 3, ...: half the lookups.
+        assert_eq!(out["operations"][0]["hit_ratio"]["candidate"], 0.5);
+        let same_ttl_only = candidate::candidate(&now, br#"{"ttl_seconds": 2}"#).unwrap();
+        let out = report(&mut records, &now, &same_ttl_only, &names);
+        assert_eq!(
+            out["operations"][0]["hit_ratio"]["candidate"], 0.0,
+            "each language alone repeats every 2 s: expired"
+        );
+        assert!(!out["notes"].to_string().contains("vary header"));
+    }
+
+    #[test]
+    fn an_entity_type_s_ttl_is_predicted_in_its_own_row() {
+        use crate::whatif::ring::type_bucket;
+        // Product 9 asked every 30 s, missing each time with a 10 s TTL; Review entities too.
+        let mut records = Vec::new();
+        for (i, (ty, hash)) in [("Product", 9), ("Review", 8)].into_iter().enumerate() {
+            for n in 0..5u64 {
+                let t = n * 30_000 + i as u64;
+                let mut miss = rec(t, hash, type_bucket(ty), Kind::Miss);
+                let mut stored = rec(t + 2, hash, type_bucket(ty), Kind::Storable);
+                (miss.entity, stored.entity) = (true, true);
+                records.extend([miss, stored]);
+            }
+        }
+        let now = Settings::of(&Config::parse(br#"{"ttl_seconds": 10, "entities": {}}"#).unwrap());
+        let cand = candidate::candidate(
+            &now,
+            br#"{"entities": {"types": {"Product": {"ttl_seconds": 60}}}}"#,
+        )
+        .unwrap();
+        assert_eq!(cand.entities.ttl_seconds, 10, "inherits today's global TTL");
+        let out = report(&mut records, &now, &cand, &[]);
+        let rows = out["operations"].as_array().unwrap();
+        let row = |name: &str| {
+            rows.iter()
+                .find(|r| r["operation"] == name)
+                .unwrap()
+                .clone()
+        };
+        assert_eq!(row("entity:Product")["hit_ratio"]["candidate"], 0.4);
+        assert_eq!(row("entity:(other types)")["hit_ratio"]["candidate"], 0.0);
+        assert_eq!(out["candidate"]["entities"]["types"]["Product"], 60);
+        let off = candidate::candidate(
+            &now,
+            br#"{"entities": {"types": {"Review": {"ttl_seconds": 0}}}}"#,
+        )
+        .unwrap();
+        let out = report(&mut [], &now, &off, &[]);
+        assert_eq!(out["stops_cacheable"], json!(["entity:Review"]));
     }
 }

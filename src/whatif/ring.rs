@@ -2,14 +2,20 @@
 //! answer, kept by each worker in a ring of `what_if_records` (the oldest overwritten), and
 //! copied to shared data in chunks by the worker's timer, so that a what-if asked on any worker
 //! replays every worker's traffic. No request's content is kept: a key's hash, its operation's
-//! counter bucket, times, sizes and lifetimes.
+//! counter bucket (or its entity type's hash), times, sizes and lifetimes, and, while
+//! `vary_headers` is set, the key's variant (a hash of the key without the vary headers, one of
+//! each header's value).
+
+use crate::request::variant::{Variant, MAX_VARY};
 
 /// Bytes of one encoded record.
-pub const RECORD: usize = 8 + 8 + 2 + 1 + 1 + 4 + 4;
+pub const RECORD: usize = 8 + 8 + 2 + 1 + 1 + 4 + 4 + 8 + 4 * MAX_VARY;
 /// Records per shared-data chunk (7 KiB): a chunk is rewritten whole when any of its records
 /// changed since the last copy.
 pub const CHUNK: usize = 256;
-const VERSION: u8 = 1;
+const VERSION: u8 = 2;
+/// Set in a record's kind byte: the record is an entity's (`Record::entity`).
+const ENTITY: u8 = 0x80;
 const PREFIX: &str = "graphql-cache/v2/recent/";
 /// The workers whose rings shared data holds (ids, 8 bytes each): at most this many.
 pub const MAX_WORKERS: usize = 128;
@@ -78,6 +84,21 @@ pub struct Record {
     pub size: u32,
     /// The entry's freshness lifetime in seconds (`Storable`, `Hit`), else 0.
     pub lifetime_s: u32,
+    /// An entity's lookup or answer (then `op` is its type's [`type_bucket`]).
+    pub entity: bool,
+    /// The key's variant (a lookup's, while `vary_headers` is set), else all zero.
+    pub variant: Variant,
+}
+
+/// The bucket an entity type's records carry: a hash of its name (no registry: the what-if
+/// names the types a configuration lists, and every other type shares their default TTL).
+pub fn type_bucket(typename: &str) -> u16 {
+    // FNV-1a folded to 16 bits: stable across workers and builds.
+    let mut h: u32 = 0x811c_9dc5;
+    for b in typename.bytes() {
+        h = (h ^ u32::from(b)).wrapping_mul(0x0100_0193);
+    }
+    ((h >> 16) ^ h) as u16
 }
 
 impl Record {
@@ -85,23 +106,37 @@ impl Record {
         out.extend_from_slice(&self.at_ms.to_le_bytes());
         out.extend_from_slice(&self.hash.to_le_bytes());
         out.extend_from_slice(&self.op.to_le_bytes());
-        out.push(self.kind.code());
+        out.push(self.kind.code() | if self.entity { ENTITY } else { 0 });
         out.push(self.why);
         out.extend_from_slice(&self.size.to_le_bytes());
         out.extend_from_slice(&self.lifetime_s.to_le_bytes());
+        out.extend_from_slice(&self.variant.shape.to_le_bytes());
+        for v in self.variant.vary {
+            out.extend_from_slice(&v.to_le_bytes());
+        }
     }
 
     fn decode(b: &[u8]) -> Option<Record> {
         let u64_at = |i: usize| Some(u64::from_le_bytes(b.get(i..i + 8)?.try_into().ok()?));
         let u32_at = |i: usize| Some(u32::from_le_bytes(b.get(i..i + 4)?.try_into().ok()?));
+        let kind = *b.get(18)?;
+        let mut vary = [0; MAX_VARY];
+        for (i, v) in vary.iter_mut().enumerate() {
+            *v = u32_at(36 + 4 * i)?;
+        }
         Some(Record {
             at_ms: u64_at(0)?,
             hash: u64_at(8)?,
             op: u16::from_le_bytes(b.get(16..18)?.try_into().ok()?),
-            kind: Kind::from_code(*b.get(18)?)?,
+            kind: Kind::from_code(kind & !ENTITY)?,
             why: *b.get(19)?,
             size: u32_at(20)?,
             lifetime_s: u32_at(24)?,
+            entity: kind & ENTITY != 0,
+            variant: Variant {
+                shape: u64_at(28)?,
+                vary,
+            },
         })
     }
 }
@@ -243,6 +278,11 @@ mod tests {
             why: 0,
             size: 100,
             lifetime_s: 10,
+            entity: n % 2 == 1,
+            variant: Variant {
+                shape: n * 11,
+                vary: [n as u32, 0, 7, u32::MAX],
+            },
         }
     }
 

@@ -20,11 +20,34 @@ struct Answer {
     storable: bool,
 }
 
-/// How long an operation's answers are kept under some settings: `None` when they are not
-/// cached at all; given the lifetime an answer was recorded with (which the origin's own
-/// headers may have shortened).
+/// How long a group's answers are kept under some settings: `None` when they are not cached at
+/// all; given the lifetime an answer was recorded with (which the origin's own headers may have
+/// shortened).
 pub trait Lifetimes {
-    fn lifetime_s(&self, op: u16, recorded_s: u32) -> Option<u32>;
+    fn lifetime_s(&self, group: Group, recorded_s: u32) -> Option<u32>;
+}
+
+/// Whose figures: an operation's counter bucket (`false`), or an entity type's
+/// (`ring::type_bucket`, `true`).
+pub type Group = (bool, u16);
+
+/// Which key a record's entry is held under in the model.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Keying {
+    /// The table's own key, as recorded.
+    AsRecorded,
+    /// The key under a configuration keeping only the vary headers whose bit is set
+    /// (`Variant::key`); a record without a variant keeps its own.
+    Keeping(u8),
+}
+
+impl Keying {
+    fn of(self, r: &Record) -> u64 {
+        match self {
+            Keying::Keeping(kept) if r.variant.shape != 0 => r.variant.key(kept),
+            _ => r.hash,
+        }
+    }
 }
 
 /// One operation's figures over the replay.
@@ -40,38 +63,43 @@ pub struct Figures {
     pub simulated: u64,
 }
 
-/// Replays `records` (in time order) under `cache_bytes` and `lifetimes`: figures by operation.
+/// Replays `records` (in time order) under `cache_bytes` and `lifetimes`, entries held by
+/// `keying`: figures by group. Each lookup's answer is found by the key it was recorded under,
+/// whatever the keying.
 pub fn replay(
     records: &[Record],
     cache_bytes: u64,
     lifetimes: &impl Lifetimes,
-) -> FastMap<u16, Figures> {
+    keying: Keying,
+) -> FastMap<Group, Figures> {
     let answers = answers(records);
     let mut store = Model::new(cache_bytes);
-    let mut out: FastMap<u16, Figures> = FastMap::default();
+    let mut out: FastMap<Group, Figures> = FastMap::default();
     for (r, answer) in records.iter().zip(answers) {
         if !r.kind.is_lookup() {
             continue;
         }
-        let figures = out.entry(r.op).or_default();
+        let group = (r.entity, r.op);
+        let key = keying.of(r);
+        let figures = out.entry(group).or_default();
         figures.lookups += 1;
         figures.hits += u64::from(r.kind == Kind::Hit);
         figures.coalesced += u64::from(r.kind == Kind::Coalesced);
         match r.kind {
             Kind::Coalesced => continue,
-            Kind::Purged => store.remove(r.hash),
+            Kind::Purged => store.remove(key),
             _ => {}
         }
-        if store.fresh(r.hash, r.at_ms) {
+        if store.fresh(key, r.at_ms) {
             figures.simulated += 1;
             continue;
         }
         let Some(a) = answer.filter(|a| a.storable && a.size > 0) else {
             continue;
         };
-        if let Some(life) = lifetimes.lifetime_s(r.op, a.lifetime_s).filter(|l| *l > 0) {
+        if let Some(life) = lifetimes.lifetime_s(group, a.lifetime_s).filter(|l| *l > 0) {
             let expires = r.at_ms.saturating_add(u64::from(life) * 1000);
-            store.insert(r.hash, expires, u64::from(a.size), r.at_ms);
+            store.insert(key, expires, u64::from(a.size), r.at_ms);
         }
     }
     out
@@ -204,12 +232,19 @@ impl Model {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::request::variant::Variant;
 
     struct Ttl(Option<u32>);
     impl Lifetimes for Ttl {
-        fn lifetime_s(&self, _: u16, _: u32) -> Option<u32> {
+        fn lifetime_s(&self, _: Group, _: u32) -> Option<u32> {
             self.0
         }
+    }
+
+    const OP: Group = (false, 1);
+
+    fn run(records: &[Record], bytes: u64, ttl: Option<u32>) -> Figures {
+        replay(records, bytes, &Ttl(ttl), Keying::AsRecorded)[&OP]
     }
 
     fn at(at_ms: u64, hash: u64, kind: Kind) -> Record {
@@ -229,6 +264,8 @@ mod tests {
             } else {
                 0
             },
+            entity: false,
+            variant: Variant::default(),
         }
     }
 
@@ -247,12 +284,12 @@ mod tests {
     #[test]
     fn a_longer_lifetime_turns_repeats_within_it_into_hits() {
         let records = repeats(1, 30_000, 5);
-        let short = replay(&records, 1 << 20, &Ttl(Some(10)))[&1];
-        let long = replay(&records, 1 << 20, &Ttl(Some(60)))[&1];
+        let short = run(&records, 1 << 20, Some(10));
+        let long = run(&records, 1 << 20, Some(60));
         assert_eq!((short.lookups, short.hits, short.simulated), (5, 0, 0));
         // Stored at 0, hit at 30 s, expired at 60 s (stored again), hit at 90 s, expired at 120.
         assert_eq!(long.simulated, 2);
-        assert_eq!(replay(&records, 1 << 20, &Ttl(None))[&1].simulated, 0);
+        assert_eq!(run(&records, 1 << 20, None).simulated, 0);
     }
 
     #[test]
@@ -263,8 +300,8 @@ mod tests {
             records.push(at(i as u64 * 10, k, Kind::Miss));
             records.push(at(i as u64 * 10 + 1, k, Kind::Storable));
         }
-        assert_eq!(replay(&records, 200, &Ttl(Some(60)))[&1].simulated, 0);
-        assert_eq!(replay(&records, 300, &Ttl(Some(60)))[&1].simulated, 1);
+        assert_eq!(run(&records, 200, Some(60)).simulated, 0);
+        assert_eq!(run(&records, 300, Some(60)).simulated, 1);
     }
 
     #[test]
@@ -283,7 +320,7 @@ mod tests {
             at(21, 2, Kind::Storable),
             at(30, 2, Kind::Hit),
         ]);
-        let figures = replay(&records, 1 << 20, &Ttl(Some(60)))[&1];
+        let figures = run(&records, 1 << 20, Some(60));
         assert_eq!(figures.lookups, 6);
         assert_eq!(figures.hits, 1);
         assert_eq!(figures.simulated, 1, "only the last lookup of key 2");
@@ -295,6 +332,6 @@ mod tests {
         (hit.size, hit.lifetime_s) = (50, 10);
         let records = [hit, at(5_000, 9, Kind::Miss)];
         // Simulated from nothing: the hit stores, the later lookup hits within 10 s.
-        assert_eq!(replay(&records, 1 << 20, &Ttl(Some(10)))[&1].simulated, 1);
+        assert_eq!(run(&records, 1 << 20, Some(10)).simulated, 1);
     }
 }

@@ -42,17 +42,24 @@ pub fn operation_of(tags: Option<&OperationTags>) -> Operation<'_> {
     }
 }
 
-/// Counts `tallies` for `operation`; Envoy's stats get them at the next [`flush`].
-pub fn count_operation<H: Host>(cx: &mut Ctx<'_, H>, operation: Operation<'_>, tallies: &[Tally]) {
+/// Counts `tallies` for `operation`; Envoy's stats get them at the next [`flush`]. Returns the
+/// bucket they went to (`None`: the counters are off).
+pub fn count_operation<H: Host>(
+    cx: &mut Ctx<'_, H>,
+    operation: Operation<'_>,
+    tallies: &[Tally],
+) -> Option<u16> {
     if !cx.config().operation_stats.on() {
-        return;
+        return None;
     }
-    cx.worker_and_shared(|w, shared| {
+    let bucket = cx.worker_and_shared(|w, shared| {
         let bucket = w.operations.bucket(shared, operation);
         for t in tallies.iter().filter(|t| t.amount > 0) {
             w.operations.add(bucket, t.counter, t.reason, t.amount);
         }
+        bucket
     });
+    Some(bucket)
 }
 
 /// Root, on its timer: adds what was counted since the last flush to Envoy's stats, defining a

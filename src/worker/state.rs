@@ -149,9 +149,9 @@ pub struct Worker {
 
 /// The what-if ring a configuration asks for: none without the admin routes.
 fn recent(config: &Config) -> Ring {
-    let records = match config.purge {
-        Some(_) => config.what_if_records as usize,
-        None => 0,
+    let records = match config.what_if_on() {
+        true => config.what_if_records as usize,
+        false => 0,
     };
     Ring::new(records)
 }

@@ -3,6 +3,8 @@
 //! (a coalesced batch, a background refresh).
 
 use crate::cache::entry::Entry;
+use crate::cache::fates::Fate;
+use crate::cache::not_stored::NotStored;
 use crate::config::Scope;
 use crate::config::{Config, Lifetimes};
 use crate::effects::host::{status, Host};
@@ -13,6 +15,7 @@ use crate::entities::request::{EntitiesRequest, Representation};
 use crate::request::key::CacheKey;
 use crate::worker::ctx::Ctx;
 use crate::worker::entities::l2::queue_stores;
+use crate::worker::serving::recent::{self, Whose};
 use crate::worker::serving::store::insert;
 
 /// What an answer was asked for: the request, what of it was sent (per field, the distinct
@@ -96,12 +99,16 @@ pub fn store(
             };
             let Some((key, bytes)) = entry else {
                 shortest = Some(0);
+                if let Some(key) = key.filter(|_| ttl > 0) {
+                    keep_answer(cx, (&key, &rep.typename), None);
+                }
                 continue;
             };
             let lifetime =
                 Entry::peek(&bytes).map_or(0, |p| p.expires_at_ms.saturating_sub(now_ms) / 1000);
             shortest = Some(shortest.map_or(lifetime, |s| s.min(lifetime)));
             let _ = insert(cx, &key, &bytes, now_ms);
+            keep_answer(cx, (&key, &rep.typename), Some(&bytes));
             to_l2.push((key, bytes));
         }
     }
@@ -113,6 +120,24 @@ pub fn store(
         queued,
         entries: to_l2,
     }
+}
+
+/// Keeps what became of an entity the subgraph answered for the what-if route: the entry made
+/// of it, or `None` if it could not be stored.
+fn keep_answer(
+    cx: &mut Ctx<'_, impl Host>,
+    (key, typename): (&CacheKey, &str),
+    entry: Option<&[u8]>,
+) {
+    if !cx.worker(|w| w.recent.is_on()) {
+        return;
+    }
+    let whose = Whose::entity(cx.plugin().table.hash(key), typename);
+    let fate = match entry {
+        Some(_) => Fate::Stored { until_s: 0 },
+        None => Fate::NotStored(NotStored::EntityNotStored),
+    };
+    recent::answer(cx, whose, fate, entry);
 }
 
 /// What storing the entities of an answer did.

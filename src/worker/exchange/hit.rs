@@ -66,6 +66,7 @@ impl Exchange {
         let asked = asked(&decided, now_us);
         self.asked = Some(asked.clone());
         self.operation = Some(Rc::clone(&decided.operation));
+        self.variant = decided.variant;
         let config = cx.config();
         if config.shadow {
             return self.shadow_lookup(cx, key, now_ms);
@@ -94,7 +95,9 @@ impl Exchange {
             head,
             now_ms,
         };
-        let served = match find(cx, &key, now_ms) {
+        let hash = cx.plugin().table.hash(&key);
+        self.hash = Some(hash);
+        let served = match find_placed(cx, &key, hash, now_ms) {
             Found::Fresh(entry) => self.answer_from(cx, &asking, &entry, HIT),
             // Stale only while a refresh runs (or has just been started): otherwise a miss.
             Found::Stale(entry)

@@ -54,6 +54,7 @@ use crate::request::classify::{
 use crate::request::http::split_path;
 use crate::request::key::CacheKey;
 use crate::request::operations::Operations;
+use crate::request::variant::Variant;
 use crate::whatif::ring::Kind;
 use crate::worker::admin::explain::explain;
 use crate::worker::admin::mutation_purge;
@@ -74,7 +75,7 @@ use crate::worker::operation_counts::{count_operation, operation_of, Tally};
 use crate::worker::read::{read_head, read_identity, read_route};
 use crate::worker::serving::capture::{Capture, Chunk};
 use crate::worker::serving::labels::{CACHE_HEADER, KEY_HEADER, REASON_HEADER};
-use crate::worker::serving::lookup::{find, serve, Asking, Found, MissReason, Served};
+use crate::worker::serving::lookup::{find, find_placed, serve, Asking, Found, MissReason, Served};
 use crate::worker::serving::recent;
 use crate::worker::serving::shadow::Shadowed;
 use crate::worker::serving::store::account_store;
@@ -135,6 +136,10 @@ pub struct Exchange {
     missed: Option<MissReason>,
     /// The smallest larger store that would have served what this one missed.
     would_hit: Option<WouldHit>,
+    /// The table's hash of the key looked up (kept for the what-if record).
+    hash: Option<u64>,
+    /// The key as the what-if replays other `vary_headers`.
+    variant: Option<Variant>,
     /// On a route that prefetches entities: what its answer may start (see `entities::trigger`).
     trigger: Option<Rc<Trigger>>,
 }
@@ -163,6 +168,8 @@ impl Exchange {
             operation: None,
             missed: None,
             would_hit: None,
+            hash: None,
+            variant: None,
             trigger: None,
         }
     }

@@ -29,7 +29,12 @@ impl Exchange {
     }
 
     /// Keeps the lookup for the what-if route (`serving::recent`).
-    fn record<H: RequestHost>(&self, cx: &mut Ctx<'_, H>, status: CacheStatus, key: &CacheKey) {
+    fn record<H: RequestHost>(
+        &self,
+        cx: &mut Ctx<'_, H>,
+        (status, bucket): (CacheStatus, Option<u16>),
+        key: &CacheKey,
+    ) {
         if !cx.worker(|w| w.recent.is_on()) {
             return;
         }
@@ -40,9 +45,15 @@ impl Exchange {
             (CacheStatus::Miss, _) => Kind::Miss,
             _ => return,
         };
+        let hash = self.hash.unwrap_or_else(|| cx.plugin().table.hash(key));
         let lookup = recent::Lookup {
-            key,
-            operation: self.operation.as_deref(),
+            whose: recent::Whose {
+                hash,
+                operation: self.operation.as_deref(),
+                bucket,
+                entity: false,
+                variant: self.variant.unwrap_or_default(),
+            },
             at_ms: self.asked.as_ref().map(|a| a.born_us / 1000),
             kind,
             served: self.served.map(|s| (s.bytes, s.lifetime_s)),
@@ -58,21 +69,22 @@ impl Exchange {
         key: Option<CacheKey>,
     ) {
         self.log(cx, status, reason, key);
-        self.tally(cx, status, reason);
+        let bucket = self.tally(cx, status, reason);
         if let Some(key) = key {
-            self.record(cx, status, &key);
+            self.record(cx, (status, bucket), &key);
         }
     }
 
-    /// Counts the request for its operation, by what `x-cache` says.
+    /// Counts the request for its operation, by what `x-cache` says; the operation's counter
+    /// bucket (`None`: the counters are off, or a shadow lookup is not counted).
     pub(super) fn tally<H: RequestHost>(
         &self,
         cx: &mut Ctx<'_, H>,
         status: CacheStatus,
         reason: Option<&'static str>,
-    ) {
+    ) -> Option<u16> {
         if !cx.config().operation_stats.on() {
-            return;
+            return None;
         }
         let missed = self.missed.unwrap_or(MissReason::Collision).as_str();
         let counted = match status {
@@ -81,7 +93,7 @@ impl Exchange {
             CacheStatus::Coalesced => Tally::one(OpCounter::Coalesced),
             CacheStatus::Miss | CacheStatus::Partial => Tally::because(OpCounter::Misses, missed),
             CacheStatus::Bypass => Tally::because(OpCounter::Bypasses, reason.unwrap_or("-")),
-            CacheStatus::Shadow => return,
+            CacheStatus::Shadow => return None,
         };
         // Only an answer served from an entry saved the origin anything (0 is not counted).
         let saved = Tally {
@@ -97,7 +109,7 @@ impl Exchange {
             |i: usize| Tally::because(OpCounter::WouldHit, larger.get(i).copied().unwrap_or(""));
         let tallies = [counted, saved, at(0), at(1)];
         let used = &tallies[..2 + larger.len().min(2)];
-        count_operation(cx, operation_of(self.operation.as_deref()), used);
+        count_operation(cx, operation_of(self.operation.as_deref()), used)
     }
 
     pub(super) fn log<H: RequestHost>(

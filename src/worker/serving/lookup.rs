@@ -100,11 +100,21 @@ impl MissReason {
 /// A fresh entry for `key`: this worker's copy, else shared data (then copied here); or a stale
 /// one that may be served while refreshing.
 pub fn find(cx: &mut Ctx<'_, impl RequestHost>, key: &CacheKey, now_ms: u64) -> Found {
+    let hash = cx.plugin().table.hash(key);
+    find_placed(cx, key, hash, now_ms)
+}
+
+/// [`find`], `hash` being the table's hash of `key` (computed once by a caller that keeps it).
+pub fn find_placed(
+    cx: &mut Ctx<'_, impl RequestHost>,
+    key: &CacheKey,
+    hash: u64,
+    now_ms: u64,
+) -> Found {
     let invalidation = cx.config().invalidation_on();
     if invalidation {
         refresh_marks(cx);
     }
-    let hash = cx.plugin().table.hash(key);
     let (epoch, copy, due) = cx.worker(|w| {
         // Every request counts, those a copy answers too: they are the hottest.
         w.seen.count(hash);
@@ -134,18 +144,7 @@ pub fn find(cx: &mut Ctx<'_, impl RequestHost>, key: &CacheKey, now_ms: u64) -> 
     let (bytes, expired) = match found {
         Lookup::Hit(bytes) => (bytes, false),
         Lookup::Stale(bytes) => (bytes, true),
-        Lookup::Miss(kind) => {
-            // Counted once already, by this request.
-            let asked_before = cx.worker(|w| w.seen.frequency(hash) > 1);
-            let fates = &cx.plugin().fates;
-            let fate = match kind {
-                MissKind::Empty => fates.recall(cx.host(), hash).map(|r| r.fate),
-                _ => None,
-            };
-            let now_s = seconds(now_ms);
-            let why = MissReason::of(kind, fate, asked_before, now_s);
-            return Found::Nothing(why, fate.and_then(|f| larger_store(cx, f, now_s)));
-        }
+        Lookup::Miss(kind) => return missed(cx, kind, hash, now_ms),
     };
     record_frequency(cx, hash);
     let marks = if invalidation {
@@ -176,6 +175,20 @@ pub fn find(cx: &mut Ctx<'_, impl RequestHost>, key: &CacheKey, now_ms: u64) -> 
     let entry: Rc<[u8]> = bytes.into();
     cx.worker(|w| w.hot.insert(*key, Rc::clone(&entry), expires, epoch));
     Found::Fresh(entry)
+}
+
+/// Why the table held nothing for the key placed at `hash`, and which larger store would have.
+fn missed(cx: &mut Ctx<'_, impl RequestHost>, kind: MissKind, hash: u64, now_ms: u64) -> Found {
+    // Counted once already, by this request.
+    let asked_before = cx.worker(|w| w.seen.frequency(hash) > 1);
+    let fates = &cx.plugin().fates;
+    let fate = match kind {
+        MissKind::Empty => fates.recall(cx.host(), hash).map(|r| r.fate),
+        _ => None,
+    };
+    let now_s = seconds(now_ms);
+    let why = MissReason::of(kind, fate, asked_before, now_s);
+    Found::Nothing(why, fate.and_then(|f| larger_store(cx, f, now_s)))
 }
 
 /// The smallest larger store that would still hold the entry a miss's `fate` says left the

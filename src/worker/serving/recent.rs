@@ -7,16 +7,39 @@ use crate::cache::fates::{seconds, Fate};
 use crate::effects::host::Host;
 use crate::effects::store::update;
 use crate::invalidate::tags::OperationTags;
-use crate::request::key::CacheKey;
-use crate::whatif::ring::{chunk_key, with_worker, Kind, Record, WORKERS_KEY};
+use crate::request::variant::Variant;
+use crate::whatif::ring::{chunk_key, type_bucket, with_worker, Kind, Record, WORKERS_KEY};
 use crate::worker::ctx::Ctx;
 use crate::worker::operation_counts::operation_of;
 
-/// A lookup to record: of which key and operation, when (ms, `None`: now), how it went, and the
-/// entry a hit was answered from (bytes, lifetime in seconds).
-pub struct Lookup<'a> {
-    pub key: &'a CacheKey,
+/// Whose record: the key's table hash and the operation, with its counter bucket if the caller
+/// found it already (the tally did, when the counters are on), or an entity type's bucket; and
+/// the key's variant, if it has one.
+#[derive(Clone, Copy, Default)]
+pub struct Whose<'a> {
+    pub hash: u64,
     pub operation: Option<&'a OperationTags>,
+    pub bucket: Option<u16>,
+    pub entity: bool,
+    pub variant: Variant,
+}
+
+impl Whose<'_> {
+    /// An entity's record: its key's table hash and its type.
+    pub fn entity(hash: u64, typename: &str) -> Whose<'static> {
+        Whose {
+            hash,
+            bucket: Some(type_bucket(typename)),
+            entity: true,
+            ..Whose::default()
+        }
+    }
+}
+
+/// A lookup to record: whose, when (ms, `None`: now), how it went, and the entry a hit was
+/// answered from (bytes, lifetime in seconds).
+pub struct Lookup<'a> {
+    pub whose: Whose<'a>,
     pub at_ms: Option<u64>,
     pub kind: Kind,
     pub served: Option<(usize, u32)>,
@@ -27,23 +50,12 @@ pub fn lookup(cx: &mut Ctx<'_, impl Host>, l: &Lookup<'_>) {
     let (size, lifetime_s) = l.served.unwrap_or_default();
     let size = u32::try_from(size).unwrap_or(u32::MAX);
     let at_ms = l.at_ms.unwrap_or_else(|| cx.host().now_ms());
-    push(
-        cx,
-        (l.key, l.operation, at_ms),
-        (l.kind, 0),
-        (size, lifetime_s),
-    );
+    push(cx, (l.whose, at_ms), (l.kind, 0), (size, lifetime_s));
 }
 
-/// Records the origin's answer for `key`: what became of it (`fate`), and the entry it was
-/// encoded as, if it could be stored.
-pub fn answer(
-    cx: &mut Ctx<'_, impl Host>,
-    key: &CacheKey,
-    operation: Option<&OperationTags>,
-    fate: Fate,
-    entry: Option<&[u8]>,
-) {
+/// Records the origin's answer: what became of it (`fate`), and the entry it was encoded as,
+/// if it could be stored.
+pub fn answer(cx: &mut Ctx<'_, impl Host>, whose: Whose<'_>, fate: Fate, entry: Option<&[u8]>) {
     let kind = match (fate, entry) {
         (Fate::NotStored(why), _) => (Kind::NotStorable, why.code()),
         (_, Some(_)) => (Kind::Storable, 0),
@@ -54,7 +66,30 @@ pub fn answer(
         (size, lifetime_s(bytes))
     });
     let at_ms = cx.host().now_ms();
-    push(cx, (key, operation, at_ms), kind, shape);
+    push(cx, (whose, at_ms), kind, shape);
+}
+
+/// Records an entity's lookup on the batch path: a hit on `served` (the entry), else a miss.
+pub fn entity_lookup(
+    cx: &mut Ctx<'_, impl Host>,
+    whose: Whose<'_>,
+    at_ms: u64,
+    served: Option<&[u8]>,
+) {
+    if !cx.worker(|w| w.recent.is_on()) {
+        return;
+    }
+    let (kind, shape) = match served {
+        Some(entry) => (Kind::Hit, (entry.len(), lifetime_s(entry))),
+        None => (Kind::Miss, (0, 0)),
+    };
+    let l = Lookup {
+        whose,
+        at_ms: Some(at_ms),
+        kind,
+        served: Some(shape),
+    };
+    lookup(cx, &l);
 }
 
 /// An entry's freshness lifetime in seconds (0 if it does not read).
@@ -67,24 +102,28 @@ pub fn lifetime_s(entry: &[u8]) -> u32 {
 
 fn push(
     cx: &mut Ctx<'_, impl Host>,
-    (key, operation, at_ms): (&CacheKey, Option<&OperationTags>, u64),
+    (whose, at_ms): (Whose<'_>, u64),
     (kind, why): (Kind, u8),
     (size, lifetime_s): (u32, u32),
 ) {
-    if !cx.worker(|w| w.recent.is_on()) {
-        return;
-    }
-    let hash = cx.plugin().table.hash(key);
     cx.worker_and_shared(|w, shared| {
-        let op = w.operations.bucket(shared, operation_of(operation));
+        if !w.recent.is_on() {
+            return;
+        }
+        let op = match whose.bucket {
+            Some(b) => b,
+            None => w.operations.bucket(shared, operation_of(whose.operation)),
+        };
         w.recent.push(Record {
             at_ms,
-            hash,
+            hash: whose.hash,
             op,
             kind,
             why,
             size,
             lifetime_s,
+            entity: whose.entity,
+            variant: whose.variant,
         });
     });
 }

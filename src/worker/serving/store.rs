@@ -17,7 +17,7 @@ use crate::request::key::CacheKey;
 use crate::worker::ctx::Ctx;
 use crate::worker::operation_counts::{count_operation, operation_of, Tally};
 use crate::worker::serving::marks::{refresh_marks, verdict};
-use crate::worker::serving::recent;
+use crate::worker::serving::recent::{self, Whose};
 
 /// What storing did, for the debug headers.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -104,18 +104,30 @@ pub fn account_store(
         None => Tally::one(OpCounter::Stores),
         Some(why) => Tally::because(OpCounter::NotStored, why.as_str()),
     };
-    count_operation(cx, operation_of(operation), &[tally]);
-    remember_fate(cx, key, fate);
-    recent::answer(cx, key, operation, fate, entry);
+    let bucket = count_operation(cx, operation_of(operation), &[tally]);
+    let hash = cx.plugin().table.hash(key);
+    remember_placed(cx, hash, fate);
+    let whose = Whose {
+        hash,
+        operation,
+        bucket,
+        ..Whose::default()
+    };
+    recent::answer(cx, whose, fate, entry);
 }
 
 /// Remembers what became of the answer for `key`, for the exact reason of its next miss (see
 /// `cache::fates`).
 pub fn remember_fate(cx: &mut Ctx<'_, impl Host>, key: &CacheKey, fate: Fate) {
+    let hash = cx.plugin().table.hash(key);
+    remember_placed(cx, hash, fate);
+}
+
+/// [`remember_fate`] of the key whose table hash is `hash`.
+fn remember_placed(cx: &mut Ctx<'_, impl Host>, hash: u64, fate: Fate) {
     let plugin = cx.plugin();
     if plugin.fates.is_on() {
         let host = cx.host();
-        let hash = plugin.table.hash(key);
         plugin
             .fates
             .remember(host, hash, fate, seconds(host.now_ms()));

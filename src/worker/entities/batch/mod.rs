@@ -29,7 +29,8 @@ use crate::worker::entities::store::{self, Split};
 use crate::worker::entities::trigger;
 use crate::worker::read::{fetch_cluster, read_identity};
 use crate::worker::serving::labels::CACHE_HEADER;
-use crate::worker::serving::lookup::{find, Found};
+use crate::worker::serving::lookup::{find_placed, Found};
+use crate::worker::serving::recent::{self, Whose};
 use crate::worker::to_root::request_dispatch;
 use answer::{answer_from_entries, decode_found, entries, remaining_s, respond};
 pub use partial::on_partial;
@@ -195,12 +196,9 @@ fn look_up(
                     .map(|id| key.scoped(id)),
             };
             let (found, stale) = match key {
-                Some(k) if life.ttl_seconds > 0 => match find(cx, &k, now_ms) {
-                    Found::Fresh(entry) => (Some(entry), false),
-                    // Served while a refresh runs (see `entity_stale`).
-                    Found::Stale(entry) if may_refresh => (Some(entry), true),
-                    _ => (None, false),
-                },
+                Some(k) if life.ttl_seconds > 0 => {
+                    look_up_one(cx, (&k, &rep.typename), now_ms, may_refresh)
+                }
                 _ => (None, false),
             };
             row.push(Slot {
@@ -213,6 +211,25 @@ fn look_up(
         slots.push(row);
     }
     slots
+}
+
+/// The entry to answer the entity keyed `key` of type `typename` with, and whether it is stale
+/// (served while a refresh runs, see `entity_stale`); kept for the what-if route.
+fn look_up_one(
+    cx: &mut Ctx<'_, impl RequestHost>,
+    (key, typename): (&CacheKey, &str),
+    now_ms: u64,
+    may_refresh: bool,
+) -> (Option<Rc<[u8]>>, bool) {
+    let hash = cx.plugin().table.hash(key);
+    let (found, stale) = match find_placed(cx, key, hash, now_ms) {
+        Found::Fresh(entry) => (Some(entry), false),
+        Found::Stale(entry) if may_refresh => (Some(entry), true),
+        _ => (None, false),
+    };
+    let whose = Whose::entity(hash, typename);
+    recent::entity_lookup(cx, whose, now_ms, found.as_deref());
+    (found, stale)
 }
 
 /// What the fleet's L2 (`worker::l2::entities`) needs of a request in flight.
