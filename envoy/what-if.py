@@ -4,6 +4,7 @@ done with its recent traffic, and prints a table per operation.
 
   make what-if CANDIDATE='{"ttl_seconds": 60}'
   make what-if CANDIDATE='{"cache_bytes": 268435456}' WHAT_IF_URL=http://envoy:8082/graphql-cache/what-if
+  make what-if CANDIDATE='{"vary_headers": ["authorization"]}'
 
 WHAT_IF_URL defaults to the demo's internal listener; the token is PURGE_TOKEN (the purge API's),
 the demo's by default. Standard library only.
@@ -20,13 +21,19 @@ TOKEN = os.environ.get("PURGE_TOKEN") or "demo-purge-token-change-me"
 
 def table(answer):
     rows = answer["operations"] + [answer["total"]]
+    merges = "merged_keys" in answer["total"]
+    head = "| operation | lookups | hit ratio now | hit ratio candidate | origin requests now | origin requests candidate |"
     out = [f"{answer['records']} records over {answer['seconds']} s; now {json.dumps(answer['now'])}, "
            f"candidate {json.dumps(answer['candidate'])}", "",
-           "| operation | lookups | hit ratio now | hit ratio candidate | origin requests now | origin requests candidate |",
-           "|---|---|---|---|---|---|"]
+           head + (" keys merged | answering differently |" if merges else ""),
+           "|---|---|---|---|---|---|" + ("---|---|" if merges else "")]
     for r in rows:
         h, o = r["hit_ratio"], r["origin_requests"]
-        out.append(f"| {r['operation']} | {r['lookups']} | {h['now']:.3f} | {h['candidate']:.3f} | {o['now']} | {o['candidate']} |")
+        line = f"| {r['operation']} | {r['lookups']} | {h['now']:.3f} | {h['candidate']:.3f} | {o['now']} | {o['candidate']} |"
+        if merges:
+            m = r["merged_keys"]
+            line += f" {m['keys']} | {m['answering_differently']} |"
+        out.append(line)
     for label in ("becomes_cacheable", "stops_cacheable"):
         if answer[label]:
             out.append(f"\n{label.replace('_', ' ')}: {', '.join(answer[label])}")
@@ -37,7 +44,7 @@ def table(answer):
 def main():
     candidate = os.environ.get("CANDIDATE") or (sys.argv[1] if len(sys.argv) > 1 else "")
     if not candidate:
-        sys.exit("give CANDIDATE, a JSON object of cache_bytes, ttl_seconds and/or rules")
+        sys.exit("give CANDIDATE, a JSON object of cache_bytes, ttl_seconds, rules, vary_headers and/or entities")
     req = urllib.request.Request(URL, data=candidate.encode(), method="POST", headers={
         "authorization": f"Bearer {TOKEN}", "content-type": "application/json"})
     try:

@@ -344,6 +344,7 @@ fn bench_insight(c: &mut Criterion) {
         lifetime_s: 10,
         entity: false,
         variant: Default::default(),
+        answer: 0,
     };
     let mut ring = Ring::new(8192);
     let mut i = 0u64;

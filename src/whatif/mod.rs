@@ -3,13 +3,16 @@
 //! operation. The model's figure for today is set beside the hit ratio really measured over the
 //! same records; the candidate's prediction is the measured figure moved by the difference the
 //! model sees between the two configurations, so that what the model does not capture (the
-//! admission policy, hits on entries stored before the records begin) cancels out.
+//! admission policy, hits on entries stored before the records begin) cancels out. A candidate
+//! that drops vary headers is also told which keys it merges answered differently (`merge`).
 
 pub mod candidate;
+pub mod merge;
 pub mod ring;
 pub mod simulate;
 
 use crate::whatif::candidate::{ByOperation, Settings};
+use crate::whatif::merge::{merges, Merged};
 use crate::whatif::ring::{type_bucket, Record};
 use crate::whatif::simulate::{replay, Figures, Group, Keying};
 use serde_json::{json, Value};
@@ -40,14 +43,17 @@ pub fn report(
     let a = replay(records, now.cache_bytes, &under(now), Keying::AsRecorded);
     let keying = candidate.keying(now);
     let b = replay(records, candidate.cache_bytes, &under(candidate), keying);
-    let mut rows: BTreeMap<(bool, String), (Figures, Figures)> = BTreeMap::new();
-    let mut total = (Figures::default(), Figures::default());
+    let merged = merges(records, keying);
+    let mut rows: BTreeMap<(bool, String), Sums> = BTreeMap::new();
+    let mut total = Sums::default();
     for (group, x) in &a {
         let y = b.get(group).copied().unwrap_or_default();
-        total = (add(total.0, *x), add(total.1, y));
+        let m = merged.get(group).copied().unwrap_or_default();
+        total = total.add(*x, y, m);
         let sum = rows.entry(label(*group, names, &types)).or_default();
-        *sum = (add(sum.0, *x), add(sum.1, y));
+        *sum = sum.add(*x, y, m);
     }
+    let shares = keying != Keying::AsRecorded;
     let span = match (records.first(), records.last()) {
         (Some(f), Some(l)) => l.at_ms.saturating_sub(f.at_ms) / 1000,
         _ => 0,
@@ -58,8 +64,8 @@ pub fn report(
         "seconds": span,
         "now": settings_json(now),
         "candidate": settings_json(candidate),
-        "operations": rows.iter().map(|((_, name), (x, y))| row(name, *x, *y)).collect::<Vec<_>>(),
-        "total": row("all", total.0, total.1),
+        "operations": rows.iter().map(|((_, name), s)| row(name, s, shares)).collect::<Vec<_>>(),
+        "total": row("all", &total, shares),
         "becomes_cacheable": becomes,
         "stops_cacheable": stops,
         "notes": notes(now, candidate, keying),
@@ -84,6 +90,27 @@ fn label((entity, bucket): Group, names: &[Option<String>], types: &[&str]) -> (
 /// What an entity type's row name starts with.
 const ENTITY_ROW: &str = "entity:";
 
+/// A row's figures: the model today, under the candidate, and the keys the candidate merges.
+#[derive(Debug, Clone, Copy, Default)]
+struct Sums {
+    now: Figures,
+    then: Figures,
+    merged: Merged,
+}
+
+impl Sums {
+    fn add(self, now: Figures, then: Figures, merged: Merged) -> Sums {
+        Sums {
+            now: add(self.now, now),
+            then: add(self.then, then),
+            merged: Merged {
+                keys: self.merged.keys + merged.keys,
+                differing: self.merged.differing + merged.differing,
+            },
+        }
+    }
+}
+
 fn add(a: Figures, b: Figures) -> Figures {
     Figures {
         lookups: a.lookups + b.lookups,
@@ -102,8 +129,21 @@ fn bucket_label(op: u16) -> &'static str {
     }
 }
 
-/// One operation's row: measured today, and predicted under the candidate.
-fn row(name: &str, now: Figures, then: Figures) -> Value {
+/// One operation's row: measured today, and predicted under the candidate (with the keys it
+/// merges, when it `shares` entries among requests today's keys separate).
+fn row(name: &str, sums: &Sums, shares: bool) -> Value {
+    let mut out = figures_row(name, sums.now, sums.then);
+    if let (true, Some(row)) = (shares, out.as_object_mut()) {
+        let m = sums.merged;
+        row.insert(
+            "merged_keys".into(),
+            json!({ "keys": m.keys, "answering_differently": m.differing }),
+        );
+    }
+    out
+}
+
+fn figures_row(name: &str, now: Figures, then: Figures) -> Value {
     let lookups = now.lookups;
     let servable = lookups.saturating_sub(now.coalesced);
     let delta = i128::from(then.simulated) - i128::from(now.simulated);
@@ -195,10 +235,11 @@ fn notes(now: &Settings, candidate: &Settings, keying: Keying) -> Vec<&'static s
     }
     if keying != Keying::AsRecorded {
         out.push(
-            "dropping a vary header shares one entry among requests that differed only in it: \
-             the prediction counts those as hits, so make sure the origin's answer does not \
-             depend on the header (for authorization or cookie, that is one caller's data \
-             served to another); entity keys are not merged",
+            "dropping a vary header shares one entry among requests that differed only in it, \
+             and the prediction counts those as hits: merged_keys.answering_differently counts \
+             the merged keys whose requests' last stored answers were not the same (with \
+             authorization or cookie, one caller's data served to another); entity keys are \
+             not merged",
         );
     }
     if candidate.entities != now.entities {
@@ -229,6 +270,7 @@ mod tests {
             lifetime_s: if storable { 10 } else { 0 },
             entity: false,
             variant: crate::request::variant::Variant::default(),
+            answer: 0,
         }
     }
 
@@ -286,7 +328,8 @@ mod tests {
             let mut miss = rec(i * 1_000, 100 + u64::from(lang), 3, Kind::Miss);
             miss.variant = variant(lang);
             let mut stored = rec(i * 1_000 + 1, 100 + u64::from(lang), 3, Kind::Storable);
-            stored.lifetime_s = 1;
+            // Each language answered in its own words.
+            (stored.lifetime_s, stored.answer) = (1, 900 + lang);
             records.extend([miss, stored]);
         }
         let now = Settings::of(
@@ -309,6 +352,11 @@ mod tests {
         let out = report(&mut records.clone(), &now, &longer, &names);
         // Stored at 0, hit at 1, stored at 2 (expired), hit at 3, ...: half the lookups.
         assert_eq!(out["operations"][0]["hit_ratio"]["candidate"], 0.5);
+        assert_eq!(
+            out["operations"][0]["merged_keys"],
+            json!({"keys": 1, "answering_differently": 1}),
+            "the two languages' answers differ"
+        );
         let same_ttl_only = candidate::candidate(&now, br#"{"ttl_seconds": 2}"#).unwrap();
         let out = report(&mut records, &now, &same_ttl_only, &names);
         assert_eq!(

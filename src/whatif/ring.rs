@@ -9,11 +9,11 @@
 use crate::request::variant::{Variant, MAX_VARY};
 
 /// Bytes of one encoded record.
-pub const RECORD: usize = 8 + 8 + 2 + 1 + 1 + 4 + 4 + 8 + 4 * MAX_VARY;
+pub const RECORD: usize = 8 + 8 + 2 + 1 + 1 + 4 + 4 + 8 + 4 * MAX_VARY + 4;
 /// Records per shared-data chunk (7 KiB): a chunk is rewritten whole when any of its records
 /// changed since the last copy.
 pub const CHUNK: usize = 256;
-const VERSION: u8 = 2;
+const VERSION: u8 = 3;
 /// Set in a record's kind byte: the record is an entity's (`Record::entity`).
 const ENTITY: u8 = 0x80;
 const PREFIX: &str = "graphql-cache/v2/recent/";
@@ -88,6 +88,9 @@ pub struct Record {
     pub entity: bool,
     /// The key's variant (a lookup's, while `vary_headers` is set), else all zero.
     pub variant: Variant,
+    /// A hash of a storable answer's body (`Storable`), else 0: whether keys a candidate merges
+    /// answered alike.
+    pub answer: u32,
 }
 
 /// The bucket an entity type's records carry: a hash of its name (no registry: the what-if
@@ -114,6 +117,7 @@ impl Record {
         for v in self.variant.vary {
             out.extend_from_slice(&v.to_le_bytes());
         }
+        out.extend_from_slice(&self.answer.to_le_bytes());
     }
 
     fn decode(b: &[u8]) -> Option<Record> {
@@ -137,6 +141,7 @@ impl Record {
                 shape: u64_at(28)?,
                 vary,
             },
+            answer: u32_at(36 + 4 * MAX_VARY)?,
         })
     }
 }
@@ -283,6 +288,7 @@ mod tests {
                 shape: n * 11,
                 vary: [n as u32, 0, 7, u32::MAX],
             },
+            answer: n as u32 ^ 0xabcd,
         }
     }
 

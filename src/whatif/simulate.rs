@@ -42,7 +42,7 @@ pub enum Keying {
 }
 
 impl Keying {
-    fn of(self, r: &Record) -> u64 {
+    pub fn of(self, r: &Record) -> u64 {
         match self {
             Keying::Keeping(kept) if r.variant.shape != 0 => r.variant.key(kept),
             _ => r.hash,
@@ -266,6 +266,7 @@ mod tests {
             },
             entity: false,
             variant: Variant::default(),
+            answer: 0,
         }
     }
 

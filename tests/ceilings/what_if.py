@@ -159,6 +159,10 @@ def vary_case(origin):
         failures.append(f"vary dropped: predicted {op['hit_ratio']['candidate']}, measured {measured:.3f}")
     if not any("vary header" in n for n in answer["notes"]):
         failures.append("no note on what dropping a vary header shares")
+    # Every key was asked in both locales, and the origin answers alike whatever the locale.
+    keys = len({key for _, (key, _) in trace})
+    if op.get("merged_keys") != {"keys": keys, "answering_differently": 0}:
+        failures.append(f"merged keys: {op.get('merged_keys')}, expected {keys} answering alike")
     return failures
 
 

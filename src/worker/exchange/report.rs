@@ -51,8 +51,8 @@ impl Exchange {
                 hash,
                 operation: self.operation.as_deref(),
                 bucket,
-                entity: false,
                 variant: self.variant.unwrap_or_default(),
+                ..recent::Whose::default()
             },
             at_ms: self.asked.as_ref().map(|a| a.born_us / 1000),
             kind,

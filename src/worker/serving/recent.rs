@@ -11,6 +11,8 @@ use crate::request::variant::Variant;
 use crate::whatif::ring::{chunk_key, type_bucket, with_worker, Kind, Record, WORKERS_KEY};
 use crate::worker::ctx::Ctx;
 use crate::worker::operation_counts::operation_of;
+use foldhash::fast::FixedState;
+use std::hash::BuildHasher;
 
 /// Whose record: the key's table hash and the operation, with its counter bucket if the caller
 /// found it already (the tally did, when the counters are on), or an entity type's bucket; and
@@ -22,6 +24,8 @@ pub struct Whose<'a> {
     pub bucket: Option<u16>,
     pub entity: bool,
     pub variant: Variant,
+    /// See `Record::answer`.
+    pub answer: u32,
 }
 
 impl Whose<'_> {
@@ -66,8 +70,22 @@ pub fn answer(cx: &mut Ctx<'_, impl Host>, whose: Whose<'_>, fate: Fate, entry: 
         (size, lifetime_s(bytes))
     });
     let at_ms = cx.host().now_ms();
+    let whose = Whose {
+        answer: entry.map_or(0, body_hash),
+        ..whose
+    };
     push(cx, (whose, at_ms), kind, shape);
 }
+
+/// A hash of an entry's body, the same in every worker (0 if it does not decode): only an
+/// answer's body, since its headers carry times.
+fn body_hash(entry: &[u8]) -> u32 {
+    Entry::decode(entry).map_or(0, |e| {
+        (FixedState::with_seed(BODY_SEED).hash_one(e.body) as u32).max(1)
+    })
+}
+
+const BODY_SEED: u64 = 0x626f_6479_2d76_3031;
 
 /// Records an entity's lookup on the batch path: a hit on `served` (the entry), else a miss.
 pub fn entity_lookup(
@@ -124,6 +142,7 @@ fn push(
             lifetime_s,
             entity: whose.entity,
             variant: whose.variant,
+            answer: whose.answer,
         });
     });
 }
