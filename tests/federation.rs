@@ -920,6 +920,7 @@ fn the_what_if_route_predicts_an_entity_type_s_ttl_from_the_recorded_batches() {
         ratio(&row["hit_ratio"]["candidate"]),
         measured(resolved_then),
     );
+    eprintln!("entity:Product at 3 s: predicted {predicted}, measured {then}: {row}");
     assert!(
         (predicted - then).abs() <= 0.02,
         "predicted {predicted}, measured {then}: {row}"
