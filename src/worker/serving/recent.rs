@@ -51,6 +51,9 @@ pub struct Lookup<'a> {
 
 /// Records a lookup (its time given, the hit path asks the host for no clock).
 pub fn lookup(cx: &mut Ctx<'_, impl Host>, l: &Lookup<'_>) {
+    if !cx.worker(|w| w.recent.is_on()) {
+        return;
+    }
     let (size, lifetime_s) = l.served.unwrap_or_default();
     let size = u32::try_from(size).unwrap_or(u32::MAX);
     let at_ms = l.at_ms.unwrap_or_else(|| cx.host().now_ms());
@@ -60,6 +63,10 @@ pub fn lookup(cx: &mut Ctx<'_, impl Host>, l: &Lookup<'_>) {
 /// Records the origin's answer: what became of it (`fate`), and the entry it was encoded as,
 /// if it could be stored.
 pub fn answer(cx: &mut Ctx<'_, impl Host>, whose: Whose<'_>, fate: Fate, entry: Option<&[u8]>) {
+    // With the ring off, a store reads no clock and decodes nothing more for it.
+    if !cx.worker(|w| w.recent.is_on()) {
+        return;
+    }
     let kind = match (fate, entry) {
         (Fate::NotStored(why), _) => (Kind::NotStorable, why.code()),
         (_, Some(_)) => (Kind::Storable, 0),
